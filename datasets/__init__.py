@@ -1,0 +1,1 @@
+"""Datasets, transforms, DataLoader and samplers."""

@@ -1,0 +1,1 @@
+"""Metrics, quantization reports and speed/memory measurement."""

@@ -1,0 +1,17 @@
+"""tianyuan: a deep-learning framework core for a model zoo, from training to int8.
+
+>>> import tianyuan as ty
+>>> x = ty.randn(2, 3, requires_grad=True)
+>>> ty.functional.relu(x).sum().backward()
+"""
+__version__ = "0.1.0"
+
+from . import _native
+from ._native import available_isas, current_isa, get_num_threads, set_isa, set_num_threads
+from .autograd import enable_grad, is_grad_enabled, no_grad
+from .dtypes import bool_, float16, float32, float64, int8, int32, int64, uint8
+from .random import get_rng_state, manual_seed, set_rng_state
+from .tensor import (Tensor, arange, as_tensor, full, full_like, ones, ones_like, rand, rand_like,
+                     randn, randn_like, tensor, zeros, zeros_like)
+from . import functional
+from .functional import concat, stack, where

@@ -1,0 +1,32 @@
+// CPU feature detection and the ISA level chosen once for every kernel family.
+#pragma once
+
+namespace tianyuan {
+
+enum class Isa : int { generic = 0, avx2 = 1, avx512 = 2, vnni = 3, amx = 4 };
+
+struct CpuFeatures {
+    bool avx2 = false;
+    bool fma = false;
+    bool avx512f = false;
+    bool avx512bw = false;
+    bool avx512vl = false;
+    bool avx512dq = false;
+    bool avx512vnni = false;
+    bool amx_tile = false;
+    bool amx_int8 = false;
+    bool os_avx = false;     // XCR0 grants YMM state
+    bool os_avx512 = false;  // XCR0 grants opmask + ZMM state
+    bool os_amx = false;     // the kernel granted this process AMX tile data
+};
+
+const CpuFeatures& cpu_features();
+// Highest ISA level this CPU and OS can run.
+Isa best_isa();
+// Level the kernels dispatch on; starts at best_isa().
+Isa current_isa();
+// Returns false (and changes nothing) when the machine cannot run `isa`.
+bool set_isa(Isa isa);
+const char* isa_name(Isa isa);
+
+}  // namespace tianyuan

@@ -1,0 +1,85 @@
+"""A restricted unpickler: admits only the globals the caller lists, refuses the rest.
+
+Foreign pickle-based files (PyTorch `.pth`, MegEngine `.pkl`, CIFAR batches) go
+through here; nothing in tianyuan calls plain `pickle.load`.
+
+>>> safe_unpickle(open("data_batch_1", "rb"), allowed={}, encoding="bytes")
+"""
+import io
+import pickle
+
+# Builtins every data pickle may use: containers and scalars only, nothing callable.
+_SAFE_BUILTINS = {
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "slice"): slice,
+    ("builtins", "complex"): complex,
+    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
+}
+
+
+def _numpy_globals():
+    """What pickled numpy arrays need (old `numpy.core` and new `numpy._core` paths)."""
+    import numpy as np
+    from numpy._core import multiarray
+
+    found = {}
+    for package in ("numpy.core", "numpy._core"):
+        found[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        found[(f"{package}.multiarray", "scalar")] = multiarray.scalar
+    found[("numpy", "ndarray")] = np.ndarray
+    found[("numpy", "dtype")] = np.dtype
+    return found
+
+
+NUMPY_GLOBALS = _numpy_globals()
+
+
+class UnpicklingRefused(pickle.UnpicklingError):
+    """A pickle referenced a global outside the allow-list."""
+
+
+class _Restricted(pickle.Unpickler):
+    def __init__(self, file, allowed, persistent_load, source, **kwargs):
+        super().__init__(file, **kwargs)
+        self._allowed = {**_SAFE_BUILTINS, **allowed}
+        self._source = source
+        if persistent_load is not None:
+            self.persistent_load = persistent_load
+
+    def find_class(self, module, name):
+        key = (module, name)
+        if key in self._allowed:
+            return self._allowed[key]
+        raise UnpicklingRefused(
+            f"{self._source}: refusing to unpickle global '{module}.{name}'; only these are "
+            f"allowed here: {sorted(f'{m}.{n}' for m, n in self._allowed)}. A pickle that "
+            "names other globals could run arbitrary code.")
+
+
+def safe_unpickle(file, allowed=None, persistent_load=None, source=None, **kwargs):
+    """Unpickle `file` (path, bytes or binary file) admitting only `allowed` globals.
+
+    `allowed` maps `(module, name)` to the object to use in its place (a real
+    function, or a stand-in the caller wrote). `persistent_load(pid)` resolves
+    persistent ids (PyTorch storages). `kwargs` go to `pickle.Unpickler`
+    (`encoding="bytes"` or `"latin1"` for Python 2 pickles).
+    """
+    if isinstance(file, (bytes, bytearray)):
+        source = source or "<bytes>"
+        file = io.BytesIO(file)
+    elif isinstance(file, str) or hasattr(file, "__fspath__"):
+        source = source or str(file)
+        with open(file, "rb") as handle:
+            return _load(handle, allowed or {}, persistent_load, source, kwargs)
+    source = source or getattr(file, "name", "<stream>")
+    return _load(file, allowed or {}, persistent_load, source, kwargs)
+
+
+def _load(handle, allowed, persistent_load, source, kwargs):
+    try:
+        return _Restricted(handle, allowed, persistent_load, source, **kwargs).load()
+    except UnpicklingRefused:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
+        raise pickle.UnpicklingError(f"{source}: not a readable pickle ({error})") from error

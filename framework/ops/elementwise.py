@@ -1,0 +1,192 @@
+"""Elementwise primitives. Binary ops broadcast; their backward sums over broadcast axes."""
+import numpy as np
+
+from ..autograd import Function
+
+
+def unbroadcast(grad, shape):
+    """Sum `grad` down to `shape`, undoing numpy broadcasting."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad
+
+
+class _Binary(Function):
+    def forward(self, a, b):
+        self.a_shape, self.b_shape = a.shape, b.shape
+        return self.compute(a, b)
+
+
+class Add(_Binary):
+    def compute(self, a, b):
+        return a + b
+
+    def backward(self, g):
+        return unbroadcast(g, self.a_shape), unbroadcast(g, self.b_shape)
+
+
+class Sub(_Binary):
+    def compute(self, a, b):
+        return a - b
+
+    def backward(self, g):
+        return unbroadcast(g, self.a_shape), unbroadcast(-g, self.b_shape)
+
+
+class Mul(_Binary):
+    def compute(self, a, b):
+        self.a, self.b = a, b
+        return a * b
+
+    def backward(self, g):
+        ga = unbroadcast(g * self.b, self.a_shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(g * self.a, self.b_shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Div(_Binary):
+    def compute(self, a, b):
+        self.a, self.b = a, b
+        return a / b
+
+    def backward(self, g):
+        ga = unbroadcast(g / self.b, self.a_shape) if self.needs_input_grad[0] else None
+        gb = None
+        if self.needs_input_grad[1]:
+            gb = unbroadcast(-g * self.a / (self.b * self.b), self.b_shape)
+        return ga, gb
+
+
+class Pow(_Binary):
+    def compute(self, a, b):
+        self.a, self.b = a, b
+        self.out = np.power(a, b)
+        return self.out
+
+    def backward(self, g):
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            ga = unbroadcast(g * self.b * np.power(self.a, self.b - 1), self.a_shape)
+        if self.needs_input_grad[1]:
+            safe_log = np.log(np.where(self.a > 0, self.a, 1))
+            gb = unbroadcast(g * self.out * safe_log, self.b_shape)
+        return ga, gb
+
+
+class Maximum(_Binary):
+    """Ties send half the gradient to each side (keeps max symmetric)."""
+
+    def compute(self, a, b):
+        self.a, self.b = a, b
+        return np.maximum(a, b)
+
+    def backward(self, g):
+        share = np.where(self.a > self.b, 1.0, np.where(self.a == self.b, 0.5, 0.0)).astype(g.dtype)
+        return unbroadcast(g * share, self.a_shape), unbroadcast(g * (1 - share), self.b_shape)
+
+
+class Where(Function):
+    """where(cond, a, b); `cond` is a bool tensor and gets no gradient."""
+
+    def forward(self, cond, a, b):
+        self.cond, self.a_shape, self.b_shape = cond, a.shape, b.shape
+        return np.where(cond, a, b)
+
+    def backward(self, g):
+        zero = np.zeros((), g.dtype)
+        return (None, unbroadcast(np.where(self.cond, g, zero), self.a_shape),
+                unbroadcast(np.where(self.cond, zero, g), self.b_shape))
+
+
+class Neg(Function):
+    def forward(self, x):
+        return -x
+
+    def backward(self, g):
+        return -g
+
+
+class Exp(Function):
+    def forward(self, x):
+        self.out = np.exp(x)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out
+
+
+class Log(Function):
+    def forward(self, x):
+        self.x = x
+        return np.log(x)
+
+    def backward(self, g):
+        return g / self.x
+
+
+class Sqrt(Function):
+    def forward(self, x):
+        self.out = np.sqrt(x)
+        return self.out
+
+    def backward(self, g):
+        return g / (2 * self.out)
+
+
+class Abs(Function):
+    def forward(self, x):
+        self.sign = np.sign(x)
+        return np.abs(x)
+
+    def backward(self, g):
+        return g * self.sign
+
+
+class Clip(Function):
+    """Gradient passes where lo <= x <= hi."""
+
+    def forward(self, x, lo=None, hi=None):
+        self.mask = np.ones(x.shape, bool)
+        if lo is not None:
+            self.mask &= x >= lo
+        if hi is not None:
+            self.mask &= x <= hi
+        return np.clip(x, lo, hi)
+
+    def backward(self, g):
+        return g * self.mask
+
+
+class Relu(Function):
+    def forward(self, x):
+        self.mask = x > 0
+        return np.where(self.mask, x, np.zeros((), x.dtype))
+
+    def backward(self, g):
+        return g * self.mask
+
+
+class Sigmoid(Function):
+    def forward(self, x):
+        # split by sign so exp never overflows
+        e = np.exp(-np.abs(x))
+        self.out = np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out * (1 - self.out)
+
+
+class Tanh(Function):
+    def forward(self, x):
+        self.out = np.tanh(x)
+        return self.out
+
+    def backward(self, g):
+        return g * (1 - self.out * self.out)

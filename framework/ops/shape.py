@@ -1,0 +1,84 @@
+"""Shape primitives: reshape, permute, broadcast, index, concat, pad, gather."""
+import numpy as np
+
+from ..autograd import Function
+
+
+class Reshape(Function):
+    def forward(self, x, shape=None):
+        self.shape = x.shape
+        return x.reshape(shape)
+
+    def backward(self, g):
+        return g.reshape(self.shape)
+
+
+class Permute(Function):
+    def forward(self, x, axes=None):
+        self.inverse = np.argsort(axes)
+        return np.transpose(x, axes)
+
+    def backward(self, g):
+        return np.transpose(g, self.inverse)
+
+
+class Expand(Function):
+    """broadcast_to: backward sums over the broadcast axes."""
+
+    def forward(self, x, shape=None):
+        self.shape = x.shape
+        return np.broadcast_to(x, shape)
+
+    def backward(self, g):
+        from .elementwise import unbroadcast
+
+        return unbroadcast(g, self.shape)
+
+
+class GetItem(Function):
+    """Basic and advanced indexing; repeated advanced indices accumulate in backward."""
+
+    def forward(self, x, index=None):
+        self.shape, self.dtype, self.index = x.shape, x.dtype, index
+        return x[index]
+
+    def backward(self, g):
+        grad = np.zeros(self.shape, self.dtype)
+        np.add.at(grad, self.index, g)
+        return grad
+
+
+class Concat(Function):
+    def forward(self, *xs, axis=0):
+        self.axis = axis
+        self.bounds = np.cumsum([x.shape[axis] for x in xs])[:-1]
+        return np.concatenate(xs, axis=axis)
+
+    def backward(self, g):
+        return tuple(np.split(g, self.bounds, axis=self.axis))
+
+
+class Pad(Function):
+    """Constant padding; `pad_width` as numpy's ((before, after), ...) per axis."""
+
+    def forward(self, x, pad_width=None, value=0.0):
+        self.slices = tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))
+        return np.pad(x, pad_width, constant_values=value)
+
+    def backward(self, g):
+        return g[self.slices]
+
+
+class Gather(Function):
+    """take_along_axis(x, index, axis); the index gets no gradient."""
+
+    def forward(self, x, index, axis=0):
+        self.shape, self.dtype, self.index, self.axis = x.shape, x.dtype, index, axis
+        return np.take_along_axis(x, index, axis=axis)
+
+    def backward(self, g):
+        grad = np.zeros(self.shape, self.dtype)
+        idx = list(np.indices(self.index.shape, sparse=True))
+        idx[self.axis] = self.index
+        np.add.at(grad, tuple(idx), g)
+        return grad, None

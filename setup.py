@@ -1,0 +1,82 @@
+"""Build tianyuan: the top-level folders map to one package, plus the native `tianyuan._C`.
+
+Each ISA variant of a kernel family is its own translation unit (`*_avx2.cpp`,
+`*_avx512.cpp`, `*_vnni.cpp`, `*_amx.cpp`) compiled with only that ISA's flags; the
+dispatcher picks one at import from the CPU's features, so the wheel runs anywhere.
+ISA translation units must not instantiate STL templates (inline functions compiled
+with wider ISA flags could be chosen by the linker for the generic path too).
+"""
+import glob
+import os
+
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
+from setuptools import find_packages, setup
+
+ROOTS = {
+    "tianyuan": "framework",
+    "tianyuan.zoo": "zoo",
+    "tianyuan.datasets": "datasets",
+    "tianyuan.weights": "weights",
+    "tianyuan.evaluation": "evaluation",
+    "tianyuan.trainers": "trainers",
+}
+
+ISA_FLAGS = {
+    "avx2": ["-mavx2", "-mfma", "-mf16c"],
+    "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
+    "vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma"],
+    "amx": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mamx-tile", "-mamx-int8"],
+}
+BASE_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
+
+
+def _packages():
+    packages, package_dir = [], {}
+    for name, folder in ROOTS.items():
+        package_dir[name] = folder
+        packages.append(name)
+        for sub in find_packages(folder):
+            packages.append(f"{name}.{sub}")
+    return packages, package_dir
+
+
+def _isa_of(source):
+    stem = os.path.splitext(os.path.basename(source))[0]
+    suffix = stem.rsplit("_", 1)[-1]
+    return suffix if suffix in ISA_FLAGS else None
+
+
+class BuildExt(build_ext):
+    """Adds each ISA translation unit's own flags on top of the common ones."""
+
+    def build_extensions(self):
+        compile_one = self.compiler._compile
+
+        def _compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
+            extra = list(extra_postargs) + ISA_FLAGS.get(_isa_of(src), [])
+            compile_one(obj, src, ext, cc_args, extra, pp_opts)
+
+        self.compiler._compile = _compile
+        super().build_extensions()
+
+
+ParallelCompile("TIANYUAN_BUILD_JOBS", default=0).install()
+packages, package_dir = _packages()
+sources = sorted(glob.glob("framework/csrc/*.cpp"))
+ext = Pybind11Extension(
+    "tianyuan._C",
+    sources,
+    include_dirs=["framework/csrc"],
+    extra_compile_args=BASE_FLAGS,
+    extra_link_args=["-fopenmp"],
+    define_macros=[("TIANYUAN_BUILD_FLAGS", '"' + " ".join(BASE_FLAGS) + '"')],
+    cxx_std=17,
+)
+
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    package_data={"tianyuan.trainers": ["conf/**/*.yaml"], "tianyuan.datasets": ["meta/*"]},
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExt},
+)

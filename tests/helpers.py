@@ -1,0 +1,68 @@
+"""One helper per concern, so a test is one line.
+
+`check_op(fn, ref, shapes)`: forward against a numpy reference, then every input's
+gradient against central finite differences in float64.
+"""
+import numpy as np
+
+import tianyuan as ty
+
+
+def numeric_grad(fn, arrays, index, eps=1e-6):
+    """d(sum(fn(*arrays) * weights))/d(arrays[index]) by central differences (float64)."""
+    x = arrays[index]
+    grad = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), grad.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + eps
+        plus = fn(*arrays)
+        flat[i] = old - eps
+        minus = fn(*arrays)
+        flat[i] = old
+        gflat[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
+def gradcheck(fn, inputs, atol=1e-6, rtol=1e-4, seed=0):
+    """Compare autograd gradients of `fn(*tensors)` with finite differences in float64.
+
+    `inputs` are numpy arrays; float ones get gradients checked. The output is reduced
+    with fixed random weights so every output element matters.
+    """
+    arrays = [np.array(a, dtype=np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating)
+              else np.asarray(a) for a in inputs]
+    tensors = [ty.tensor(a, requires_grad=np.issubdtype(a.dtype, np.floating)) for a in arrays]
+    out = fn(*tensors)
+    weights = np.random.default_rng(seed).standard_normal(out.shape)
+    (out * ty.tensor(weights)).sum().backward()
+
+    def scalar(*arrs):
+        with ty.no_grad():
+            y = fn(*[ty.tensor(a) for a in arrs])
+        return float((y.numpy() * weights).sum())
+
+    for i, (a, t) in enumerate(zip(arrays, tensors)):
+        if not t.requires_grad:
+            continue
+        expected = numeric_grad(scalar, arrays, i)
+        assert t.grad is not None, f"input {i} got no gradient"
+        np.testing.assert_allclose(t.grad.numpy(), expected, atol=atol, rtol=rtol,
+                                   err_msg=f"gradient of input {i} (shape {a.shape})")
+
+
+def check_op(fn, ref, shapes, *, low=-2.0, high=2.0, seed=0, fwd_rtol=1e-5, fwd_atol=1e-6,
+             grad=True, grad_atol=1e-6, grad_rtol=1e-4):
+    """Forward in float32 against `ref` (numpy), then finite-difference gradients in float64.
+
+    `fn` takes tensors, `ref` numpy arrays; `shapes` give the float inputs, drawn
+    uniformly from [low, high). Bind any other argument with a lambda.
+    """
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(low, high, s) for s in shapes]
+    out = fn(*[ty.tensor(a.astype(np.float32)) for a in arrays])
+    expected = ref(*[a.astype(np.float32) for a in arrays])
+    np.testing.assert_allclose(out.numpy(), expected, rtol=fwd_rtol, atol=fwd_atol,
+                               err_msg="forward differs from the numpy reference")
+    if grad:
+        gradcheck(fn, arrays, atol=grad_atol, rtol=grad_rtol, seed=seed)

@@ -1,0 +1,1 @@
+"""Training loops, hydra recipes and the `tianyuan` command line."""

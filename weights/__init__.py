@@ -1,0 +1,1 @@
+"""Weight manifest, download cache, checksums and converters from other formats."""

@@ -1,0 +1,1 @@
+"""Model definitions (float, QAT-ready) and their registry."""
