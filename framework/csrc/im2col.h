@@ -1,0 +1,35 @@
+// im2col / col2im for 2-D convolution (NCHW), generic C++, OpenMP over batch x channel.
+//
+// Column layout (batch folded into the columns, so one GEMM per group covers a batch chunk):
+//   cols[(c * kh + i) * kw + j][(n * out_h + oy) * out_w + ox]
+//     = x[n][c][oy * sh - pt + i * dh][ox * sw - pl + j * dw]   (0 outside the image)
+// i.e. cols has shape (C * kh * kw, N * out_h * out_w). col2im is its adjoint: it sums
+// every column entry back into the pixel it came from. Numpy twin: framework/ops/conv_ref.py.
+#pragma once
+
+#include <cstdint>
+
+namespace tianyuan {
+
+struct Conv2dGeometry {
+    int64_t n, c, h, w;      // input (N, C, H, W)
+    int64_t kh, kw;          // kernel
+    int64_t sh, sw;          // stride (>= 1)
+    int64_t pt, pb, pl, pr;  // padding top, bottom, left, right (>= 0, may be asymmetric)
+    int64_t dh, dw;          // dilation (>= 1)
+
+    int64_t out_h() const { return (h + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
+    int64_t out_w() const { return (w + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
+    int64_t col_rows() const { return c * kh * kw; }
+    int64_t col_cols() const { return n * out_h() * out_w(); }
+};
+
+// x: (N, C, H, W) contiguous; cols: (C*kh*kw, N*out_h*out_w), fully overwritten.
+template <typename T>
+void im2col(const T* x, const Conv2dGeometry& g, T* cols);
+
+// cols as above; x: (N, C, H, W), fully overwritten with the summed contributions.
+template <typename T>
+void col2im(const T* cols, const Conv2dGeometry& g, T* x);
+
+}  // namespace tianyuan
