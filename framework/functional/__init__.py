@@ -3,3 +3,8 @@ from .math import (abs, add, argmax, argmin, broadcast_to, clip, concat, div, ex
                    flatten, gather, log, matmul, max, maximum, mean, min, minimum, mul, neg, pad,
                    permute, pow, reshape, split, sqrt, squeeze, stack, sub, sum, transpose, var,
                    where)
+from .activation import (dropout, hsigmoid, hswish, leaky_relu, log_softmax, relu, relu6, sigmoid,
+                         softmax, softplus, tanh)
+from .loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
+                   sigmoid_focal_loss, smooth_l1_loss)
+from .normalization import batch_norm, linear

@@ -1,0 +1,105 @@
+"""Batch norm and linear: compositions of primitives.
+
+Batch norm's gradient flows through the batch statistics because they are built from
+the same primitives; the running statistics are updated in place on numpy (no graph).
+"""
+import numpy as np
+
+from .. import dtypes
+from ..tensor import Tensor, as_tensor
+from . import math as M
+
+
+def _channel_shape(x):
+    """(1, C, 1, ...) so per-channel vectors broadcast against (N, C, ...)."""
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _check_vector(v, channels, op, what, x_shape):
+    if v is None:
+        return None
+    if tuple(v.shape) != (channels,):
+        raise ValueError(f"{op}: {what} has shape {tuple(v.shape)}, expected ({channels},) "
+                         f"for input of shape {x_shape}")
+    return v
+
+
+def _update_running(stat, value, momentum):
+    """stat <- (1 - momentum) * stat + momentum * value, in place, outside the graph."""
+    data = stat.data if isinstance(stat, Tensor) else stat
+    data *= 1.0 - momentum
+    data += (momentum * value).astype(data.dtype, copy=False)
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalise (N, C) or (N, C, H, W) per channel C.
+
+    training: batch mean and biased variance normalise; running_var takes the unbiased
+    variance (n / (n - 1), PyTorch's rule); running stats of None are left alone.
+    eval: the running statistics normalise.
+    """
+    op = "batch_norm"
+    x = as_tensor(x)
+    if x.ndim < 2 or not dtypes.is_floating(x.dtype):
+        raise ValueError(f"{op}: expected a floating (N, C) or (N, C, H, W) input, got shape "
+                         f"{x.shape} and dtype {x.dtype}")
+    channels = x.shape[1]
+    for v, what in ((running_mean, "running_mean"), (running_var, "running_var"),
+                    (weight, "weight"), (bias, "bias")):
+        _check_vector(v, channels, op, what, x.shape)
+    shape = _channel_shape(x)
+    if training:
+        centered, var = _batch_stats(x, running_mean, running_var, momentum, op)
+        scale = M.pow(var + eps, -0.5)                                # (C,)
+        if weight is not None:
+            scale = scale * as_tensor(weight)
+        y = centered * M.reshape(scale, shape)
+        return y if bias is None else y + M.reshape(as_tensor(bias), shape)
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{op}: eval mode needs running_mean and running_var "
+                         f"(input shape {x.shape})")
+    # eval folds everything into one per-channel scale and shift: y = x * scale + shift
+    inv = 1.0 / np.sqrt(np.asarray(running_var, np.float64) + eps)
+    scale = Tensor(inv.astype(x.dtype))
+    if weight is not None:
+        scale = scale * as_tensor(weight)
+    shift = -scale * Tensor(np.asarray(running_mean, x.dtype))
+    if bias is not None:
+        shift = shift + as_tensor(bias)
+    return x * M.reshape(scale, shape) + M.reshape(shift, shape)
+
+
+def _batch_stats(x, running_mean, running_var, momentum, op):
+    """x minus its batch mean, and the biased batch variance (C,); updates running stats."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    count = x.data.size // x.shape[1]
+    if count < 2:
+        raise ValueError(f"{op}: training needs more than one value per channel, got input "
+                         f"shape {x.shape}")
+    mean = M.mean(x, axes)
+    centered = x - M.reshape(mean, _channel_shape(x))
+    var = M.mean(centered * centered, axes)
+    if running_mean is not None:
+        _update_running(running_mean, mean.data, momentum)
+    if running_var is not None:
+        _update_running(running_var, var.data * (count / (count - 1)), momentum)
+    return centered, var
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias, with weight (out_features, in_features); x is (..., in_features)."""
+    x, weight = as_tensor(x), as_tensor(weight)
+    if weight.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-D (out, in), got shape {weight.shape}")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input shape {x.shape} does not end in in_features="
+                         f"{weight.shape[1]} of weight shape {weight.shape}")
+    y = M.matmul(x, M.transpose(weight))
+    if bias is not None:
+        bias = as_tensor(bias)
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"linear: bias has shape {bias.shape}, expected "
+                             f"({weight.shape[0]},) for weight shape {weight.shape}")
+        y = y + bias
+    return y
