@@ -15,5 +15,6 @@ from .tensor import (Tensor, arange, as_tensor, full, full_like, ones, ones_like
                      randn, randn_like, tensor, zeros, zeros_like)
 from . import functional
 from .functional import concat, stack, where
+from . import nn
 from . import io, optim
 from .io import load, save

@@ -1,0 +1,20 @@
+"""Layers and models: `Module` holds state, `tianyuan.functional` does the math.
+
+>>> import tianyuan as ty
+>>> from tianyuan import nn
+>>> net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+>>> net.eval()  # doctest: +ELLIPSIS
+Sequential(...
+"""
+from .. import functional
+from . import init
+from .activation import (Hardsigmoid, Hardswish, Hsigmoid, Hswish, LeakyReLU, ReLU, ReLU6,
+                         Sigmoid, Softmax, Softplus, Tanh)
+from .container import ModuleDict, ModuleList, Sequential
+from .conv import Conv2d, ConvTranspose2d
+from .linear import Linear
+from .misc import Dropout, Flatten, Identity
+from .module import IncompatibleKeys, Module, RemovableHandle
+from .norm import BatchNorm1d, BatchNorm2d
+from .parameter import Parameter
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
