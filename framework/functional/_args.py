@@ -1,0 +1,40 @@
+"""Argument normalisation shared by the spatial functional ops (conv, pooling, vision)."""
+from .. import dtypes
+from ..tensor import Tensor
+
+
+def image_tensor(x, op, name="input"):
+    """A 4-D (N, C, H, W) floating tensor, or a TypeError/ValueError naming `op` and `name`."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}")
+    if x.ndim != 4:
+        raise ValueError(f"{op}: {name} must be 4-D (N, C, H, W), got shape {x.shape}")
+    if not dtypes.is_floating(x.dtype) or x.dtype == dtypes.float16:
+        raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype} (shape {x.shape})")
+    return x
+
+
+def pair(value, name, op, minimum=0):
+    """int or (a, b) -> (a, b) of ints >= minimum."""
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be an int or a pair of ints, got {value!r}") from None
+    if len(out) != 2 or any(int(v) != v for v in value):
+        raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {value!r}")
+    if min(out) < minimum:
+        raise ValueError(f"{op}: {name} must be >= {minimum}, got {value!r}")
+    return out
+
+
+def padding4(value, op, allow_four=True):
+    """int, (ph, pw) or (top, bottom, left, right) -> (top, bottom, left, right), all >= 0."""
+    if isinstance(value, (tuple, list)) and len(value) == 4 and allow_four:
+        out = tuple(int(v) for v in value)
+        if min(out) < 0:
+            raise ValueError(f"{op}: padding must be >= 0, got {value!r}")
+        return out
+    ph, pw = pair(value, "padding", op)
+    return ph, ph, pw, pw

@@ -1,0 +1,77 @@
+"""Resizing and channel shuffling.
+
+>>> import tianyuan as ty, tianyuan.functional as F
+>>> F.interpolate(ty.randn(1, 3, 4, 4), scale_factor=2, mode="bilinear").shape
+(1, 3, 8, 8)
+"""
+import math
+
+import numpy as np
+
+from ..ops import resize as R
+from ._args import image_tensor, pair
+from .math import permute, reshape
+
+MODES = ("nearest", "nearest-exact", "bilinear")
+
+
+def _sizes(x, size, scale_factor, op):
+    """Output (h, w) and the per-axis scale (None when `size` was given)."""
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{op}: give exactly one of size and scale_factor "
+                         f"(got size={size!r}, scale_factor={scale_factor!r})")
+    if size is not None:
+        return pair(size, "size", op, 1), (None, None)
+    scales = (scale_factor,) * 2 if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+    if len(scales) != 2 or min(scales) <= 0:
+        raise ValueError(f"{op}: scale_factor must be a positive number or pair, got {scale_factor!r}")
+    out = tuple(int(math.floor(n * float(s))) for n, s in zip(x.shape[2:], scales))
+    if min(out) < 1:
+        raise ValueError(f"{op}: scale_factor {scale_factor!r} gives an empty output {out} for "
+                         f"input {x.shape}")
+    return out, tuple(float(s) for s in scales)
+
+
+def _taps(mode, n, o, scale, align_corners, dtype):
+    if mode == "bilinear":
+        return R.linear_taps(n, o, align_corners, scale, dtype)
+    if o == n and mode == "nearest":  # PyTorch's special cases
+        return np.arange(n)[None], None
+    if o == 2 * n and mode == "nearest":
+        return (np.arange(o) // 2)[None], None
+    return R.nearest_taps(n, o, scale, exact=mode == "nearest-exact")
+
+
+def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Resize (N, C, H, W) by `size` or `scale_factor` with PyTorch's source-index rules.
+
+    mode 'nearest' (floor(dst * in/out)), 'nearest-exact' (pixel centres) or 'bilinear'
+    (align_corners False by default: src = (dst + 0.5) * in/out - 0.5, clamped at 0).
+    """
+    op = "interpolate"
+    image_tensor(x, op)
+    if mode not in MODES:
+        raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if align_corners is not None and mode != "bilinear":
+        raise ValueError(f"{op}: align_corners can only be set with mode='bilinear', "
+                         f"got mode={mode!r}")
+    out, scales = _sizes(x, size, scale_factor, op)
+    align = bool(align_corners)
+    for axis, n, o, s in zip((2, 3), x.shape[2:], out, scales):
+        if o == n and (s is None or s == 1.0 or align):
+            continue  # identity along this axis
+        index, weight = _taps(mode, n, o, s, align, x.dtype)
+        x = R.AxisResample.apply(x, index=index, weight=weight, axis=axis)
+    return x
+
+
+def channel_shuffle(x, groups):
+    """ShuffleNet's shuffle: (N, g*k, H, W) -> view (N, g, k, H, W) -> (N, k, g, H, W) -> flat."""
+    op = "channel_shuffle"
+    image_tensor(x, op)
+    n, c, h, w = x.shape
+    if not isinstance(groups, int) or groups < 1 or c % groups:
+        raise ValueError(f"{op}: groups={groups!r} must be a positive int dividing the "
+                         f"{c} channels of input {x.shape}")
+    y = reshape(x, (n, groups, c // groups, h, w))
+    return reshape(permute(y, (0, 2, 1, 3, 4)), (n, c, h, w))

@@ -1,0 +1,165 @@
+"""Convolution primitives: im2col (native, framework/csrc/im2col.cpp) + GEMM (numpy matmul).
+
+Shapes (G groups; K = kh * kw; L = out_h * out_w; M = images_in_chunk * L):
+    Conv2d           x (N, C, H, W), w (Co, C/G, kh, kw), b (Co,) -> (N, Co, out_h, out_w)
+    ConvTranspose2d  x (N, Ci, H, W), w (Ci, Co/G, kh, kw), b (Co,) -> (N, Co, out_h, out_w)
+Columns are (C*K, M) with rows grouped by channel, so group g's rows are one contiguous
+block and `cols.reshape(G, C/G*K, M)` feeds one batched matmul for all groups. The batch is
+processed in chunks so a chunk's columns stay under COLUMN_BUDGET bytes.
+Arguments arrive normalised by tianyuan.functional.conv: stride/dilation pairs, padding
+(top, bottom, left, right). Numpy twins of the kernels: conv_ref.py.
+"""
+import numpy as np
+
+from .. import _C
+from ..autograd import Function
+from .conv_ref import conv_out_size
+
+COLUMN_BUDGET = 64 << 20  # bytes of im2col columns per batch chunk
+
+
+def batch_chunks(n, bytes_per_image):
+    """Slices of the batch whose columns fit in COLUMN_BUDGET (at least one image each)."""
+    step = max(1, COLUMN_BUDGET // max(1, bytes_per_image))
+    return [slice(s, min(n, s + step)) for s in range(0, n, step)]
+
+
+def to_columns(x, groups):
+    """(n, C, h, w) -> (G, C/G, n*h*w): the pointwise 'im2col' is only a transpose."""
+    n, c = x.shape[:2]
+    return x.reshape(n, c, -1).transpose(1, 0, 2).reshape(groups, c // groups, -1)
+
+
+def from_columns(cols, n, shape):
+    """(G, ..., n*h*w) -> (n, C, h, w), inverse of to_columns; `shape` is (C, h, w)."""
+    c = shape[0]
+    return cols.reshape(c, n, -1).transpose(1, 0, 2).reshape((n,) + tuple(shape))
+
+
+class _Geometry:
+    """Kernel, stride, (top, bottom, left, right) padding and dilation of one convolution."""
+
+    def __init__(self, kernel, stride, padding, dilation):
+        self.kernel, self.stride = tuple(kernel), tuple(stride)
+        self.padding, self.dilation = tuple(padding), tuple(dilation)
+
+    def out_size(self, h, w):
+        (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = (
+            self.kernel, self.stride, self.padding, self.dilation)
+        return conv_out_size(h, kh, sh, pt, pb, dh), conv_out_size(w, kw, sw, pl, pr, dw)
+
+    @property
+    def pointwise(self):
+        return self.kernel == (1, 1) and self.stride == (1, 1) and not any(self.padding)
+
+    def im2col(self, x, groups):
+        """x (n, C, h, w) -> (G, C/G*K, n*L)."""
+        if self.pointwise:
+            return to_columns(x, groups)
+        cols = _C.im2col(x, self.kernel, self.stride, self.padding, self.dilation)
+        return cols.reshape(groups, cols.shape[0] // groups, -1)
+
+    def col2im(self, cols, shape):
+        """(G, C/G*K, n*L) -> summed (n, C, h, w) for an input of `shape`."""
+        if self.pointwise:
+            return from_columns(cols, shape[0], shape[1:])
+        return _C.col2im(cols.reshape(-1, cols.shape[-1]), tuple(shape), self.kernel,
+                         self.stride, self.padding, self.dilation)
+
+    def column_bytes(self, c, h, w, itemsize):
+        """Bytes of columns one image of (c, h, w) produces."""
+        oh, ow = self.out_size(h, w)
+        return c * self.kernel[0] * self.kernel[1] * oh * ow * itemsize
+
+
+class Conv2d(Function):
+    """Cross-correlation with groups (depthwise when groups == C); bias optional."""
+
+    def forward(self, x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                groups=1):
+        self.x, self.w, self.has_bias, self.groups = x, w, b is not None, groups
+        self.geo = geo = _Geometry(w.shape[2:], stride, padding, dilation)
+        n, c, h, wd = x.shape
+        co = w.shape[0]
+        oh, ow = geo.out_size(h, wd)
+        wg = w.reshape(groups, co // groups, -1)  # (G, Co/G, C/G*K)
+        if geo.pointwise:
+            # (G, Co/G, C/G) @ (n, G, C/G, L): no column copy at all
+            out = np.matmul(wg, x.reshape(n, groups, c // groups, h * wd)).reshape(n, co, oh, ow)
+        else:
+            out = np.empty((n, co, oh, ow), x.dtype)
+            for sl in batch_chunks(n, geo.column_bytes(c, h, wd, x.itemsize)):
+                y = np.matmul(wg, geo.im2col(x[sl], groups))  # (G, Co/G, nb*L)
+                out[sl] = from_columns(y, y.shape[-1] // (oh * ow), (co, oh, ow))
+        if b is not None:
+            out += b.reshape(1, co, 1, 1)
+        return out
+
+    def backward(self, g):
+        x, w, geo, groups = self.x, self.w, self.geo, self.groups
+        need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
+        wg = w.reshape(groups, w.shape[0] // groups, -1)
+        gx = np.empty_like(x) if need_x else None
+        gw = np.zeros_like(wg) if need_w else None
+        for sl in batch_chunks(x.shape[0], geo.column_bytes(*x.shape[1:], x.itemsize)):
+            gy = to_columns(g[sl], groups)  # (G, Co/G, nb*L)
+            if need_w:
+                gw += np.matmul(gy, geo.im2col(x[sl], groups).transpose(0, 2, 1))
+            if need_x:
+                dcols = np.matmul(wg.transpose(0, 2, 1), gy)  # (G, C/G*K, nb*L)
+                gx[sl] = geo.col2im(dcols, x[sl].shape)
+        grads = (gx, None if gw is None else gw.reshape(w.shape))
+        if self.has_bias:
+            grads += (g.sum(axis=(0, 2, 3)) if self.needs_input_grad[2] else None,)
+        return grads
+
+
+class ConvTranspose2d(Function):
+    """Adjoint of Conv2d's input path: out = col2im(w^T @ x). Padding is (t, b, l, r).
+
+    Output padding extends the bottom/right edge: rows that conv padding would have cropped
+    are kept (the col2im geometry's bottom padding shrinks by output_padding) and any rows
+    beyond the full scatter are zeros.
+    """
+
+    def forward(self, x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), output_padding=(0, 0),
+                dilation=(1, 1), groups=1):
+        self.x, self.w, self.has_bias, self.groups = x, w, b is not None, groups
+        n, ci, h, wd = x.shape
+        kh, kw = w.shape[2:]
+        co = w.shape[1] * groups
+        (sh, sw), (pt, pb, pl, pr), (oph, opw), (dh, dw) = stride, padding, output_padding, dilation
+        oh = (h - 1) * sh - pt - pb + dh * (kh - 1) + oph + 1
+        ow = (wd - 1) * sw - pl - pr + dw * (kw - 1) + opw + 1
+        self.extra = (max(0, oph - pb), max(0, opw - pr))  # zero rows / columns at the edge
+        self.inner = (oh - self.extra[0], ow - self.extra[1])
+        crop = (pt, max(0, pb - oph), pl, max(0, pr - opw))
+        self.geo = geo = _Geometry((kh, kw), stride, crop, dilation)
+        wg = w.reshape(groups, ci // groups, -1)  # (G, Ci/G, Co/G*K)
+        out = np.zeros((n, co, oh, ow), x.dtype)
+        for sl in batch_chunks(n, geo.column_bytes(co, *self.inner, x.itemsize)):
+            cols = np.matmul(wg.transpose(0, 2, 1), to_columns(x[sl], groups))
+            nb = sl.stop - sl.start
+            out[sl, :, :self.inner[0], :self.inner[1]] = geo.col2im(cols, (nb, co) + self.inner)
+        if b is not None:
+            out += b.reshape(1, co, 1, 1)
+        return out
+
+    def backward(self, g):
+        x, w, geo, groups = self.x, self.w, self.geo, self.groups
+        need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
+        n, ci = x.shape[:2]
+        wg = w.reshape(groups, ci // groups, -1)
+        gx = np.empty_like(x) if need_x else None
+        gw = np.zeros_like(wg) if need_w else None
+        inner = g[:, :, :self.inner[0], :self.inner[1]]  # the zero edge has no inputs
+        for sl in batch_chunks(n, geo.column_bytes(g.shape[1], *self.inner, x.itemsize)):
+            gcols = geo.im2col(np.ascontiguousarray(inner[sl]), groups)  # (G, Co/G*K, nb*L)
+            if need_w:
+                gw += np.matmul(to_columns(x[sl], groups), gcols.transpose(0, 2, 1))
+            if need_x:
+                gx[sl] = from_columns(np.matmul(wg, gcols), sl.stop - sl.start, x.shape[1:])
+        grads = (gx, None if gw is None else gw.reshape(w.shape))
+        if self.has_bias:
+            grads += (g.sum(axis=(0, 2, 3)) if self.needs_input_grad[2] else None,)
+        return grads

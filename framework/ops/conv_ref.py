@@ -1,0 +1,93 @@
+"""Numpy twins of the convolution kernels: the living spec the native code is tested against.
+
+Column layout (see framework/csrc/im2col.h):
+    cols[(c * kh + i) * kw + j, (n * out_h + oy) * out_w + ox]
+        = x[n, c, oy * sh - pt + i * dh, ox * sw - pl + j * dw]   (0 outside the image)
+`padding` is always (top, bottom, left, right) here.
+"""
+import numpy as np
+
+
+def conv_out_size(size, kernel, stride, pad_lo, pad_hi, dilation):
+    return (size + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _windows(x, kernel, stride, padding, dilation):
+    """Yield (i, j, view) with view (N, C, out_h, out_w) = the padded input at offset (i, j)."""
+    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = kernel, stride, padding, dilation
+    n, c, h, w = x.shape
+    oh = conv_out_size(h, kh, sh, pt, pb, dh)
+    ow = conv_out_size(w, kw, sw, pl, pr, dw)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            yield i, j, xp[:, :, y0:y0 + sh * (oh - 1) + 1:sh, x0:x0 + sw * (ow - 1) + 1:sw]
+
+
+def im2col_ref(x, kernel, stride, padding, dilation):
+    """x (N, C, H, W) -> cols (C*kh*kw, N*out_h*out_w)."""
+    n, c = x.shape[:2]
+    kh, kw = kernel
+    views = [v for _, _, v in _windows(x, kernel, stride, padding, dilation)]
+    stacked = np.stack(views, axis=2)  # (N, C, kh*kw, out_h, out_w)
+    oh, ow = stacked.shape[-2:]
+    return stacked.transpose(1, 2, 0, 3, 4).reshape(c * kh * kw, n * oh * ow)
+
+
+def col2im_ref(cols, input_shape, kernel, stride, padding, dilation):
+    """Adjoint of im2col_ref: cols (C*kh*kw, N*out_h*out_w) -> summed x (N, C, H, W)."""
+    n, c, h, w = input_shape
+    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = kernel, stride, padding, dilation
+    oh = conv_out_size(h, kh, sh, pt, pb, dh)
+    ow = conv_out_size(w, kw, sw, pl, pr, dw)
+    blocks = cols.reshape(c, kh, kw, n, oh, ow)
+    xp = np.zeros((n, c, h + pt + pb, w + pl + pr), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            xp[:, :, y0:y0 + sh * (oh - 1) + 1:sh, x0:x0 + sw * (ow - 1) + 1:sw] += \
+                blocks[:, i, j].transpose(1, 0, 2, 3)
+    return xp[:, :, pt:pt + h, pl:pl + w]
+
+
+def conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    """Direct convolution (cross-correlation), no im2col: sums kernel offsets."""
+    n, c = x.shape[:2]
+    co, cg, kh, kw = w.shape
+    out = None
+    xg = x.reshape(n, groups, cg, *x.shape[2:])
+    for g in range(groups):
+        wg = w[g * (co // groups):(g + 1) * (co // groups)]
+        for i, j, view in _windows(xg[:, g], (kh, kw), stride, padding, dilation):
+            term = np.einsum("nchw,oc->nohw", view, wg[:, :, i, j])
+            if out is None:
+                out = np.zeros((n, co) + term.shape[2:], np.result_type(x, w))
+            out[:, g * (co // groups):(g + 1) * (co // groups)] += term
+    if b is not None:
+        out += b.reshape(1, -1, 1, 1)
+    return out
+
+
+def conv_transpose2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                         dilation=(1, 1), groups=1):
+    """Direct transposed convolution: every input pixel scatters weight * value into the output."""
+    n, cin, h, wd = x.shape
+    cig, cog, kh, kw = w.shape[0] // groups, w.shape[1], w.shape[2], w.shape[3]
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = stride, padding, output_padding, dilation
+    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    full = np.zeros((n, cog * groups, oh + 2 * ph + sh, ow + 2 * pw + sw), np.result_type(x, w))
+    for g in range(groups):
+        xg = x[:, g * cig:(g + 1) * cig]
+        wg = w[g * cig:(g + 1) * cig]
+        for i in range(kh):
+            for j in range(kw):
+                term = np.einsum("nchw,co->nohw", xg, wg[:, :, i, j])
+                y0, x0 = i * dh, j * dw
+                full[:, g * cog:(g + 1) * cog, y0:y0 + sh * (h - 1) + 1:sh,
+                     x0:x0 + sw * (wd - 1) + 1:sw] += term
+    out = full[:, :, ph:ph + oh, pw:pw + ow]
+    if b is not None:
+        out = out + b.reshape(1, -1, 1, 1)
+    return out
