@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+
+import tianyuan as ty
+import tianyuan.functional as F
+from helpers import check_op
+
+
+def _axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _bcast(v, x):
+    return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def bn_train_ref(x, w, b, eps=1e-5):
+    mean = x.mean(_axes(x), keepdims=True)
+    var = x.var(_axes(x), keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * _bcast(w, x) + _bcast(b, x)
+
+
+def bn_eval_ref(x, rm, rv, w, b, eps=1e-5):
+    return (x - _bcast(rm, x)) / np.sqrt(_bcast(rv, x) + eps) * _bcast(w, x) + _bcast(b, x)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (3, 2, 3, 3)])
+def test_batch_norm_train_gradient_through_batch_stats(shape):
+    c = shape[1]
+    check_op(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+             bn_train_ref, [shape, (c,), (c,)], fwd_rtol=1e-4, fwd_atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (3, 2, 3, 3)])
+def test_batch_norm_train_without_affine(shape):
+    c = shape[1]
+    check_op(lambda x: F.batch_norm(x, None, None, training=True),
+             lambda x: bn_train_ref(x, np.ones(c), np.zeros(c)), [shape], fwd_rtol=1e-4,
+             fwd_atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (3, 2, 3, 3)])
+def test_batch_norm_eval_uses_running_stats(shape):
+    c = shape[1]
+    rm, rv = np.linspace(-1, 1, c), np.linspace(0.5, 2, c)
+    check_op(lambda x, w, b: F.batch_norm(x, ty.tensor(rm), ty.tensor(rv), w, b),
+             lambda x, w, b: bn_eval_ref(x, rm, rv, w, b), [shape, (c,), (c,)])
+
+
+def test_running_stats_update_vs_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.normal(2.0, 3.0, (4, 3, 5, 5)).astype(np.float32)
+    rm, rv = ty.zeros(3), ty.ones(3)
+    before_rm = rm.data
+    F.batch_norm(ty.tensor(x), rm, rv, training=True, momentum=0.2)
+    n = 4 * 5 * 5
+    np.testing.assert_allclose(rm.numpy(), 0.2 * x.mean((0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(rv.numpy(), 0.8 + 0.2 * x.var((0, 2, 3)) * n / (n - 1), rtol=1e-5)
+    assert rm.data is before_rm                 # updated in place
+    out = F.batch_norm(ty.tensor(x), rm, rv, training=False)
+    np.testing.assert_allclose(out.numpy(), (x - _bcast(rm.numpy(), x))
+                               / np.sqrt(_bcast(rv.numpy(), x) + 1e-5), rtol=1e-5, atol=1e-5)
+
+
+def test_running_stats_accept_numpy_and_leave_graph_alone():
+    rm, rv = np.zeros(2, np.float32), np.ones(2, np.float32)
+    x = ty.randn(5, 2, requires_grad=True)
+    F.batch_norm(x, rm, rv, training=True).sum().backward()
+    assert rm.any() and x.grad is not None
+
+
+def test_batch_norm_errors():
+    with pytest.raises(ValueError, match=r"batch_norm: training needs more than one value.*\(1, 3\)"):
+        F.batch_norm(ty.randn(1, 3), None, None, training=True)
+    with pytest.raises(ValueError, match=r"batch_norm: weight has shape \(4,\), expected \(3,\)"):
+        F.batch_norm(ty.randn(2, 3), None, None, weight=ty.ones(4), training=True)
+    with pytest.raises(ValueError, match="eval mode needs running_mean"):
+        F.batch_norm(ty.randn(2, 3), None, None)
+
+
+@pytest.mark.parametrize("x_shape", [(3, 4), (2, 3, 4), (4,)])
+def test_linear(x_shape):
+    check_op(lambda x, w, b: F.linear(x, w, b), lambda x, w, b: x @ w.T + b,
+             [x_shape, (5, 4), (5,)])
+    check_op(lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [x_shape, (5, 4)])
+
+
+def test_linear_errors():
+    with pytest.raises(ValueError, match=r"linear: input shape \(3, 5\).*weight shape \(2, 4\)"):
+        F.linear(ty.randn(3, 5), ty.randn(2, 4))
+    with pytest.raises(ValueError, match=r"linear: bias has shape \(3,\)"):
+        F.linear(ty.randn(3, 4), ty.randn(2, 4), ty.randn(3))
