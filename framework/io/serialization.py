@@ -61,7 +61,7 @@ class _Packer:
             obj = obj.data
         if isinstance(obj, (np.ndarray, np.generic)) and not isinstance(obj, (np.str_, np.bytes_)):
             name = self.name_for(path)
-            self.arrays[name] = _little_endian(np.ascontiguousarray(obj), path)
+            self.arrays[name] = _little_endian(np.asarray(obj, order="C"), path)
             return {"s" if isinstance(obj, np.generic) else "a": name}
         if isinstance(obj, dict):
             return {"d": [[_key(k, path), self.pack(v, path + [str(k)])] for k, v in obj.items()]}
