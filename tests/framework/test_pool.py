@@ -1,0 +1,136 @@
+import math
+
+import numpy as np
+import pytest
+
+import tianyuan as ty
+import tianyuan.functional as F
+from helpers import check_op
+
+
+def _out_size(n, k, s, p, d, ceil_mode):
+    """Output length written out from the definition: windows that start inside the input
+    or its left padding, the last partial one only in ceil_mode."""
+    span = (n + 2 * p - d * (k - 1) - 1) / s
+    out = (math.ceil(span) if ceil_mode else math.floor(span)) + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def max_pool_ref(x, k, s, p, d=1, ceil_mode=False):
+    n, c, h, w = x.shape
+    oh, ow = _out_size(h, k[0], s[0], p[0], d, ceil_mode), _out_size(w, k[1], s[1], p[1], d, ceil_mode)
+    out = np.full((n, c, oh, ow), -np.inf, x.dtype)
+    for y in range(oh):
+        for z in range(ow):
+            for i in range(k[0]):
+                for j in range(k[1]):
+                    r, q = y * s[0] - p[0] + i * d, z * s[1] - p[1] + j * d
+                    if 0 <= r < h and 0 <= q < w:
+                        out[:, :, y, z] = np.maximum(out[:, :, y, z], x[:, :, r, q])
+    return out
+
+
+def avg_pool_ref(x, k, s, p, ceil_mode=False, count_include_pad=True):
+    n, c, h, w = x.shape
+    oh, ow = _out_size(h, k[0], s[0], p[0], 1, ceil_mode), _out_size(w, k[1], s[1], p[1], 1, ceil_mode)
+    out = np.zeros((n, c, oh, ow), x.dtype)
+    for y in range(oh):
+        for z in range(ow):
+            r0, q0 = y * s[0] - p[0], z * s[1] - p[1]
+            r1, q1 = min(r0 + k[0], h + p[0]), min(q0 + k[1], w + p[1])
+            window = x[:, :, max(r0, 0):min(r1, h), max(q0, 0):min(q1, w)]
+            count = (r1 - r0) * (q1 - q0) if count_include_pad else window.shape[2] * window.shape[3]
+            out[:, :, y, z] = window.sum(axis=(2, 3)) / count
+    return out
+
+
+def adaptive_ref(x, oh, ow):
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, oh, ow), x.dtype)
+    for y in range(oh):
+        for z in range(ow):
+            r0, r1 = (y * h) // oh, math.ceil((y + 1) * h / oh)
+            q0, q1 = (z * w) // ow, math.ceil((z + 1) * w / ow)
+            out[:, :, y, z] = x[:, :, r0:r1, q0:q1].mean(axis=(2, 3))
+    return out
+
+
+# shape, kernel, stride, padding, dilation, ceil_mode
+MAX_CASES = [
+    ((2, 3, 4, 4), (2, 2), (2, 2), (0, 0), 1, False),
+    ((1, 2, 7, 6), (3, 3), (2, 2), (1, 1), 1, False),
+    ((1, 2, 7, 7), (2, 2), (2, 2), (0, 0), 1, True),
+    ((1, 1, 6, 5), (3, 3), (2, 2), (1, 1), 1, True),
+    ((1, 1, 5, 4), (2, 2), (2, 2), (1, 1), 1, True),   # last ceil window dropped (rows)
+    ((1, 2, 7, 8), (3, 2), (1, 2), (1, 0), 2, False),  # dilation, rectangular
+    ((1, 1, 5, 5), (3, 3), (3, 3), (1, 1), 2, True),
+    ((3, 5, 1, 1), (1, 1), (1, 1), (0, 0), 1, False),
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,d,ceil_mode", MAX_CASES)
+def test_max_pool2d(shape, k, s, p, d, ceil_mode):
+    check_op(lambda x: F.max_pool2d(x, k, s, p, d, ceil_mode),
+             lambda x: max_pool_ref(x, k, s, p, d, ceil_mode), [shape])
+
+
+def test_max_pool2d_gradient_goes_to_first_argmax_and_stride_defaults_to_kernel():
+    x = ty.tensor([[[[1.0, 3.0], [3.0, 2.0]]]], requires_grad=True)
+    F.max_pool2d(x, 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[[[0, 1], [0, 0]]]])
+
+
+# shape, kernel, stride, padding, ceil_mode, count_include_pad
+AVG_CASES = [
+    ((2, 3, 4, 4), (2, 2), (2, 2), (0, 0), False, True),
+    ((1, 2, 5, 6), (3, 3), (2, 2), (1, 1), False, True),
+    ((1, 2, 5, 6), (3, 3), (2, 2), (1, 1), False, False),
+    ((1, 1, 7, 7), (2, 2), (2, 2), (0, 0), True, True),
+    ((1, 2, 6, 5), (3, 2), (2, 3), (1, 1), True, True),
+    ((1, 2, 6, 5), (3, 2), (2, 3), (1, 1), True, False),
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,ceil_mode,include", AVG_CASES)
+def test_avg_pool2d(shape, k, s, p, ceil_mode, include):
+    check_op(lambda x: F.avg_pool2d(x, k, s, p, ceil_mode, include),
+             lambda x: avg_pool_ref(x, k, s, p, ceil_mode, include), [shape])
+
+
+def test_avg_pool2d_ceil_edge_is_not_counted():
+    # PyTorch: windows are clipped to input + padding before counting, so the ceil_mode
+    # edge window of a 3x3 input (k=2, s=2) averages one pixel, not four
+    out = F.avg_pool2d(ty.ones(1, 1, 3, 3), 2, ceil_mode=True)
+    np.testing.assert_array_equal(out.numpy(), np.ones((1, 1, 2, 2)))
+    out = F.avg_pool2d(ty.ones(1, 1, 2, 2), 3, 1, 1, count_include_pad=True)
+    np.testing.assert_allclose(out.numpy()[0, 0], [[4 / 9, 4 / 9], [4 / 9, 4 / 9]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 5, 7), (3, 2)), ((1, 2, 4, 4), (1, 1)),
+                                       ((1, 2, 3, 3), (5, 4)), ((1, 1, 6, 6), (3, 3))])
+def test_adaptive_avg_pool2d(shape, out):
+    check_op(lambda x: F.adaptive_avg_pool2d(x, out), lambda x: adaptive_ref(x, *out), [shape])
+
+
+def test_adaptive_avg_pool2d_int_and_none():
+    x = ty.randn(1, 2, 5, 6)
+    assert F.adaptive_avg_pool2d(x, 2).shape == (1, 2, 2, 2)
+    assert F.adaptive_avg_pool2d(x, (None, 3)).shape == (1, 2, 5, 3)
+
+
+def test_pool_errors():
+    x = ty.randn(1, 2, 5, 5)
+    with pytest.raises(ValueError, match="max_pool2d: padding .* at most half"):
+        F.max_pool2d(x, 2, padding=2)
+    with pytest.raises(ValueError, match="avg_pool2d: kernel_size must be >= 1"):
+        F.avg_pool2d(x, 0)
+    with pytest.raises(ValueError, match="max_pool2d: output size"):
+        F.max_pool2d(x, 6)
+    with pytest.raises(ValueError, match=r"max_pool2d: input must be 4-D .* got shape \(2, 5, 5\)"):
+        F.max_pool2d(ty.randn(2, 5, 5), 2)
+    with pytest.raises(TypeError, match="avg_pool2d: input must be float32 or float64"):
+        F.avg_pool2d(ty.zeros(1, 1, 4, 4, dtype="int64"), 2)
+    with pytest.raises(ValueError, match="adaptive_avg_pool2d: output_size must be >= 1"):
+        F.adaptive_avg_pool2d(x, 0)
