@@ -1,0 +1,36 @@
+"""The `tianyuan` command: a table of subcommands, each `main(argv) -> exit status`.
+
+    tianyuan weights list | download NAME | verify | import FILE --arch A --out F
+
+Later subcommands (train, eval, quantize, export, run, bench) add one row each to
+SUBCOMMANDS; the module named there is imported only when its command runs.
+"""
+import importlib
+import sys
+
+# subcommand -> ("module", "function", one-line help)
+SUBCOMMANDS = {
+    "weights": ("tianyuan.weights.cli", "main", "list, download, verify and import weights"),
+}
+
+
+def _usage():
+    lines = ["usage: tianyuan <command> [args]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv[0] not in SUBCOMMANDS:
+        print(f"tianyuan: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module, function, _ = SUBCOMMANDS[argv[0]]
+    return getattr(importlib.import_module(module), function)(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

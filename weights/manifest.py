@@ -1,0 +1,187 @@
+"""The weight manifest: one entry per published set of weights (weights are data).
+
+Checksums: torchvision names its files `<stem>-<sha256 prefix>.pth` and checks that
+prefix (REFERENCE.md 1d), so those entries are `sha256_kind="prefix"`. Files whose
+name carries no hyphenated prefix (`resnet18_fbgemm_16fa66dd.pth`) and MegEngine's
+(`..._4e14b7d1.pkl`, hash function undocumented) have no published checksum:
+`sha256_kind="none"`; the tag in the name is kept in `name_tag` for the record only.
+
+>>> entry = get_entry("resnet50.imagenet_torchvision")
+>>> entry.urls[0]
+'https://download.pytorch.org/models/resnet50-0676ba61.pth'
+"""
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+TORCHVISION = "https://download.pytorch.org/models/"
+MEGENGINE = "https://data.megengine.org.cn/models/weights/"
+TV_SOURCE = "torchvision 0.29.1 model docs (REFERENCE.md 1a/1b)"
+MGE_SOURCE = "MegEngine Models README (REFERENCE.md)"
+
+# Preprocessing presets: pixels scaled by 1/pixel_scale, then (x - mean) / std.
+TV_V1 = {"resize": 256, "crop": 224, "interpolation": "bilinear", "antialias": True,
+         "pixel_scale": 255.0, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+         "channels": "RGB"}
+TV_V2 = {**TV_V1, "resize": 232}
+MGE = {"resize": 256, "crop": 224, "interpolation": "bilinear", "pixel_scale": 1.0,
+       "mean": [103.530, 116.280, 123.675], "std": [57.375, 57.120, 58.395], "channels": "BGR"}
+
+
+@dataclass(frozen=True)
+class WeightEntry:
+    name: str                   # "<arch>.<dataset>_<source>[_<variant>]"
+    arch: str                   # builder name in tianyuan.zoo
+    urls: tuple                 # primary first, then mirrors (http(s), file://, paths)
+    sha256: Optional[str]       # full digest or published prefix; None if unpublished
+    sha256_kind: str            # "full" | "prefix" | "none"
+    format: str                 # "torchvision" | "megengine" | "safetensors"
+    converter: Optional[str]    # name map ("torchvision", "megengine", "quantized"); None: none yet
+    preprocessing: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)   # {"top1": 76.13, "top5": 92.862}
+    metric_source: str = ""
+    float_parent: Optional[str] = None            # int8 entries: the float entry's name
+    name_tag: Optional[str] = None                # hex tag in the file name, not verified
+    notes: str = ""
+
+    @property
+    def file_name(self):
+        return self.urls[0].rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def cache_relpath(self):
+        """Relative to `$TIANYUAN_HOME/weights`: `<format>/<file name>`."""
+        return f"{self.format}/{self.file_name}"
+
+
+def _tv(name, arch, stem, prefix, top1, top5, pre=TV_V1, notes=""):
+    return WeightEntry(name, arch, (f"{TORCHVISION}{stem}-{prefix}.pth",), prefix, "prefix",
+                       "torchvision", "torchvision", pre, {"top1": top1, "top5": top5},
+                       TV_SOURCE, notes=notes)
+
+
+def _tv_q(name, arch, file, top1, top5, parent, pre=TV_V1, notes=""):
+    stem = file[:-len(".pth")]
+    hyphen = "-" in stem  # torch.hub checks the prefix only after a hyphen
+    tag = stem.rsplit("-" if hyphen else "_", 1)[-1]
+    return WeightEntry(name, arch, (f"{TORCHVISION}quantized/{file}",), tag if hyphen else None,
+                       "prefix" if hyphen else "none", "torchvision", "quantized", pre,
+                       {"top1": top1, "top5": top5}, TV_SOURCE, parent,
+                       None if hyphen else tag, notes)
+
+
+def _mge(name, arch, file, top1, top5=None, converter="megengine", parent=None, notes=""):
+    metrics = {"top1": top1} if top5 is None else {"top1": top1, "top5": top5}
+    tag = file[:-len(".pkl")].rsplit("_", 1)[-1]
+    tag = tag if len(tag) == 8 and all(c in "0123456789abcdef" for c in tag) else None
+    return WeightEntry(name, arch, (MEGENGINE + file,), None, "none", "megengine", converter,
+                       MGE, metrics, MGE_SOURCE, parent, tag, notes)
+
+
+_LEGACY = "2017 legacy-format release of the V1 weights (a loader test vector)"
+_QUANT = "int8 weights; needs the int8 zoo model (loads as flattened integer arrays for now)"
+_MGE_Q = ("MegEngine official/quantization model (fused ConvBn names); downloadable, "
+          "no name map yet")
+
+ENTRIES = [
+    _tv("resnet18.imagenet_torchvision", "resnet18", "resnet18", "f37072fd", 69.758, 89.078),
+    _tv("resnet34.imagenet_torchvision", "resnet34", "resnet34", "b627a593", 73.314, 91.420),
+    _tv("resnet50.imagenet_torchvision", "resnet50", "resnet50", "0676ba61", 76.130, 92.862),
+    _tv("resnet50.imagenet_torchvision_v2", "resnet50", "resnet50", "11ad3fa6", 80.858, 95.434,
+        TV_V2),
+    _tv("resnet101.imagenet_torchvision", "resnet101", "resnet101", "63fe2227", 77.374, 93.546),
+    _tv("resnet101.imagenet_torchvision_v2", "resnet101", "resnet101", "cd907fc2", 81.886,
+        95.780, TV_V2),
+    _tv("resnet152.imagenet_torchvision", "resnet152", "resnet152", "394f9c45", 78.312, 94.046),
+    _tv("resnet152.imagenet_torchvision_v2", "resnet152", "resnet152", "f82ba261", 82.284,
+        96.002, TV_V2),
+    _tv("mobilenet_v2.imagenet_torchvision", "mobilenet_v2", "mobilenet_v2", "b0353104", 71.878,
+        90.286),
+    _tv("mobilenet_v2.imagenet_torchvision_v2", "mobilenet_v2", "mobilenet_v2", "7ebf99e0",
+        72.154, 90.822, TV_V2),
+    _tv("shufflenet_v2_x0_5.imagenet_torchvision", "shufflenet_v2_x0_5", "shufflenetv2_x0.5",
+        "f707e7126e", 60.552, 81.746),
+    _tv("shufflenet_v2_x1_0.imagenet_torchvision", "shufflenet_v2_x1_0", "shufflenetv2_x1",
+        "5666bf0f80", 69.362, 88.316),
+    _tv("shufflenet_v2_x1_5.imagenet_torchvision", "shufflenet_v2_x1_5", "shufflenetv2_x1_5",
+        "3c479a10", 72.996, 91.086, TV_V2),
+    _tv("shufflenet_v2_x2_0.imagenet_torchvision", "shufflenet_v2_x2_0", "shufflenetv2_x2_0",
+        "8be3c8ee", 76.230, 93.006, TV_V2),
+    _tv("resnet18.imagenet_torchvision_legacy", "resnet18", "resnet18", "5c106cde", 69.758,
+        89.078, notes=_LEGACY),
+    _tv("resnet50.imagenet_torchvision_legacy", "resnet50", "resnet50", "19c8e357", 76.130,
+        92.862, notes=_LEGACY),
+    _tv("resnet101.imagenet_torchvision_legacy", "resnet101", "resnet101", "5d3b4d8f", 77.374,
+        93.546, notes=_LEGACY),
+    _tv("resnet152.imagenet_torchvision_legacy", "resnet152", "resnet152", "b121ed2d", 78.312,
+        94.046, notes=_LEGACY),
+    _tv_q("resnet18_int8.imagenet_torchvision_fbgemm", "resnet18", "resnet18_fbgemm_16fa66dd.pth",
+          69.494, 88.882, "resnet18.imagenet_torchvision", notes=_QUANT),
+    _tv_q("resnet50_int8.imagenet_torchvision_fbgemm", "resnet50", "resnet50_fbgemm_bf931d71.pth",
+          75.920, 92.814, "resnet50.imagenet_torchvision", notes=_QUANT),
+    _tv_q("resnet50_int8.imagenet_torchvision_fbgemm_v2", "resnet50",
+          "resnet50_fbgemm-23753f79.pth", 80.282, 94.976, "resnet50.imagenet_torchvision_v2",
+          TV_V2, notes=_QUANT),
+    _tv_q("mobilenet_v2_int8.imagenet_torchvision_qnnpack", "mobilenet_v2",
+          "mobilenet_v2_qnnpack_37f702c5.pth", 71.658, 90.150,
+          "mobilenet_v2.imagenet_torchvision", notes=_QUANT + "; per-tensor (qnnpack, QAT)"),
+    _tv_q("shufflenet_v2_x0_5_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x0_5",
+          "shufflenetv2_x0.5_fbgemm-00845098.pth", 57.972, 79.780,
+          "shufflenet_v2_x0_5.imagenet_torchvision", notes=_QUANT),
+    _tv_q("shufflenet_v2_x1_0_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x1_0",
+          "shufflenetv2_x1_fbgemm-1e62bb32.pth", 68.360, 87.582,
+          "shufflenet_v2_x1_0.imagenet_torchvision", notes=_QUANT),
+    _tv_q("shufflenet_v2_x1_5_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x1_5",
+          "shufflenetv2_x1_5_fbgemm-d7401f05.pth", 72.052, 90.700,
+          "shufflenet_v2_x1_5.imagenet_torchvision", TV_V2, notes=_QUANT),
+    _mge("resnet50.imagenet_megengine", "resnet50", "resnet50_fbaug_76254_4e14b7d1.pkl",
+         76.254, 93.056),
+    _mge("resnet18.imagenet_megengine_quant_float", "resnet18", "resnet18_normal_69824.pkl",
+         69.824, converter=None, notes=_MGE_Q),
+    _mge("resnet18_int8.imagenet_megengine_qat", "resnet18", "resnet18_qat_69754.pkl", 69.754,
+         converter=None, parent="resnet18.imagenet_megengine_quant_float", notes=_MGE_Q),
+]
+
+_REGISTRY = {}
+
+
+def register(entry, overwrite=False):
+    """Add an entry (e.g. your own weights on a file server); loud on duplicates."""
+    if entry.name in _REGISTRY and not overwrite:
+        raise ValueError(f"weights entry {entry.name!r} is already registered")
+    if entry.sha256_kind not in ("full", "prefix", "none"):
+        raise ValueError(f"{entry.name}: sha256_kind must be full|prefix|none")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+def unregister(name):
+    _REGISTRY.pop(name, None)
+
+
+for _entry in ENTRIES:
+    register(_entry)
+
+
+def list_entries(arch=None):
+    return [e for e in _REGISTRY.values() if arch is None or e.arch == arch]
+
+
+def get_entry(name):
+    if name not in _REGISTRY:
+        close = [n for n in _REGISTRY if n.split(".")[0] == name.split(".")[0]]
+        hint = f"; for this arch: {close}" if close else f"; known: {sorted(_REGISTRY)}"
+        raise KeyError(f"no weights named {name!r}{hint}")
+    return _REGISTRY[name]
+
+
+def default_entry(arch):
+    """The entry `pretrained=True` uses: the first float torchvision entry for `arch`."""
+    for entry in _REGISTRY.values():
+        if entry.arch == arch and entry.float_parent is None and entry.converter:
+            return entry
+    raise KeyError(f"no pretrained weights for arch {arch!r}")
+
+
+def with_mirrors(entry, *mirrors):
+    """A copy of `entry` that also tries `mirrors` (same file, other places) in order."""
+    return replace(entry, urls=tuple(entry.urls) + tuple(mirrors))

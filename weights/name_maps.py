@@ -1,0 +1,128 @@
+"""Name maps: a foreign state dict -> our names and shapes, checked against the arch spec.
+
+Our zoo uses torchvision's names, so the torchvision map is the identity (a leading
+`module.` from DataParallel is dropped). MegEngine Models' ResNet uses the same module
+names; its arrays differ in shape only by singleton axes (BN and bias as (1, C, 1, 1)),
+which are squeezed. Every map ends in `check_against_spec`, which names all unmapped,
+missing and mis-shaped keys in one error.
+
+>>> ours = convert_state_dict(torch_state, "resnet50", "torchvision")
+"""
+import re
+from collections import OrderedDict
+
+import numpy as np
+
+from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V2, state_dict_spec
+
+
+class NameMapError(KeyError):
+    """A converted state dict does not fit the architecture (lists every bad key)."""
+
+    def __str__(self):  # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+def _torchvision(state, arch):
+    return OrderedDict((re.sub(r"^module\.", "", k), v) for k, v in state.items())
+
+
+def _megengine_resnet(state, arch):
+    if arch not in RESNETS:
+        raise NameMapError(f"megengine name map: {arch} is not a ResNet")
+    return _torchvision(state, arch)  # same module names; shapes fixed in _fit_shape
+
+
+def _megengine_shufflenet(state, arch):
+    raise NameMapError(
+        f"megengine name map: {arch} from MegEngine Models is not supported. Its ShuffleNetV2 "
+        "(first_conv/features/conv_last/classifier, channel split by even/odd index before "
+        "each block) orders channels differently from torchvision's (chunk, then shuffle "
+        "after each block), so its weights need channel permutations, not only renames.")
+
+
+NAME_MAPS = {
+    "torchvision": _torchvision,
+    "megengine": None,  # chosen by family below
+    "ours": _torchvision,
+}
+
+
+def name_map_for(source, arch):
+    """The function mapping `source`'s names for `arch` to ours."""
+    if source == "megengine":
+        return _megengine_shufflenet if arch in SHUFFLENET_V2 else _megengine_resnet
+    if source not in NAME_MAPS:
+        raise NameMapError(f"no name map for source {source!r}; known: {sorted(NAME_MAPS)}")
+    return NAME_MAPS[source]
+
+
+def unwrap_checkpoint(obj):
+    """A training checkpoint's state dict (`state_dict`, `model`, ...), else `obj`."""
+    for key in ("state_dict", "model_state_dict", "model", "net", "params"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            return obj[key]
+    return obj
+
+
+def convert_state_dict(state, arch, source="torchvision", num_classes=None, strict=True):
+    """Map `state` (from `source`) to `arch`'s names; check every name and shape.
+
+    Missing `num_batches_tracked` buffers (legacy torchvision files, MegEngine) are
+    filled with 0. `num_classes` defaults to what the file's classifier says.
+    """
+    state = unwrap_checkpoint(state)
+    mapped = name_map_for(source, arch)(state, arch)
+    if num_classes is None:
+        num_classes = _infer_num_classes(mapped)
+    spec = state_dict_spec(arch, num_classes)
+    out = OrderedDict()
+    for name, value in mapped.items():
+        if name in spec and isinstance(value, np.ndarray):
+            value = _fit_shape(value, spec[name][0])
+        out[name] = value
+    for name, (shape, dtype) in spec.items():
+        if name.endswith("num_batches_tracked") and name not in out:
+            out[name] = np.zeros(shape, dtype)
+    if strict:
+        check_against_spec(out, spec, f"{source} -> {arch}")
+    return OrderedDict((k, out[k]) for k in spec if k in out) if strict else out
+
+
+def _infer_num_classes(state):
+    for key in CLASSIFIER_KEYS:
+        value = state.get(key)
+        if value is not None and getattr(value, "ndim", 0) == 2:
+            return int(value.shape[0])
+    return 1000
+
+
+def _fit_shape(value, shape):
+    """Squeeze singleton axes ((1, C, 1, 1) -> (C,)) or merge a grouped conv's
+    (G, O/G, I/G, kh, kw) into (O, I/G, kh, kw); anything else is left for the check."""
+    if value.shape == tuple(shape) or value.size != int(np.prod(shape, dtype=np.int64)):
+        return value
+    squeezed = tuple(d for d in value.shape if d != 1)
+    if squeezed == tuple(d for d in shape if d != 1):
+        return value.reshape(shape)
+    if value.ndim == 5 and len(shape) == 4 and value.shape[2:] == tuple(shape[1:]):
+        return value.reshape(shape)
+    return value
+
+
+def check_against_spec(state, spec, what):
+    """Raise NameMapError naming every unmapped, missing and mis-shaped key."""
+    unmapped = [k for k in state if k not in spec]
+    missing = [k for k in spec if k not in state]
+    misshaped = [f"{k}: file {tuple(np.shape(state[k]))}, expected {spec[k][0]}"
+                 for k in spec if k in state and tuple(np.shape(state[k])) != spec[k][0]]
+    if not (unmapped or missing or misshaped):
+        return
+    lines = [f"{what}: the weights do not fit the architecture"]
+    for title, keys in (("unmapped keys (in the file, not in the model)", unmapped),
+                        ("missing keys (in the model, not in the file)", missing),
+                        ("mis-shaped keys", misshaped)):
+        if keys:
+            shown = keys[:40] + ([f"... and {len(keys) - 40} more"] if len(keys) > 40 else [])
+            lines.append(f"  {len(keys)} {title}:\n    " + "\n    ".join(shown))
+    raise NameMapError("\n".join(lines))
