@@ -18,7 +18,8 @@ from . import math as M
 def _floating(x, op):
     x = as_tensor(x)
     if not dtypes.is_floating(x.dtype):
-        raise TypeError(f"{op}: expected a floating-point tensor, got dtype {x.dtype} (shape {x.shape})")
+        raise TypeError(f"{op}: expected a floating-point tensor, got dtype {x.dtype} "
+                        f"(shape {x.shape})")
     return x
 
 

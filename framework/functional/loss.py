@@ -28,7 +28,8 @@ def _reduce(loss, reduction, op):
 def _float_input(x, op, what="input"):
     x = as_tensor(x)
     if not dtypes.is_floating(x.dtype):
-        raise TypeError(f"{op}: {what} must be floating point, got dtype {x.dtype} (shape {x.shape})")
+        raise TypeError(f"{op}: {what} must be floating point, got dtype {x.dtype} "
+                        f"(shape {x.shape})")
     return x
 
 
@@ -78,7 +79,8 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     op = "cross_entropy"
     logits = _float_input(logits, op, "logits")
     if logits.ndim < 2:
-        raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got shape {logits.shape}")
+        raise ValueError(f"{op}: logits must be (N, C) or (N, C, d1, ...), got shape "
+                         f"{logits.shape}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     if reduction not in _REDUCTIONS:

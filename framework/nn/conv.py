@@ -58,39 +58,29 @@ class _Conv2dBase(Module):
 
 
 class Conv2d(_Conv2dBase):
-    """2-D convolution over (N, C_in, H, W). padding may be an int, a pair, 'valid' or 'same'
-    ('same' needs stride 1; an odd total padding puts the extra row/column at the end)."""
+    """2-D convolution over (N, C_in, H, W). padding: an int, a pair, 'valid' or 'same'
+    ('same' needs stride 1)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, padding_mode="zeros"):
         if padding_mode != "zeros":
-            raise ValueError(f"Conv2d: only padding_mode='zeros' is supported, got {padding_mode!r}")
+            raise ValueError("Conv2d: only padding_mode='zeros' is supported, got "
+                             f"{padding_mode!r}")
         super().__init__("Conv2d", in_channels, out_channels, kernel_size, stride, padding,
                          dilation, groups, bias, lambda: (out_channels, in_channels // groups))
         self.padding_mode = padding_mode
-        self._explicit_pad = None
         if isinstance(self.padding, str):
-            self._resolve_string_padding()
+            self._check_string_padding()
 
-    def _resolve_string_padding(self):
-        if self.padding == "valid":
-            self.padding = (0, 0)
-            return
-        if self.padding != "same":
-            raise ValueError(f"Conv2d: padding string must be 'valid' or 'same', got {self.padding!r}")
-        if self.stride != (1, 1):
+    def _check_string_padding(self):
+        # F.conv2d resolves 'same' (odd total: the extra row/column at the end, as PyTorch)
+        if self.padding not in ("valid", "same"):
+            raise ValueError("Conv2d: padding string must be 'valid' or 'same', got "
+                             f"{self.padding!r}")
+        if self.padding == "same" and self.stride != (1, 1):
             raise ValueError(f"Conv2d: padding='same' needs stride 1, got stride {self.stride}")
-        totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
-        if all(t % 2 == 0 for t in totals):
-            self.padding = tuple(t // 2 for t in totals)
-        else:
-            # asymmetric: F.pad first, extra at the end (PyTorch's choice)
-            self._explicit_pad = ((0, 0), (0, 0)) + tuple((t // 2, t - t // 2) for t in totals)
-            self.padding = (0, 0)
 
     def forward(self, x):
-        if self._explicit_pad is not None:
-            x = F.pad(x, self._explicit_pad)
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 

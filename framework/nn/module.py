@@ -248,7 +248,7 @@ class Module:
         return destination
 
     def state_dict(self, prefix="", keep_vars=False):
-        """Flat OrderedDict {dotted.name: numpy array copy} (the tensors themselves with keep_vars)."""
+        """Flat OrderedDict {dotted.name: numpy copy}; keep_vars gives the tensors themselves."""
         tensors = self._state_tensors(OrderedDict(), prefix)
         if keep_vars:
             return tensors

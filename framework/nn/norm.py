@@ -47,8 +47,9 @@ class _BatchNorm(Module):
 
     def _check_input(self, x):
         if x.ndim not in self._input_ndims:
-            raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self._input_ndims))}-D "
-                             f"input, got shape {tuple(x.shape)}")
+            ndims = " or ".join(map(str, self._input_ndims))
+            raise ValueError(f"{type(self).__name__}: expected a {ndims}-D input, got shape "
+                             f"{tuple(x.shape)}")
         if x.shape[1] != self.num_features:
             raise ValueError(f"{type(self).__name__}: input has {x.shape[1]} channels (shape "
                              f"{tuple(x.shape)}), num_features is {self.num_features}")

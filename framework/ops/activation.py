@@ -20,7 +20,8 @@ class Softplus(Function):
     def forward(self, x, beta=1.0, threshold=None):
         bx = x * x.dtype.type(beta)
         self.bx, self.beta = bx, beta
-        out = (np.logaddexp(np.zeros((), x.dtype), bx) / x.dtype.type(beta)).astype(x.dtype, copy=False)
+        out = np.logaddexp(np.zeros((), x.dtype), bx) / x.dtype.type(beta)
+        out = out.astype(x.dtype, copy=False)
         self.linear = None
         if threshold is not None:
             self.linear = bx > threshold

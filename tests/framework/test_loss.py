@@ -172,5 +172,6 @@ def test_regression_losses(fn, ref):
 
 @pytest.mark.parametrize("fn", [F.l1_loss, F.mse_loss, F.smooth_l1_loss])
 def test_regression_shape_error(fn):
-    with pytest.raises(ValueError, match=r"loss: target shape \(4,\) differs from input shape \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"loss: target shape \(4,\) differs from input "
+                                         r"shape \(3, 4\)"):
         fn(ty.randn(3, 4), ty.randn(4))

@@ -70,7 +70,8 @@ def test_running_stats_accept_numpy_and_leave_graph_alone():
 
 
 def test_batch_norm_errors():
-    with pytest.raises(ValueError, match=r"batch_norm: training needs more than one value.*\(1, 3\)"):
+    with pytest.raises(ValueError, match=r"batch_norm: training needs more than one "
+                                         r"value.*\(1, 3\)"):
         F.batch_norm(ty.randn(1, 3), None, None, training=True)
     with pytest.raises(ValueError, match=r"batch_norm: weight has shape \(4,\), expected \(3,\)"):
         F.batch_norm(ty.randn(2, 3), None, None, weight=ty.ones(4), training=True)
