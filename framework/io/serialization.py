@@ -107,7 +107,10 @@ def save(obj, path):
     tree = packer.pack(obj, [])
     metadata = {"format": "np", "tianyuan": json.dumps(tree, separators=(",", ":")),
                 "tianyuan.version": FORMAT_VERSION, "tianyuan.crc32": _crc(packer.arrays)}
-    payload = safetensors.numpy.save(packer.arrays, metadata=metadata)
+    try:
+        payload = safetensors.numpy.save(packer.arrays, metadata=metadata)
+    except Exception as error:  # e.g. a float128 array; SafetensorError is not exported
+        raise SerializationError(f"save: cannot write '{path}' ({error})") from error
     _atomic_write(path, payload)
 
 
@@ -156,7 +159,8 @@ def load(path):
     try:
         arrays = safetensors.numpy.load(data)
     except Exception as error:  # safetensors raises its own SafetensorError
-        raise SerializationError(f"load: '{path}' is a corrupt safetensors file ({error})") from error
+        raise SerializationError(f"load: '{path}' is a corrupt safetensors file "
+                                 f"({error})") from error
     metadata = header.get("__metadata__") or {}
     expected = metadata.get("tianyuan.crc32")
     if expected is not None and _crc(arrays) != expected:
@@ -169,7 +173,8 @@ def load(path):
     try:
         return _unpack(json.loads(metadata["tianyuan"]), arrays)
     except (ValueError, KeyError, TypeError, IndexError) as error:
-        raise SerializationError(f"load: '{path}' has a corrupt structure record ({error!r})") from error
+        raise SerializationError(f"load: '{path}' has a corrupt structure record "
+                                 f"({error!r})") from error
 
 
 def _read_header(data, path):
@@ -183,7 +188,8 @@ def _read_header(data, path):
 def _parse_header(data):
     """The safetensors header as a dict, or a string saying what is wrong with the file."""
     if len(data) < 8:
-        return f"is truncated or not safetensors: {len(data)} bytes, fewer than the 8 of a header length"
+        return (f"is truncated or not safetensors: {len(data)} bytes, fewer than the 8 of a "
+                "header length")
     (length,) = struct.unpack("<Q", data[:8])
     if length > len(data) - 8:
         return (f"is truncated or not safetensors: the header claims {length} bytes, the file "

@@ -176,7 +176,8 @@ class _Composite(LRScheduler):
         children = state.pop("schedulers")
         if len(children) != len(self.schedulers):
             raise ValueError(f"{type(self).__name__}.load_state_dict: the state dict has "
-                             f"{len(children)} inner schedulers, this one has {len(self.schedulers)}")
+                             f"{len(children)} inner schedulers, this one has "
+                             f"{len(self.schedulers)}")
         for scheduler, child in zip(self.schedulers, children):
             scheduler.load_state_dict(child)
         super().load_state_dict(state)
@@ -215,7 +216,8 @@ class WarmupWrapper(_Composite):
 
     def __init__(self, scheduler, warmup_iters, warmup_factor=0.001, method="linear"):
         if method not in ("linear", "constant"):
-            raise ValueError(f"WarmupWrapper: method must be 'linear' or 'constant', got {method!r}")
+            raise ValueError("WarmupWrapper: method must be 'linear' or 'constant', "
+                             f"got {method!r}")
         self.schedulers = [scheduler]
         self.warmup_iters, self.warmup_factor, self.method = warmup_iters, warmup_factor, method
         super().__init__(scheduler.optimizer, -1)

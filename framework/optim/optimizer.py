@@ -53,13 +53,14 @@ class Optimizer:
     def add_param_group(self, group):
         """Add `{"params": [...], **options}`; missing options come from `defaults`."""
         if not isinstance(group, dict):
-            raise TypeError(f"{self._name}.add_param_group: expected a dict, got {type(group).__name__}")
+            raise TypeError(f"{self._name}.add_param_group: expected a dict, "
+                            f"got {type(group).__name__}")
         group = dict(group)
         params = group.get("params")
         params = [params] if isinstance(params, Tensor) else params
         if params is None or isinstance(params, (set, frozenset)):
-            raise TypeError(f"{self._name}.add_param_group: 'params' must be a Tensor or an ordered "
-                            f"iterable of Tensors, got {type(params).__name__}")
+            raise TypeError(f"{self._name}.add_param_group: 'params' must be a Tensor or an "
+                            f"ordered iterable of Tensors, got {type(params).__name__}")
         group["params"] = list(params)
         index = len(self.param_groups)
         self._check_params(group["params"], index)
@@ -127,7 +128,7 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        """Restore options and state saved by `state_dict()` (copied, cast to each param's dtype)."""
+        """Restore options and state saved by `state_dict()` (copied, cast to param dtypes)."""
         saved_groups = state_dict["param_groups"]
         self._check_layout(saved_groups)
         saved_state = {int(k): v for k, v in state_dict["state"].items()}

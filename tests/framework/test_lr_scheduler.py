@@ -61,7 +61,8 @@ SCHEDULES = {
     "warmup_multistep": (warmup_multistep,
                          lambda b, t: b * linear_factor(0.01, t, 4) * 0.1 ** ((t >= 6) + (t >= 9))),
     "warmup_cosine": (warmup_cosine,
-                      lambda b, t: b * linear_factor(0.001, t, 3) if t < 3 else cosine(b, t - 3, 8, 1e-4)),
+                      lambda b, t: (b * linear_factor(0.001, t, 3) if t < 3
+                                    else cosine(b, t - 3, 8, 1e-4))),
     "warmup_constant": (lambda o: WarmupWrapper(CosineAnnealingLR(o, 12), 2, 0.1, "constant"),
                         lambda b, t: cosine(b, t, 12) * (0.1 if t < 2 else 1.0)),
 }

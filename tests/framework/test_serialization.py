@@ -21,12 +21,9 @@ def arrays_of_every_dtype():
     rng = np.random.default_rng(0)
     out = {}
     for name in DTYPES:
-        raw = rng.integers(0, 256, size=24, dtype=np.uint8).tobytes()
-        out[name] = np.frombuffer(raw, np.uint8).view(np.uint8)
-        if name != "bool":  # random bit patterns: NaN payloads, -0.0, subnormals, extremes
-            out[name] = np.frombuffer(raw[:24 - 24 % np.dtype(name).itemsize], name).copy()
-        else:
-            out[name] = (out[name] % 2).astype(bool)
+        # random bit patterns: NaN payloads, -0.0, subnormals and extremes for the floats
+        raw = rng.integers(0, 256, size=24, dtype=np.uint8)
+        out[name] = (raw % 2).astype(bool) if name == "bool" else raw.view(name).reshape(2, -1)
     out["zero_d"] = np.array(-0.0, np.float16)
     out["empty"] = np.zeros((0, 3), np.float32)
     out["empty_int8"] = np.zeros((2, 0), np.int8)
