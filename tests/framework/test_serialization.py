@@ -23,7 +23,7 @@ def arrays_of_every_dtype():
     for name in DTYPES:
         # random bit patterns: NaN payloads, -0.0, subnormals and extremes for the floats
         raw = rng.integers(0, 256, size=24, dtype=np.uint8)
-        out[name] = (raw % 2).astype(bool) if name == "bool" else raw.view(name).reshape(2, -1)
+        out[name] = (raw % 2).astype(bool) if name == "bool" else raw.view(name).reshape(-1, 3)
     out["zero_d"] = np.array(-0.0, np.float16)
     out["empty"] = np.zeros((0, 3), np.float32)
     out["empty_int8"] = np.zeros((2, 0), np.int8)
