@@ -1,0 +1,189 @@
+// int8 convolution and linear on packed weights: im2row (or a transpose for 1x1 stride-1
+// convolutions) into u8 rows (P, Kp), the dispatched GEMM into s32 (P, Np), requantization
+// with the zero-point correction folded into the bias, and a transpose back to NCHW.
+// Depthwise convolution runs direct loops instead (one channel's K is tiny).
+#include <cstring>
+#include <vector>
+
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+uint8_t flip_of(const QIn& x) { return x.is_signed ? 0x80 : 0; }
+int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed ? 128 : 0); }
+
+// (cg, H, W) channels of one image/group -> rows (oh*ow, kp); k = (c, i, j) like W's layout.
+void im2row(const uint8_t* x, int64_t cg, const ConvGeom& g, uint8_t flip, uint8_t pad,
+            int64_t kp, uint8_t* rows) {
+#pragma omp parallel for schedule(static) if (g.oh * g.ow * kp > (1 << 16))
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+            uint8_t* row = rows + (oy * g.ow + ox) * kp;
+            int64_t k = 0;
+            for (int64_t c = 0; c < cg; ++c) {
+                const uint8_t* plane = x + c * g.h * g.w;
+                for (int64_t i = 0; i < g.kh; ++i) {
+                    const int64_t iy = oy * g.sh - g.pt + i * g.dh;
+                    for (int64_t j = 0; j < g.kw; ++j, ++k) {
+                        const int64_t ix = ox * g.sw - g.pl + j * g.dw;
+                        const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+                        row[k] = in ? static_cast<uint8_t>(plane[iy * g.w + ix] ^ flip) : pad;
+                    }
+                }
+            }
+            std::memset(row + k, 0, static_cast<size_t>(kp - k));
+        }
+    }
+}
+
+// src (rows, cols) with stride lds -> dst (cols, rows) with stride ldd, bytes ^ flip.
+void transpose_u8(const uint8_t* src, int64_t rows, int64_t cols, int64_t lds, uint8_t flip,
+                  uint8_t* dst, int64_t ldd) {
+    constexpr int64_t B = 32;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+        for (int64_t c0 = 0; c0 < cols; c0 += B) {
+            const int64_t r1 = r0 + B < rows ? r0 + B : rows;
+            const int64_t c1 = c0 + B < cols ? c0 + B : cols;
+            for (int64_t c = c0; c < c1; ++c) {
+                for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c] ^ flip;
+            }
+        }
+    }
+}
+
+// bias - z * row_sums, modulo 2^32: exact whenever the corrected result fits int32.
+std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums, int64_t n,
+                                    int32_t z) {
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        const uint32_t b = bias ? static_cast<uint32_t>(bias[j]) : 0u;
+        out[j] = static_cast<int32_t>(b - static_cast<uint32_t>(z) * static_cast<uint32_t>(row_sums[j]));
+    }
+    return out;
+}
+
+// x (M, K) -> rows (M, kp) u8, sign bit flipped for signed input, zero-filled past K.
+std::vector<uint8_t> as_rows(const QIn& x, int64_t m, int64_t k, int64_t kp) {
+    std::vector<uint8_t> rows(static_cast<size_t>(m * kp), 0);
+    const uint8_t flip = flip_of(x);
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t q = 0; q < k; ++q) rows[i * kp + q] = x.data[i * k + q] ^ flip;
+    }
+    return rows;
+}
+
+}  // namespace
+
+void gemm_s32(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,
+              int64_t n, int32_t* c) {
+    const int64_t kp = round_up(k, kGroup);
+    const int64_t np = round_up(n, kPanel);
+    const std::vector<uint8_t> rows = as_rows(x, m, k, kp);
+    std::vector<int32_t> acc(static_cast<size_t>(m * np));
+    gemm_u8s8s32(rows.data(), kp, m, packed, n, k, acc.data(), np);
+    const std::vector<int32_t> fix = corrected_bias(nullptr, row_sums, n, zero_of(x));
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            c[i * n + j] = static_cast<int32_t>(static_cast<uint32_t>(acc[i * np + j]) +
+                                                static_cast<uint32_t>(fix[j]));
+        }
+    }
+}
+
+void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,
+            int64_t n, const int32_t* bias, const Requant& r, uint8_t* out) {
+    const int64_t kp = round_up(k, kGroup);
+    const int64_t np = round_up(n, kPanel);
+    const std::vector<uint8_t> rows = as_rows(x, m, k, kp);
+    std::vector<int32_t> acc(static_cast<size_t>(m * np));
+    gemm_u8s8s32(rows.data(), kp, m, packed, n, k, acc.data(), np);
+    const std::vector<int32_t> b = corrected_bias(bias, row_sums, n, zero_of(x));
+    Requant rq = r;
+    rq.bias = b.data();
+    rq.step = 1;
+    requantize(acc.data(), np, m, n, rq, false, out, n);
+}
+
+void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
+            const int32_t* bias, const Requant& r, uint8_t* out) {
+    const int64_t cg = g.c / g.groups, ocg = g.oc / g.groups;
+    const int64_t kg = cg * g.kh * g.kw, kp = round_up(kg, kGroup), np = round_up(ocg, kPanel);
+    const int64_t p = g.oh * g.ow;
+    const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
+                           g.pb == 0 && g.pl == 0 && g.pr == 0;
+    const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    std::vector<uint8_t> rows(static_cast<size_t>(p * kp), 0), q(static_cast<size_t>(p * ocg));
+    std::vector<int32_t> acc(static_cast<size_t>(p * np));
+    for (int64_t n = 0; n < g.n; ++n) {
+        for (int64_t gi = 0; gi < g.groups; ++gi) {
+            const uint8_t* xg = x.data + (n * g.c + gi * cg) * g.h * g.w;
+            if (pointwise) {
+                transpose_u8(xg, cg, p, p, flip_of(x), rows.data(), kp);
+            } else {
+                im2row(xg, cg, g, flip_of(x), static_cast<uint8_t>(zero_of(x)), kp, rows.data());
+            }
+            gemm_u8s8s32(rows.data(), kp, p, packed + gi * packed_size(ocg, kg), ocg, kg,
+                         acc.data(), np);
+            Requant rq = r;
+            rq.bias = b.data() + gi * ocg;
+            rq.multiplier = r.multiplier + gi * ocg;
+            rq.shift = r.shift + gi * ocg;
+            requantize(acc.data(), np, p, ocg, rq, false, q.data(), ocg);
+            transpose_u8(q.data(), p, ocg, ocg, 0, out + (n * g.oc + gi * ocg) * p, p);
+        }
+    }
+}
+
+namespace {
+
+// One output plane (oh, ow) s32 of channel oc: sum over the window of (x - z) * w, where the
+// padding contributes nothing (it is the zero point). x plane (H, W) as u8 with flip.
+void depthwise_plane(const uint8_t* x, const int8_t* w, const ConvGeom& g, uint8_t flip,
+                     int32_t z, int32_t* acc) {
+    std::memset(acc, 0, static_cast<size_t>(g.oh * g.ow) * sizeof(int32_t));
+    for (int64_t i = 0; i < g.kh; ++i) {
+        for (int64_t j = 0; j < g.kw; ++j) {
+            const int32_t wv = w[i * g.kw + j];
+            const int64_t off = j * g.dw - g.pl;
+            // valid ox: 0 <= ox*sw + off < W
+            const int64_t ox0 = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+            const int64_t ox1 = g.w - off <= 0 ? 0 : (g.w - off - 1) / g.sw + 1;
+            const int64_t oxe = ox1 < g.ow ? ox1 : g.ow;
+            for (int64_t oy = 0; oy < g.oh; ++oy) {
+                const int64_t iy = oy * g.sh - g.pt + i * g.dh;
+                if (iy < 0 || iy >= g.h) continue;
+                const uint8_t* xr = x + iy * g.w + off;
+                int32_t* ar = acc + oy * g.ow;
+                for (int64_t ox = ox0; ox < oxe; ++ox) {
+                    ar[ox] += (static_cast<int32_t>(xr[ox * g.sw] ^ flip) - z) * wv;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
+                      const Requant& r, uint8_t* out) {
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
+    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
+    for (int64_t n = 0; n < g.n; ++n) {
+#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
+        for (int64_t oc = 0; oc < g.oc; ++oc) {
+            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
+            depthwise_plane(plane, w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
+                            acc.data() + oc * p);
+        }
+        Requant rq = r;
+        rq.bias = bias;
+        rq.step = 1;
+        requantize(acc.data(), p, g.oc, p, rq, true, out + n * g.oc * p, p);
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,98 @@
+// int8 add (+relu), concat requantization and max/average pooling: generic C++ loops of
+// the reference formulas (memory bound; the compiler vectorises the inner loops).
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+inline int32_t value(const QIn& x, int64_t i) {
+    return x.is_signed ? static_cast<int32_t>(static_cast<int8_t>(x.data[i]))
+                       : static_cast<int32_t>(x.data[i]);
+}
+
+inline int64_t round_shift(int64_t p, int32_t shift) {
+    return (p + (int64_t{1} << (shift - 1))) >> shift;
+}
+
+inline uint8_t clamp_zp(int64_t y, int32_t zp, int32_t lo, int32_t hi) {
+    y = y < lo - zp ? lo - zp : (y > hi - zp ? hi - zp : y);
+    return static_cast<uint8_t>(static_cast<int32_t>(y) + zp);
+}
+
+// floor(a / b) for b > 0
+inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t i = 0; i < size; ++i) {
+        const int64_t s = static_cast<int64_t>(value(a, i) - a.zero_point) * p.m_a +
+                          static_cast<int64_t>(value(b, i) - b.zero_point) * p.m_b;
+        out[i] = clamp_zp(round_shift(s, p.shift), p.zero_point, p.lo, p.hi);
+    }
+}
+
+void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
+                 int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
+#pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
+    for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t i = 0; i < inner; ++i) {
+            const int64_t d = value(x, o * inner + i) - x.zero_point;
+            out[o * out_inner + i] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
+        }
+    }
+}
+
+void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80
+#pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+        const uint8_t* in = x.data + pl * g.h * g.w;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+                uint8_t best = 0;
+                for (int64_t i = 0; i < g.kh; ++i) {
+                    const int64_t iy = oy * g.sh - g.pt + i;
+                    if (iy < 0 || iy >= g.h) continue;
+                    for (int64_t j = 0; j < g.kw; ++j) {
+                        const int64_t ix = ox * g.sw - g.pl + j;
+                        if (ix < 0 || ix >= g.w) continue;
+                        const uint8_t v = in[iy * g.w + ix] ^ flip;
+                        best = v > best ? v : best;
+                    }
+                }
+                out[(pl * g.oh + oy) * g.ow + ox] = best ^ flip;
+            }
+        }
+    }
+}
+
+void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out) {
+#pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+        const int64_t base = pl * g.h * g.w;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+                int64_t sum = 0, count = 0;
+                for (int64_t i = 0; i < g.kh; ++i) {
+                    const int64_t iy = oy * g.sh - g.pt + i;
+                    for (int64_t j = 0; j < g.kw; ++j) {
+                        const int64_t ix = ox * g.sw - g.pl + j;
+                        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                        sum += value(x, base + iy * g.w + ix) - x.zero_point;
+                        ++count;
+                    }
+                }
+                if (count_include_pad) count = g.kh * g.kw;
+                const int64_t q = floor_div(2 * sum + count, 2 * count) + x.zero_point;
+                out[(pl * g.oh + oy) * g.ow + ox] = static_cast<uint8_t>(q);
+            }
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

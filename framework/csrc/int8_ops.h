@@ -1,0 +1,64 @@
+// int8 convolution, add, concat and pooling on NCHW u8/s8 tensors. Numpy twins:
+// framework/quantization/reference.py (qconv2d, add, concat, max_pool2d, avg_pool2d).
+// Signed inputs are handled as u8 with the sign bit flipped (x ^ 0x80) and zero point
+// z + 128, which leaves every difference x - z unchanged.
+#pragma once
+
+#include <cstdint>
+
+#include "int8_gemm.h"
+
+namespace tianyuan {
+namespace int8 {
+
+struct ConvGeom {
+    int64_t n, c, h, w;          // input (N, C, H, W)
+    int64_t oc, kh, kw;          // weight (OC, C/groups, kh, kw)
+    int64_t sh, sw, dh, dw;      // stride, dilation
+    int64_t pt, pb, pl, pr;      // padding top, bottom, left, right
+    int64_t groups, oh, ow;      // output (N, OC, oh, ow)
+};
+
+// A tensor of quantized bytes and how to read them.
+struct QIn {
+    const uint8_t* data;
+    bool is_signed;
+    int32_t zero_point;
+};
+
+// Weights packed per group (group g at g * packed_size(OC/groups, C/groups*kh*kw)) with
+// row sums (OC,); bias (OC,) s32; r carries per-channel multiplier/shift (step 1) and the
+// output zero point/bounds (r.bias is ignored). out (N, OC, oh, ow).
+void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
+            const int32_t* bias, const Requant& r, uint8_t* out);
+
+// Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
+void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
+                      const Requant& r, uint8_t* out);
+
+// Linear: x (M, K) -> out (M, N) requantized; weights packed by pack_weights.
+void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,
+            int64_t n, const int32_t* bias, const Requant& r, uint8_t* out);
+
+// Corrected s32 GEMM: c (M, N) = (x - zp) @ W^T (ldc = N).
+void gemm_s32(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,
+              int64_t n, int32_t* c);
+
+// out = clamp(round_half_up(((a - za) * ma + (b - zb) * mb) / 2^shift), lo - zo, hi - zo) + zo.
+struct AddParams {
+    int32_t m_a, m_b, shift, zero_point, lo, hi;
+};
+void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
+
+// One concat input (outer, inner) rescaled into out rows of out_inner bytes at offset.
+void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
+                 int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
+
+struct PoolGeom {
+    int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
+};
+void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out);
+void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out);
+
+}  // namespace int8
+}  // namespace tianyuan

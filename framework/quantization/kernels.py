@@ -1,0 +1,160 @@
+"""Native int8 kernels (tianyuan._C), bit-exact to `reference.py` on every ISA path.
+
+Weights are packed once (`pack_weights`) and reused; activations are NCHW (conv) or
+(M, K) (linear) uint8/int8 numpy arrays; requantization parameters come from
+`reference.quantize_multiplier(s_in * s_w / s_out)` per output channel.
+
+>>> import numpy as np
+>>> from tianyuan.quantization import kernels, reference
+>>> w = np.array([[1, -2, 3]], np.int8)
+>>> m, s = reference.quantize_multiplier([0.5])
+>>> kernels.linear(np.array([[10, 20, 30]], np.uint8), 10, kernels.pack_weights(w),
+...                np.zeros(1, np.int32), m, s, 0, False, np.uint8)
+array([[20]], dtype=uint8)
+"""
+import numpy as np
+
+from .. import _C
+from .reference import _pair, _quad, qrange
+
+
+class PackedWeight:
+    """int8 weights packed for the GEMM (layout in framework/csrc/int8_gemm.h), made once.
+
+    shape: the original weight shape, (N, K) for linear or (OC, C/groups, kh, kw) for conv.
+    Depthwise convolutions (C/groups == 1, groups > 1) keep the raw weights.
+    """
+
+    def __init__(self, w, groups=1):
+        w = np.ascontiguousarray(w, np.int8) if np.asarray(w).dtype == np.int8 else None
+        if w is None or w.ndim not in (2, 4) or w.shape[0] % groups:
+            raise ValueError("pack_weights: w must be int8 (N, K) or (OC, C/groups, kh, kw) "
+                             f"with OC divisible by groups={groups}")
+        self.shape, self.groups = tuple(w.shape), int(groups)
+        self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
+        if self.depthwise:
+            self.raw, self.packed, self.row_sums = w, None, None
+        else:
+            self.raw = None
+            self.packed, self.row_sums = _C.int8_pack_weights(w.reshape(groups, w.shape[0] // groups, -1))
+
+    @property
+    def out_channels(self):
+        return self.shape[0]
+
+    @property
+    def nbytes(self):
+        return (self.raw.nbytes if self.depthwise
+                else self.packed.nbytes + self.row_sums.nbytes)
+
+
+def pack_weights(w, groups=1):
+    """int8 (N, K) or (OC, C/groups, kh, kw) -> PackedWeight (packed buffer + row sums)."""
+    return PackedWeight(w, groups)
+
+
+def _params(n, *arrays):
+    """Scalars or (n,) -> contiguous int32 (n,) each."""
+    out = []
+    for a in arrays:
+        a = np.asarray(a, np.int64)
+        if a.size not in (1, n):
+            raise ValueError(f"quantized kernel: per-channel parameter has {a.size} entries, "
+                             f"expected 1 or {n}")
+        out.append(np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (n,)), np.int32))
+    return out
+
+
+def _signed(dtype):
+    return qrange(dtype)[0] < 0
+
+
+def _input(x):
+    x = np.ascontiguousarray(x)
+    qrange(x.dtype)
+    return x
+
+
+def gemm(x, x_zero_point, packed):
+    """x u8/s8 (M, K) -> int32 (M, N) = (x - x_zero_point) @ W.T."""
+    return _C.int8_gemm_s32(_input(x), int(x_zero_point), packed.packed, packed.row_sums,
+                            packed.shape[0])
+
+
+def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype):
+    """int32 acc (M, N), per-column (N,) or scalar bias/multiplier/shift -> dtype (M, N)."""
+    acc = np.ascontiguousarray(acc, np.int32)
+    if acc.ndim != 2:
+        raise ValueError(f"requantize: acc must be (M, N), got {acc.shape}")
+    b, m, s = _params(acc.shape[1], bias, multiplier, shift)
+    return _C.int8_requantize(acc, b, m, s, int(zero_point), bool(relu), _signed(dtype))
+
+
+def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype):
+    """x u8/s8 (M, K), packed W (N, K) -> dtype (M, N); requant per output channel."""
+    n = packed.shape[0]
+    if packed.packed is None or len(packed.shape) != 2:
+        raise ValueError(f"linear: weights must be packed from (N, K), got {packed.shape}")
+    b, m, s = _params(n, bias, multiplier, shift)
+    return _C.int8_linear(_input(x), int(x_zero_point), packed.packed, packed.row_sums, n, b, m,
+                          s, int(out_zero_point), bool(relu), _signed(dtype))
+
+
+def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
+           stride=1, padding=0, dilation=1):
+    """x u8/s8 (N, C, H, W), packed W (OC, C/groups, kh, kw) -> dtype (N, OC, OH, OW).
+
+    Padding is the activation zero point. 1x1 stride-1 goes straight to the GEMM, other
+    kernels through im2row; depthwise runs direct loops.
+    """
+    x = _input(x)
+    if len(packed.shape) != 4 or x.ndim != 4 or x.shape[1] != packed.shape[1] * packed.groups:
+        raise ValueError(f"conv2d: input {x.shape} does not match weight {packed.shape} with "
+                         f"groups={packed.groups}")
+    b, m, s = _params(packed.shape[0], bias, multiplier, shift)
+    geom = (_pair(stride), _quad(padding), _pair(dilation))
+    args = (int(out_zero_point), bool(relu), _signed(dtype)) + geom
+    if packed.depthwise:
+        return _C.int8_depthwise_conv2d(x, int(x_zero_point), packed.raw, b, m, s, *args)
+    return _C.int8_conv2d(x, int(x_zero_point), packed.packed, packed.row_sums, packed.shape,
+                          b, m, s, *args, packed.groups)
+
+
+def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):
+    """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers."""
+    a, b = _input(a), _input(b)
+    if a.shape != b.shape:
+        raise ValueError(f"add: shapes differ, a {a.shape} b {b.shape}")
+    return _C.int8_add(a, int(a_zero_point), b, int(b_zero_point), int(m_a), int(m_b),
+                       int(shift), int(out_zero_point), bool(relu), _signed(dtype))
+
+
+def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1):
+    """Each x_i requantized to the output's (scale, zero point) and joined along axis."""
+    xs = [_input(x) for x in xs]
+    axis = axis % xs[0].ndim
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    out = np.empty(shape, dtype)
+    outer = int(np.prod(shape[:axis]))
+    out_inner = int(np.prod(shape[axis:]))
+    offset = 0
+    for x, z, m, s in zip(xs, zero_points, multipliers, shifts):
+        inner = int(np.prod(x.shape[axis:]))
+        _C.int8_concat_part(x, int(z), outer, inner, int(m), int(s), int(out_zero_point), out,
+                            offset, out_inner)
+        offset += inner
+    return out
+
+
+def max_pool2d(x, kernel, stride=None, padding=0):
+    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same quantization."""
+    stride = kernel if stride is None else stride
+    return _C.int8_max_pool2d(_input(x), _pair(kernel), _pair(stride), _quad(padding))
+
+
+def avg_pool2d(x, zero_point, kernel, stride=None, padding=0, count_include_pad=True):
+    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same scale and zero point, rounded half up."""
+    stride = kernel if stride is None else stride
+    return _C.int8_avg_pool2d(_input(x), int(zero_point), _pair(kernel), _pair(stride),
+                              _quad(padding), bool(count_include_pad))
