@@ -81,7 +81,7 @@ def _view(storage, offset, size, stride, source):
                                f"{stride} reaches past its storage of {flat.size} elements")
     base = flat[offset:]
     view = as_strided(base, size, tuple(st * flat.itemsize for st in stride), writeable=False)
-    return np.array(view)
+    return np.array(view, order="C")  # own, writable, C-contiguous copy
 
 
 def _finish(array, kind):
@@ -194,10 +194,15 @@ def load_pth(path):
     source = str(path)
     with open(path, "rb") as handle:
         head = handle.read(4)
-    if head[:2] == b"PK":
-        return _load_zip(path, source)
-    if head[:1] == b"\x80":
-        return _load_legacy(path, source)
+    try:
+        if head[:2] == b"PK":
+            return _load_zip(path, source)
+        if head[:1] == b"\x80":
+            return _load_legacy(path, source)
+    except pickle.UnpicklingError as error:  # our own format errors come back wrapped
+        if isinstance(error.__cause__, TorchFormatError):
+            raise error.__cause__ from None
+        raise
     raise TorchFormatError(f"{source}: neither a zip nor a legacy pickle .pth (first bytes "
                            f"{head!r}); the pre-0.1.10 tar format is not supported")
 
