@@ -9,6 +9,9 @@ namespace {
 // ceil(a / b) for b > 0 and any sign of a.
 inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
+// Below this many column elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
 inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // Output columns [lo, hi) whose source column ox * sw + offset lies inside [0, w).
@@ -66,7 +69,8 @@ template <typename T>
 void im2col(const T* x, const Conv2dGeometry& g, T* cols) {
     const int64_t plane = g.out_h() * g.out_w();
     const int64_t row = g.n * plane;
-#pragma omp parallel for collapse(2) schedule(static)
+    const bool parallel = g.col_rows() * row >= kParallelMin;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
     for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t c = 0; c < g.c; ++c) {
             const T* src = x + (n * g.c + c) * g.h * g.w;
@@ -84,7 +88,8 @@ template <typename T>
 void col2im(const T* cols, const Conv2dGeometry& g, T* x) {
     const int64_t plane = g.out_h() * g.out_w();
     const int64_t row = g.n * plane;
-#pragma omp parallel for collapse(2) schedule(static)
+    const bool parallel = g.col_rows() * row >= kParallelMin;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
     for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t c = 0; c < g.c; ++c) {
             T* dst = x + (n * g.c + c) * g.h * g.w;
