@@ -1,0 +1,128 @@
+import os
+
+import numpy as np
+import pytest
+
+from ds_fakes import (truncate, write_flat_val, write_image, write_imagenet_train, write_mat,
+                      write_meta_mat, mat_struct_array)
+from tianyuan.datasets import CorruptImageError, ImageFolder, ImageNet
+from tianyuan.datasets.matfile import read_mat
+
+WNIDS = ["n03000000", "n01000000", "n02000000"]   # devkit (ILSVRC2012_ID) order, not sorted
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_matfile_reads_struct_arrays(tmp_path, compress):
+    path = str(tmp_path / "m.mat")
+    write_mat(path, [mat_struct_array("s", [{"a": 1.5, "b": "xyz"}, {"a": 7, "b": "n0"}])],
+              compress)
+    assert read_mat(path)["s"] == [{"a": 1.5, "b": "xyz"}, {"a": 7.0, "b": "n0"}]
+
+
+def test_train_folders_sorted_wnid_order(tmp_path):
+    write_imagenet_train(tmp_path, WNIDS, per_class=2)
+    ds = ImageNet(tmp_path, "train")
+    assert len(ds) == 6 and ds.classes == sorted(WNIDS)
+    item = ds[0]
+    assert item["image"].shape == (8, 8, 3) and item["image"].dtype == np.uint8
+    for path, label in ds.samples:
+        assert os.path.basename(os.path.dirname(path)) == ds.classes[label]
+
+
+def test_val_class_folders(tmp_path):
+    write_imagenet_train(tmp_path, WNIDS)
+    write_image(str(tmp_path / "val" / "n02000000" / "v.JPEG"))
+    ds = ImageNet(tmp_path, "val")
+    assert [label for _, label in ds.samples] == [1]
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("devkit_dir", [False, True])
+def test_flat_val_with_devkit_ground_truth(tmp_path, compress, devkit_dir):
+    write_imagenet_train(tmp_path, WNIDS, per_class=1)
+    write_flat_val(tmp_path, 4)
+    where = tmp_path / "ILSVRC2012_devkit_t12" / "data" if devkit_dir else tmp_path
+    write_meta_mat(str(where / "meta.mat"), WNIDS, compress)
+    (where / "ILSVRC2012_validation_ground_truth.txt").write_text("1\n3\n2\n1\n")
+    ds = ImageNet(tmp_path, "val")
+    # ids 1, 3, 2, 1 -> wnids n03, n02, n01, n03 -> sorted indices 2, 1, 0, 2
+    assert ds.targets == [2, 1, 0, 2]
+    assert ds.class_names[0] == "name of n01000000"
+
+
+def test_flat_val_with_loc_solution_csv(tmp_path):
+    write_imagenet_train(tmp_path, WNIDS, per_class=1)
+    write_flat_val(tmp_path, 3)
+    rows = ["ImageId,PredictionString",
+            "ILSVRC2012_val_00000002,n01000000 1 2 3 4",
+            "ILSVRC2012_val_00000001,n03000000 1 2 3 4 n03000000 0 0 2 2",
+            "ILSVRC2012_val_00000003,n02000000 0 0 5 5"]
+    (tmp_path / "LOC_val_solution.csv").write_text("\n".join(rows) + "\n")
+    assert ImageNet(tmp_path, "val").targets == [2, 0, 1]
+
+
+def test_synset_mapping_gives_class_list_without_train(tmp_path):
+    write_flat_val(tmp_path, 1)
+    mapping = "".join(f"{w} name {w}\n" for w in sorted(WNIDS))
+    (tmp_path / "LOC_synset_mapping.txt").write_text(mapping)
+    (tmp_path / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\nILSVRC2012_val_00000001,n02000000 0 0 1 1\n")
+    ds = ImageNet(tmp_path, "val")
+    assert ds.targets == [1] and ds.class_names[1] == "name n02000000"
+
+
+def test_ground_truth_txt_without_meta_is_an_error(tmp_path):
+    write_imagenet_train(tmp_path, WNIDS, per_class=1)
+    write_flat_val(tmp_path, 2)
+    (tmp_path / "ILSVRC2012_validation_ground_truth.txt").write_text("1\n2\n")
+    with pytest.raises(FileNotFoundError, match="meta.mat"):
+        ImageNet(tmp_path, "val")
+
+
+def test_missing_paths_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ImageNet(tmp_path / "nope", "train")
+    write_imagenet_train(tmp_path, WNIDS, per_class=1)
+    with pytest.raises(FileNotFoundError, match=r"val.*does not exist"):
+        ImageNet(tmp_path, "val")
+    write_flat_val(tmp_path, 1)
+    with pytest.raises(FileNotFoundError, match="no ground truth"):
+        ImageNet(tmp_path, "val")
+
+
+def test_val_file_without_label_is_an_error(tmp_path):
+    write_imagenet_train(tmp_path, WNIDS, per_class=1)
+    write_flat_val(tmp_path, 3)
+    (tmp_path / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\nILSVRC2012_val_00000001,n02000000 0 0 1 1\n")
+    with pytest.raises(ValueError, match="ILSVRC2012_val_00000002.JPEG has no row"):
+        ImageNet(tmp_path, "val")
+
+
+def test_corrupt_and_truncated_images(tmp_path):
+    write_image(str(tmp_path / "a" / "good.jpg"))
+    write_image(str(tmp_path / "a" / "trunc.jpg"), 64, 64)
+    truncate(str(tmp_path / "a" / "trunc.jpg"))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "junk.png").write_bytes(b"not an image at all")
+    ds = ImageFolder(tmp_path)
+    assert ds[0]["image"].shape == (8, 8, 3)
+    with pytest.raises(CorruptImageError, match="trunc.jpg"):
+        ds[1]
+    with pytest.raises(CorruptImageError, match="junk.png"):
+        ds[2]
+    skipping = ImageFolder(tmp_path, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipping unreadable image"):
+        assert skipping[1] is None
+    assert skipping[2] is None and skipping.num_skipped == 2
+
+
+def test_image_folder_labels_and_png(tmp_path):
+    write_image(str(tmp_path / "cat" / "1.png"), colour=(1, 2, 3))
+    write_image(str(tmp_path / "ant" / "deep" / "2.jpg"))
+    ds = ImageFolder(tmp_path)
+    assert ds.classes == ["ant", "cat"] and ds.targets == [0, 1]
+    assert ds[1]["image"][0, 0].tolist() == [1, 2, 3]   # RGB order kept
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty holds no images"):
+        ImageFolder(tmp_path)
