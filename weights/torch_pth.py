@@ -11,7 +11,6 @@ numpy arrays. Anything else in the pickle is refused.
 (64, 3, 7, 7)
 """
 import codecs
-import io
 import pickle
 import struct
 import zipfile
@@ -251,11 +250,10 @@ def _load_legacy(path, source):
         info = safe_unpickle(handle, allowed={}, source=source)
         if not info.get("little_endian", True):
             raise TorchFormatError(f"{source}: big-endian legacy files are not supported")
-        pending = {}  # key -> (dtype, kind, [(view key, offset, numel)])
-        views = []
+        pending = {}  # root storage key -> _LazyStorage, filled after the pickle
 
         def persistent_load(pid):
-            return _legacy_storage(pid, pending, views, source)
+            return _legacy_storage(pid, pending, source)
 
         result = safe_unpickle(handle, allowed=allowed, persistent_load=persistent_load,
                                source=source, encoding="latin1")
@@ -265,7 +263,7 @@ def _load_legacy(path, source):
     return resolve_deferred(result)
 
 
-def _legacy_storage(pid, pending, views, source):
+def _legacy_storage(pid, pending, source):
     # ('storage', type, root key, location, numel, view_metadata); the data comes after
     # the pickle, so hand out a placeholder whose array is filled in before use.
     if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):

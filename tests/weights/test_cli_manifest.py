@@ -41,7 +41,8 @@ def test_unknown_name_suggests_others():
 
 def test_weights_never_import_zoo_or_torch():
     code = ("import sys, tianyuan.weights, tianyuan.weights.cli; "
-            "print([m for m in sys.modules if m.startswith(('tianyuan.zoo', 'torch', 'megengine'))])")
+            "print([m for m in sys.modules "
+            "if m.startswith(('tianyuan.zoo', 'torch', 'megengine'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -55,7 +56,8 @@ def served_entry(server, home, tmp_path):
     data = path.read_bytes()
     server.files["resnet18-test.pth"] = data
     base = get_entry("resnet18.imagenet_torchvision")
-    entry = dataclasses.replace(base, name="resnet18.test_local", urls=(server.url("resnet18-test.pth"),),
+    entry = dataclasses.replace(base, name="resnet18.test_local",
+                                urls=(server.url("resnet18-test.pth"),),
                                 sha256=hashlib.sha256(data).hexdigest(), sha256_kind="full")
     register(entry)
     yield entry, state

@@ -5,7 +5,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from pth_writer import Call, FakeGlobal, Storage, Tensor, contiguous, with_global, write_legacy, \
+from pth_writer import FakeGlobal, Storage, Tensor, contiguous, with_global, write_legacy, \
     write_zip
 from tianyuan.io import UnpicklingRefused
 from tianyuan.weights import QTensor, TorchFormatError, load_megengine, load_pth
@@ -40,7 +40,8 @@ def _mixed_state():
         "w": base[:20].reshape(4, 5), "w_t": base[:20].reshape(4, 5).T,
         "w_slice": np.lib.stride_tricks.as_strided(base[22:], (3, 2), (40, 12)),
         "scalar": np.float32(base[59]), "empty": np.zeros((0, 3), np.float32),
-        "half": half, "half_t": np.lib.stride_tricks.as_strided(half.reshape(-1)[1:], (3, 2), (2, 8)),
+        "half": half,
+        "half_t": np.lib.stride_tricks.as_strided(half.reshape(-1)[1:], (3, 2), (2, 8)),
         "long": longs, "bool": flags, "u8": bytes_, "i8": chars,
         "bf16": (bf16_bits.astype(np.uint32) << 16).view(np.float32),
     }
@@ -93,7 +94,8 @@ def test_pth_quantized_tensors(tmp_path, fmt):
     w = loaded["conv.weight"]
     assert isinstance(w, QTensor) and w.axis == 0
     np.testing.assert_array_equal(w.values, q)
-    np.testing.assert_allclose(w.dequantize(), (q - np.array([[0], [1]])) * np.array([[0.5], [0.25]]))
+    expected = (q - np.array([[0], [1]])) * np.array([[0.5], [0.25]])
+    np.testing.assert_allclose(w.dequantize(), expected)
     a = loaded["act"]
     assert a.axis == -1 and float(a.scale) == 0.1 and int(a.zero_point) == 3
     np.testing.assert_array_equal(a.values, q.view(np.uint8))
@@ -101,8 +103,8 @@ def test_pth_quantized_tensors(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["zip", "legacy"])
-@pytest.mark.parametrize("glob", [("os", "system"), ("builtins", "eval"),
-                                  ("torch", "load"), ("torch._utils", "_rebuild_device_tensor_from_numpy")])
+@pytest.mark.parametrize("glob", [("os", "system"), ("builtins", "eval"), ("torch", "load"),
+                                  ("torch._utils", "_rebuild_device_tensor_from_numpy")])
 def test_pth_other_globals_refused(tmp_path, fmt, glob):
     state = OrderedDict(w=contiguous("0", np.ones(3, np.float32)))
     path = tmp_path / "evil.pth"
@@ -162,7 +164,7 @@ def test_megengine_pickles(tmp_path, protocol):
 
 def test_megengine_other_globals_refused(tmp_path):
     path = tmp_path / "evil.pkl"
-    path.write_bytes(pickle.dumps({"x": Call(FakeGlobal("os", "system"), "true")}, protocol=2)
-                     if False else b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00trueq\x00\x85R.")
+    # protocol 2: GLOBAL os.system, the string "true", TUPLE1, REDUCE
+    path.write_bytes(b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R.")
     with pytest.raises(UnpicklingRefused, match="os.system"):
         load_megengine(path)
