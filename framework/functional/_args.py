@@ -1,4 +1,6 @@
 """Argument normalisation shared by the spatial functional ops (conv, pooling, vision)."""
+import numbers
+
 from .. import dtypes
 from ..tensor import Tensor
 
@@ -16,7 +18,7 @@ def image_tensor(x, op, name="input"):
 
 def pair(value, name, op, minimum=0):
     """int or (a, b) -> (a, b) of ints >= minimum."""
-    if isinstance(value, int):
+    if isinstance(value, numbers.Integral):
         value = (value, value)
     try:
         out = tuple(int(v) for v in value)

@@ -85,7 +85,8 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     wi, cog, kh, kw = weight.shape
     if ci != wi or ci % groups:
         raise ValueError(f"{op}: input has {ci} channels but weight expects {wi} "
-                         f"(groups={groups}, must divide it), input {x.shape}, weight {weight.shape}")
+                         f"(groups={groups}, must divide it), input {x.shape}, "
+                         f"weight {weight.shape}")
     if bias is not None and bias.shape[0] != cog * groups:
         raise ValueError(f"{op}: bias must have shape ({cog * groups},), got {bias.shape} "
                          f"(weight {weight.shape}, groups={groups})")

@@ -24,7 +24,8 @@ def _sizes(x, size, scale_factor, op):
         return pair(size, "size", op, 1), (None, None)
     scales = (scale_factor,) * 2 if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
     if len(scales) != 2 or min(scales) <= 0:
-        raise ValueError(f"{op}: scale_factor must be a positive number or pair, got {scale_factor!r}")
+        raise ValueError(f"{op}: scale_factor must be a positive number or pair, "
+                         f"got {scale_factor!r}")
     out = tuple(int(math.floor(n * float(s))) for n, s in zip(x.shape[2:], scales))
     if min(out) < 1:
         raise ValueError(f"{op}: scale_factor {scale_factor!r} gives an empty output {out} for "

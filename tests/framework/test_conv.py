@@ -93,7 +93,8 @@ def test_conv2d_without_bias_and_frozen_weight():
 def test_conv2d_batch_chunks(monkeypatch):
     # a budget of one image's columns forces one chunk per image
     monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 3 * 9 * 16 * 8)
-    check_op(lambda x, w: F.conv2d(x, w, padding=1), lambda x, w: conv2d_ref(x, w, padding=(1,) * 4),
+    check_op(lambda x, w: F.conv2d(x, w, padding=1),
+             lambda x, w: conv2d_ref(x, w, padding=(1,) * 4),
              [(3, 3, 4, 4), (2, 3, 3, 3)], fwd_atol=1e-5)
 
 
@@ -159,7 +160,7 @@ def test_conv_error_messages():
         F.conv2d(x, ty.randn(1, 4, 3, 3, dtype="float64"))
     with pytest.raises(ValueError, match="conv_transpose2d: output_padding"):
         F.conv_transpose2d(x, ty.randn(4, 2, 3, 3), stride=2, output_padding=2)
-    with pytest.raises(ValueError, match="conv_transpose2d: input has 4 channels but weight expects 3"):
+    with pytest.raises(ValueError, match="conv_transpose2d: input has 4 channels but weight "):
         F.conv_transpose2d(x, ty.randn(3, 2, 3, 3))
 
 

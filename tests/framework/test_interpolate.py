@@ -70,7 +70,8 @@ RESIZES = [
 def test_nearest(shape, size, scale):
     scales = (scale, scale) if isinstance(scale, (int, float)) else (scale or (None, None))
     out = size or tuple(int(math.floor(n * s)) for n, s in zip(shape[2:], scales))
-    check_op(lambda x: F.interpolate(x, size, scale), lambda x: nearest_ref(x, out, scales), [shape])
+    check_op(lambda x: F.interpolate(x, size, scale), lambda x: nearest_ref(x, out, scales),
+             [shape])
 
 
 @pytest.mark.parametrize("shape,size,scale", RESIZES)
@@ -107,5 +108,5 @@ def test_channel_shuffle():
     ref = x.reshape(2, 3, 2, 2, 3).transpose(0, 2, 1, 3, 4).reshape(2, 6, 2, 3)
     np.testing.assert_array_equal(F.channel_shuffle(ty.tensor(x), 3).numpy(), ref)
     gradcheck(lambda t: F.channel_shuffle(t, 2), [x])
-    with pytest.raises(ValueError, match="channel_shuffle: groups=4 must be a positive int dividing"):
+    with pytest.raises(ValueError, match="channel_shuffle: groups=4 must be a positive int"):
         F.channel_shuffle(ty.tensor(x), 4)

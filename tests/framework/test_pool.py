@@ -20,7 +20,8 @@ def _out_size(n, k, s, p, d, ceil_mode):
 
 def max_pool_ref(x, k, s, p, d=1, ceil_mode=False):
     n, c, h, w = x.shape
-    oh, ow = _out_size(h, k[0], s[0], p[0], d, ceil_mode), _out_size(w, k[1], s[1], p[1], d, ceil_mode)
+    oh = _out_size(h, k[0], s[0], p[0], d, ceil_mode)
+    ow = _out_size(w, k[1], s[1], p[1], d, ceil_mode)
     out = np.full((n, c, oh, ow), -np.inf, x.dtype)
     for y in range(oh):
         for z in range(ow):
@@ -34,14 +35,15 @@ def max_pool_ref(x, k, s, p, d=1, ceil_mode=False):
 
 def avg_pool_ref(x, k, s, p, ceil_mode=False, count_include_pad=True):
     n, c, h, w = x.shape
-    oh, ow = _out_size(h, k[0], s[0], p[0], 1, ceil_mode), _out_size(w, k[1], s[1], p[1], 1, ceil_mode)
+    oh = _out_size(h, k[0], s[0], p[0], 1, ceil_mode)
+    ow = _out_size(w, k[1], s[1], p[1], 1, ceil_mode)
     out = np.zeros((n, c, oh, ow), x.dtype)
     for y in range(oh):
         for z in range(ow):
             r0, q0 = y * s[0] - p[0], z * s[1] - p[1]
             r1, q1 = min(r0 + k[0], h + p[0]), min(q0 + k[1], w + p[1])
             window = x[:, :, max(r0, 0):min(r1, h), max(q0, 0):min(q1, w)]
-            count = (r1 - r0) * (q1 - q0) if count_include_pad else window.shape[2] * window.shape[3]
+            count = (r1 - r0) * (q1 - q0) if count_include_pad else window[0, 0].size
             out[:, :, y, z] = window.sum(axis=(2, 3)) / count
     return out
 
