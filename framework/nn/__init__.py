@@ -18,3 +18,4 @@ from .module import IncompatibleKeys, Module, RemovableHandle
 from .norm import BatchNorm1d, BatchNorm2d
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

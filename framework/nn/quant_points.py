@@ -1,0 +1,54 @@
+"""Float modules that mark where a model quantizes: its ends and its multi-input ops.
+
+A zoo model writes its residual adds and concats as these modules (not as `a + b` in
+forward), and puts `QuantStub`/`DequantStub` at its ends. In float they are plain ops;
+`tianyuan.quantization.quantize_qat` swaps each for the QAT module of the same name
+(which observes and fake-quantizes its output), and `quantize` for the int8 one.
+
+>>> self.add_relu = nn.AddReLU()          # in __init__
+>>> out = self.add_relu(out, identity)     # in forward: relu(out + identity)
+"""
+from .. import functional as F
+from .module import Module
+
+
+class QuantStub(Module):
+    """Float -> (fake-)quantized activation at a model's input; identity in float."""
+
+    def forward(self, x):
+        return x
+
+
+class DequantStub(Module):
+    """(Fake-)quantized -> float at a model's output; identity in float."""
+
+    def forward(self, x):
+        return x
+
+
+class Add(Module):
+    """a + b, as a module so its output gets its own quantization parameters."""
+
+    def forward(self, a, b):
+        return a + b
+
+
+class AddReLU(Module):
+    """relu(a + b): the residual add of ResNet-style blocks."""
+
+    def forward(self, a, b):
+        return F.relu(a + b)
+
+
+class Concat(Module):
+    """Concatenation along `axis`; quantized, its inputs are requantized to one scale."""
+
+    def __init__(self, axis=1):
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, tensors):
+        return F.concat(list(tensors), self.axis)
+
+    def extra_repr(self):
+        return f"axis={self.axis}"
