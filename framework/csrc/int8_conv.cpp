@@ -3,6 +3,7 @@
 // with the zero-point correction folded into the bias, and a transpose back to NCHW.
 // Depthwise convolution runs direct loops instead (one channel's K is tiny).
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "int8_ops.h"
@@ -65,14 +66,22 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
     return out;
 }
 
-// x (M, K) -> rows (M, kp) u8, sign bit flipped for signed input, zero-filled past K.
-std::vector<uint8_t> as_rows(const QIn& x, int64_t m, int64_t k, int64_t kp) {
-    std::vector<uint8_t> rows(static_cast<size_t>(m * kp), 0);
+// x (M, K) as GEMM rows (M, kp) u8: x itself when it is u8 and K % 4 == 0, else a copy
+// in `buf` with the sign bit flipped for signed input and zeros past K.
+const uint8_t* as_rows(const QIn& x, int64_t m, int64_t k, int64_t kp,
+                       std::vector<uint8_t>& buf) {
+    if (!x.is_signed && k == kp) return x.data;
+    buf.assign(static_cast<size_t>(m * kp), 0);
     const uint8_t flip = flip_of(x);
     for (int64_t i = 0; i < m; ++i) {
-        for (int64_t q = 0; q < k; ++q) rows[i * kp + q] = x.data[i * k + q] ^ flip;
+        for (int64_t q = 0; q < k; ++q) buf[i * kp + q] = x.data[i * k + q] ^ flip;
     }
-    return rows;
+    return buf.data();
+}
+
+// Uninitialised s32 scratch (value-initialising a std::vector would touch it twice).
+std::unique_ptr<int32_t[]> scratch(int64_t size) {
+    return std::unique_ptr<int32_t[]>(new int32_t[static_cast<size_t>(size)]);
 }
 
 }  // namespace
@@ -81,9 +90,10 @@ void gemm_s32(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const in
               int64_t n, int32_t* c) {
     const int64_t kp = round_up(k, kGroup);
     const int64_t np = round_up(n, kPanel);
-    const std::vector<uint8_t> rows = as_rows(x, m, k, kp);
-    std::vector<int32_t> acc(static_cast<size_t>(m * np));
-    gemm_u8s8s32(rows.data(), kp, m, packed, n, k, acc.data(), np);
+    std::vector<uint8_t> buf;
+    const uint8_t* rows = as_rows(x, m, k, kp, buf);
+    const std::unique_ptr<int32_t[]> acc = scratch(m * np);
+    gemm_u8s8s32(rows, kp, m, packed, n, k, acc.get(), np);
     const std::vector<int32_t> fix = corrected_bias(nullptr, row_sums, n, zero_of(x));
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
@@ -97,14 +107,15 @@ void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int3
             int64_t n, const int32_t* bias, const Requant& r, uint8_t* out) {
     const int64_t kp = round_up(k, kGroup);
     const int64_t np = round_up(n, kPanel);
-    const std::vector<uint8_t> rows = as_rows(x, m, k, kp);
-    std::vector<int32_t> acc(static_cast<size_t>(m * np));
-    gemm_u8s8s32(rows.data(), kp, m, packed, n, k, acc.data(), np);
+    std::vector<uint8_t> buf;
+    const uint8_t* rows = as_rows(x, m, k, kp, buf);
+    const std::unique_ptr<int32_t[]> acc = scratch(m * np);
+    gemm_u8s8s32(rows, kp, m, packed, n, k, acc.get(), np);
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, n, zero_of(x));
     Requant rq = r;
     rq.bias = b.data();
     rq.step = 1;
-    requantize(acc.data(), np, m, n, rq, false, out, n);
+    requantize(acc.get(), np, m, n, rq, false, out, n);
 }
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
@@ -116,7 +127,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                            g.pb == 0 && g.pl == 0 && g.pr == 0;
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
     std::vector<uint8_t> rows(static_cast<size_t>(p * kp), 0), q(static_cast<size_t>(p * ocg));
-    std::vector<int32_t> acc(static_cast<size_t>(p * np));
+    const std::unique_ptr<int32_t[]> acc = scratch(p * np);
     for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t gi = 0; gi < g.groups; ++gi) {
             const uint8_t* xg = x.data + (n * g.c + gi * cg) * g.h * g.w;
@@ -126,12 +137,12 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                 im2row(xg, cg, g, flip_of(x), static_cast<uint8_t>(zero_of(x)), kp, rows.data());
             }
             gemm_u8s8s32(rows.data(), kp, p, packed + gi * packed_size(ocg, kg), ocg, kg,
-                         acc.data(), np);
+                         acc.get(), np);
             Requant rq = r;
             rq.bias = b.data() + gi * ocg;
             rq.multiplier = r.multiplier + gi * ocg;
             rq.shift = r.shift + gi * ocg;
-            requantize(acc.data(), np, p, ocg, rq, false, q.data(), ocg);
+            requantize(acc.get(), np, p, ocg, rq, false, q.data(), ocg);
             transpose_u8(q.data(), p, ocg, ocg, 0, out + (n * g.oc + gi * ocg) * p, p);
         }
     }

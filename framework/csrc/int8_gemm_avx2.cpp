@@ -16,10 +16,37 @@ namespace {
 
 constexpr int kRows = 4;
 
+// Even (bytes 0, 2) and odd (bytes 1, 3) activation bytes of one row, zero-extended to int16.
+inline void split_row(const uint8_t* p, __m256i& even, __m256i& odd) {
+    uint32_t four;
+    std::memcpy(&four, p, sizeof(four));
+    even = _mm256_set1_epi32(static_cast<int32_t>(four & 0x00FF00FFu));
+    odd = _mm256_set1_epi32(static_cast<int32_t>((four >> 8) & 0x00FF00FFu));
+}
+
+inline __m256i dot(__m256i acc, __m256i xe, __m256i xo, __m256i we, __m256i wo) {
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(xe, we));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(xo, wo));
+}
+
+// Named accumulators (GCC would keep an array of vectors in memory).
+#define TY_DOT_ROW(i)                                        \
+    if (R > i) {                                             \
+        __m256i xe, xo;                                      \
+        split_row(a + i * lda + g * kGroup, xe, xo);         \
+        c##i##0 = dot(c##i##0, xe, xo, w0e, w0o);            \
+        c##i##1 = dot(c##i##1, xe, xo, w1e, w1o);            \
+    }
+#define TY_STORE_ROW(i)                                                          \
+    if (R > i) {                                                                 \
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc), c##i##0);   \
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc + 8), c##i##1); \
+    }
+
 template <int R>
 void tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c, int64_t ldc) {
-    __m256i acc[R][2];
-    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    const __m256i z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     for (int64_t g = 0; g < kp / kGroup; ++g) {
         const int8_t* grp = b + g * kPanel * kGroup;
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp));
@@ -29,22 +56,13 @@ void tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c
         const __m256i w0o = _mm256_srai_epi16(w0, 8);
         const __m256i w1e = _mm256_srai_epi16(_mm256_slli_epi16(w1, 8), 8);
         const __m256i w1o = _mm256_srai_epi16(w1, 8);
-        for (int i = 0; i < R; ++i) {
-            uint32_t four;
-            std::memcpy(&four, a + i * lda + g * kGroup, sizeof(four));
-            const __m256i xe = _mm256_set1_epi32(static_cast<int32_t>(four & 0x00FF00FFu));
-            const __m256i xo = _mm256_set1_epi32(static_cast<int32_t>((four >> 8) & 0x00FF00FFu));
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(xe, w0e));
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(xo, w0o));
-            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(xe, w1e));
-            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(xo, w1o));
-        }
+        TY_DOT_ROW(0) TY_DOT_ROW(1) TY_DOT_ROW(2) TY_DOT_ROW(3)
     }
-    for (int i = 0; i < R; ++i) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc), acc[i][0]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc + 8), acc[i][1]);
-    }
+    TY_STORE_ROW(0) TY_STORE_ROW(1) TY_STORE_ROW(2) TY_STORE_ROW(3)
 }
+
+#undef TY_DOT_ROW
+#undef TY_STORE_ROW
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t);
 

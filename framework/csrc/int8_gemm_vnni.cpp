@@ -16,29 +16,52 @@ namespace {
 constexpr int kRows = 6;
 constexpr int kPanels = 4;
 
+inline __m512i broadcast4(const uint8_t* p) {
+    int32_t four;
+    std::memcpy(&four, p, sizeof(four));
+    return _mm512_set1_epi32(four);
+}
+
+// Accumulators are named variables, not an array: GCC keeps arrays of vectors in memory
+// and would store all of them every k step.
+#define TY_ACC_ROW(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
+#define TY_DOT_ROW(i)                                                 \
+    if (R > i) {                                                      \
+        const __m512i x = broadcast4(a + i * lda + g * kGroup);       \
+        c##i##0 = _mm512_dpbusd_epi32(c##i##0, x, w0);                \
+        if (P > 1) c##i##1 = _mm512_dpbusd_epi32(c##i##1, x, w1);     \
+        if (P > 2) c##i##2 = _mm512_dpbusd_epi32(c##i##2, x, w2);     \
+        if (P > 3) c##i##3 = _mm512_dpbusd_epi32(c##i##3, x, w3);     \
+    }
+#define TY_STORE_ROW(i)                                               \
+    if (R > i) {                                                      \
+        int32_t* ci = c + i * ldc;                                    \
+        _mm512_storeu_si512(ci, c##i##0);                             \
+        if (P > 1) _mm512_storeu_si512(ci + kPanel, c##i##1);         \
+        if (P > 2) _mm512_storeu_si512(ci + 2 * kPanel, c##i##2);     \
+        if (P > 3) _mm512_storeu_si512(ci + 3 * kPanel, c##i##3);     \
+    }
+
 template <int R, int P>
 void tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c, int64_t ldc) {
-    __m512i acc[R][P];
-    for (int i = 0; i < R; ++i) {
-        for (int j = 0; j < P; ++j) acc[i][j] = _mm512_setzero_si512();
-    }
-    const int64_t panel_stride = kp * kPanel;
+    const __m512i z = _mm512_setzero_si512();
+    TY_ACC_ROW(0) TY_ACC_ROW(1) TY_ACC_ROW(2) TY_ACC_ROW(3) TY_ACC_ROW(4) TY_ACC_ROW(5)
+    const int64_t ps = kp * kPanel;  // bytes between panels
     for (int64_t g = 0; g < kp / kGroup; ++g) {
-        __m512i w[P];
-        for (int j = 0; j < P; ++j) {
-            w[j] = _mm512_loadu_si512(b + j * panel_stride + g * kPanel * kGroup);
-        }
-        for (int i = 0; i < R; ++i) {
-            int32_t four;
-            std::memcpy(&four, a + i * lda + g * kGroup, sizeof(four));
-            const __m512i x = _mm512_set1_epi32(four);
-            for (int j = 0; j < P; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
-        }
+        const int8_t* grp = b + g * kPanel * kGroup;
+        const __m512i w0 = _mm512_loadu_si512(grp);
+        const __m512i w1 = P > 1 ? _mm512_loadu_si512(grp + ps) : z;
+        const __m512i w2 = P > 2 ? _mm512_loadu_si512(grp + 2 * ps) : z;
+        const __m512i w3 = P > 3 ? _mm512_loadu_si512(grp + 3 * ps) : z;
+        TY_DOT_ROW(0) TY_DOT_ROW(1) TY_DOT_ROW(2) TY_DOT_ROW(3) TY_DOT_ROW(4) TY_DOT_ROW(5)
     }
-    for (int i = 0; i < R; ++i) {
-        for (int j = 0; j < P; ++j) _mm512_storeu_si512(c + i * ldc + j * kPanel, acc[i][j]);
-    }
+    TY_STORE_ROW(0) TY_STORE_ROW(1) TY_STORE_ROW(2) TY_STORE_ROW(3) TY_STORE_ROW(4)
+    TY_STORE_ROW(5)
 }
+
+#undef TY_ACC_ROW
+#undef TY_DOT_ROW
+#undef TY_STORE_ROW
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t);
 

@@ -75,9 +75,18 @@ def _input(x):
     return x
 
 
+def _check_linear(op, x, packed):
+    if packed.packed is None or len(packed.shape) != 2:
+        raise ValueError(f"{op}: weights must be packed from (N, K), got {packed.shape}")
+    if x.ndim != 2 or x.shape[1] != packed.shape[1]:
+        raise ValueError(f"{op}: x {x.shape} does not match weights (N, K) = {packed.shape}")
+
+
 def gemm(x, x_zero_point, packed):
     """x u8/s8 (M, K) -> int32 (M, N) = (x - x_zero_point) @ W.T."""
-    return _C.int8_gemm_s32(_input(x), int(x_zero_point), packed.packed, packed.row_sums,
+    x = _input(x)
+    _check_linear("gemm", x, packed)
+    return _C.int8_gemm_s32(x, int(x_zero_point), packed.packed, packed.row_sums,
                             packed.shape[0])
 
 
@@ -92,11 +101,10 @@ def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype):
 
 def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype):
     """x u8/s8 (M, K), packed W (N, K) -> dtype (M, N); requant per output channel."""
-    n = packed.shape[0]
-    if packed.packed is None or len(packed.shape) != 2:
-        raise ValueError(f"linear: weights must be packed from (N, K), got {packed.shape}")
+    x, n = _input(x), packed.shape[0]
+    _check_linear("linear", x, packed)
     b, m, s = _params(n, bias, multiplier, shift)
-    return _C.int8_linear(_input(x), int(x_zero_point), packed.packed, packed.row_sums, n, b, m,
+    return _C.int8_linear(x, int(x_zero_point), packed.packed, packed.row_sums, n, b, m,
                           s, int(out_zero_point), bool(relu), _signed(dtype))
 
 

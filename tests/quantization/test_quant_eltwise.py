@@ -1,0 +1,66 @@
+"""Native int8 add, concat, max/avg pooling: bit-exact on every ISA path."""
+import numpy as np
+import pytest
+from helpers import check_quant
+
+from tianyuan.quantization import kernels as K
+from tianyuan.quantization import reference as R
+
+
+def _q(rng, shape, dtype):
+    lo, hi = R.qrange(dtype)
+    return rng.integers(lo, hi + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 5), (2, 3, 7, 9), (1, 70000)])
+@pytest.mark.parametrize("scales", [(0.02, 0.05, 0.06), (0.1, 0.01, 0.03), (0.5, 0.5, 0.01)])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("dtype,zps", [(np.uint8, (120, 3, 128)), (np.int8, (0, 0, 0)),
+                                       (np.int8, (5, -9, 2))])
+def test_add(shape, scales, relu, dtype, zps):
+    rng = np.random.default_rng(len(shape))
+    a, b = _q(rng, shape, dtype), _q(rng, shape, dtype)
+    ma, mb, shift = R.add_multipliers(*scales)
+    args = (a, zps[0], b, zps[1], ma, mb, shift, zps[2], relu, dtype)
+    check_quant(lambda: K.add(*args), lambda: R.add(*args))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype,zps", [(np.uint8, (10, 200, 128, 77)), (np.int8, (0, 0, 0, 0))])
+def test_concat(axis, dtype, zps):
+    rng = np.random.default_rng(3)
+    shapes = [(2, 3, 4, 5), (2, 3, 4, 5), (2, 3, 4, 5)]
+    xs = [_q(rng, s, dtype) for s in shapes]
+    real = np.array([0.04, 0.01, 0.02]) / 0.02               # the last one is exactly 1
+    m, s = R.quantize_multiplier(real)
+    args = (xs, zps[:3], m, s, zps[3], dtype, axis)
+    check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
+
+
+def test_concat_channels_of_different_widths():
+    rng = np.random.default_rng(4)
+    xs = [_q(rng, (2, c, 3, 3), np.uint8) for c in (1, 5, 2)]
+    m, s = R.quantize_multiplier([0.7, 1.3, 1.0])
+    args = (xs, (3, 4, 5), m, s, 6, np.uint8, 1)
+    check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
+
+
+POOLS = [((2, 3, 8, 8), 2, 2, 0), ((1, 4, 9, 7), 3, 2, 1), ((1, 2, 7, 7), 7, 1, 0),
+         ((2, 3, 10, 11), (3, 2), (2, 1), (1, 1)), ((1, 1, 5, 6), 3, 1, (1, 1, 0, 1))]
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding", POOLS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_max_pool2d(shape, kernel, stride, padding, dtype):
+    x = _q(np.random.default_rng(5), shape, dtype)
+    check_quant(lambda: K.max_pool2d(x, kernel, stride, padding),
+                lambda: R.max_pool2d(x, kernel, stride, padding))
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding", POOLS)
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0), (np.int8, -20)])
+@pytest.mark.parametrize("include_pad", [True, False])
+def test_avg_pool2d(shape, kernel, stride, padding, dtype, zp, include_pad):
+    x = _q(np.random.default_rng(6), shape, dtype)
+    check_quant(lambda: K.avg_pool2d(x, zp, kernel, stride, padding, include_pad),
+                lambda: R.avg_pool2d(x, zp, kernel, stride, padding, include_pad))

@@ -1,0 +1,102 @@
+"""Native int8 GEMM, requantize and linear: bit-exact to the reference on every ISA path."""
+import numpy as np
+import pytest
+from helpers import check_quant
+
+from tianyuan.quantization import kernels as K
+from tianyuan.quantization import reference as R
+
+SHAPES = [(1, 1, 1), (1, 3, 17), (3, 17, 33), (17, 33, 65), (65, 16, 4), (7, 65, 3),
+          (13, 70, 130), (96, 64, 64)]
+
+
+def _act(rng, shape, dtype):
+    lo, hi = R.qrange(dtype)
+    return rng.integers(lo, hi + 1, shape).astype(dtype)
+
+
+def _channel_params(rng, n, low=1e-4, high=1e-2):
+    m, s = R.quantize_multiplier(rng.uniform(low, high, n))
+    return rng.integers(-5000, 5000, n).astype(np.int32), m, s
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0), (np.int8, -7)])
+def test_gemm_s32(m, n, k, dtype, zp):
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a = _act(rng, (m, k), dtype)
+    w = _act(rng, (n, k), np.int8)
+    check_quant(lambda: K.gemm(a, zp, K.pack_weights(w)), lambda: R.gemm(a, zp, w))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[1:6])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("in_dtype,in_zp,out_dtype,out_zp",
+                         [(np.uint8, 128, np.uint8, 77), (np.int8, 0, np.int8, 0),
+                          (np.uint8, 3, np.int8, -5), (np.int8, 0, np.uint8, 250)])
+def test_linear(m, n, k, relu, in_dtype, in_zp, out_dtype, out_zp):
+    rng = np.random.default_rng(k)
+    x, w = _act(rng, (m, k), in_dtype), _act(rng, (n, k), np.int8)
+    bias, mult, shift = _channel_params(rng, n)
+    packed = K.pack_weights(w)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    check_quant(lambda: K.linear(x, in_zp, packed, *args), lambda: R.linear(x, in_zp, w, *args))
+
+
+def test_linear_per_tensor_scalars_broadcast():
+    rng = np.random.default_rng(5)
+    x, w = _act(rng, (4, 9), np.uint8), _act(rng, (5, 9), np.int8)
+    m, s = R.quantize_multiplier([0.003])
+    expected = R.linear(x, 10, w, np.zeros(5, np.int32), np.repeat(m, 5), np.repeat(s, 5), 20,
+                        False, np.uint8)
+    check_quant(lambda: K.linear(x, 10, K.pack_weights(w), 0, m, s, 20, False, np.uint8),
+                lambda: expected)
+
+
+@pytest.mark.parametrize("m,n", [(1, 1), (3, 7), (5, 16), (4, 17), (2, 33), (9, 100)])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 200), (np.int8, 0), (np.int8, 9)])
+def test_requantize_full_int32_range(m, n, relu, dtype, zp):
+    rng = np.random.default_rng(m * n)
+    acc = rng.integers(-2 ** 31 + 2 ** 20, 2 ** 31 - 2 ** 20, (m, n)).astype(np.int32)
+    acc.flat[0], acc.flat[-1] = -2 ** 31 + 2 ** 20, 2 ** 31 - 2 ** 20 - 1
+    bias = rng.integers(-2 ** 20, 2 ** 20, n).astype(np.int32)
+    real = np.exp(rng.uniform(np.log(1e-9), np.log(4.0), n))   # shifts from 29 to 60
+    mult, shift = R.quantize_multiplier(real)
+    args = (acc, bias, mult, shift, zp, relu, dtype)
+    check_quant(lambda: K.requantize(*args), lambda: R.requantize(*args))
+
+
+def test_requantize_ties_and_tiny_multipliers():
+    acc = np.arange(-64, 64, dtype=np.int32).reshape(2, 64)
+    real = np.array([0.5, 0.25, 1.0, 2.0 ** -33] * 16)        # ties at every .5; shift 62
+    mult, shift = R.quantize_multiplier(real)
+    args = (acc, np.zeros(64, np.int32), mult, shift, 0, False, np.int8)
+    check_quant(lambda: K.requantize(*args), lambda: R.requantize(*args))
+
+
+def test_gemm_accumulator_near_int32_limit():
+    k = 65000                                  # 65000 * 255 * 128 ~ 2**31 - 5e6
+    a = np.full((2, k), 255, np.uint8)
+    a[1] = 0
+    w = np.stack([np.full(k, -128), np.full(k, 127), np.arange(k) % 256 - 128]).astype(np.int8)
+    check_quant(lambda: K.gemm(a, 0, K.pack_weights(w)), lambda: R.gemm(a, 0, w))
+    check_quant(lambda: K.gemm(a, 255, K.pack_weights(w)), lambda: R.gemm(a, 255, w))
+
+
+def test_packed_weights_survive_isa_switch_and_report_size():
+    w = np.arange(-60, 60, dtype=np.int8).reshape(3, 40)
+    packed = K.pack_weights(w)
+    assert packed.packed.nbytes == 16 * 40 and packed.row_sums.tolist() == R.row_sums(w).tolist()
+    a = np.arange(80, dtype=np.uint8).reshape(2, 40)
+    check_quant(lambda: K.gemm(a, 1, packed), lambda: R.gemm(a, 1, w))
+
+
+def test_errors_name_the_op():
+    with pytest.raises(ValueError, match="pack_weights"):
+        K.pack_weights(np.zeros((2, 3), np.float32))
+    packed = K.pack_weights(np.zeros((2, 3), np.int8))
+    with pytest.raises(ValueError, match="gemm: x"):
+        K.gemm(np.zeros((2, 4), np.uint8), 0, packed)
+    with pytest.raises(ValueError, match="per-channel"):
+        K.linear(np.zeros((2, 3), np.uint8), 0, packed, np.zeros(3), 1, 31, 0, False, np.uint8)
