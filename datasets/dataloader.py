@@ -11,6 +11,7 @@
 >>> loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, seed=0)  # doctest: +SKIP
 >>> for batch in loader: ...                                                     # doctest: +SKIP
 """
+import atexit
 import multiprocessing
 import os
 import pickle
@@ -19,6 +20,7 @@ import signal
 import time
 import uuid
 import warnings
+import weakref
 from multiprocessing import resource_tracker
 
 import numpy as np
@@ -28,6 +30,14 @@ from .collate import default_collate
 from .samplers import BatchSampler, RandomSampler, SequentialSampler
 
 _POLL_S = 0.2
+_LIVE_POOLS = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_pools():
+    # persistent or abandoned workers still hold segments at exit: unlink them, do not leak
+    for pool in list(_LIVE_POOLS):
+        pool.shutdown()
 
 
 class DataLoaderWorkerError(RuntimeError):
@@ -139,6 +149,7 @@ class _WorkerPool:
         self.serial, self.next_worker, self.healthy = 0, 0, True
         self.outstanding = {}   # serial -> (worker, batch number, indices, owning run)
         self.run_id = 0
+        _LIVE_POOLS.add(self)
         for worker_id in range(loader.num_workers):
             index_queue = context.Queue()
             process = context.Process(
@@ -230,22 +241,24 @@ class _WorkerPool:
             code = process.exitcode
             how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else \
                 f"exited with code {code}"
-            jobs = [f"batch {n} (dataset indices {ix})"
-                    for w, n, ix, _ in self.outstanding.values() if w == worker_id]
+            jobs = sorted((n, ix) for w, n, ix, _ in self.outstanding.values() if w == worker_id)
+            held = f"; its next batch was {jobs[0][0]} (dataset indices {jobs[0][1]})" + \
+                (f" with {len(jobs) - 1} more queued" if len(jobs) > 1 else "") if jobs else ""
             raise RuntimeError(
-                f"DataLoader worker {worker_id} (pid {process.pid}) {how} unexpectedly"
-                + (f" while loading {', '.join(jobs)}" if jobs else "")
+                f"DataLoader worker {worker_id} (pid {process.pid}) {how} unexpectedly{held}"
                 + ". Out of memory (the OOM killer) is a common cause; try fewer workers or "
                 "num_workers=0 to see errors directly")
 
     def shutdown(self):
         """Stop the workers, then unlink the segments of every task that never came back."""
+        if self.results is None:
+            return
         for index_queue in self.index_queues:
             try:
                 index_queue.put(None)
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + (2.0 if self.healthy else 0.3)
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
@@ -258,7 +271,8 @@ class _WorkerPool:
         for q in self.index_queues + [self.results]:
             q.cancel_join_thread()
             q.close()
-        self.processes, self.index_queues = [], []
+        self.processes, self.index_queues, self.results = [], [], None
+        _LIVE_POOLS.discard(self)
 
     def _drain(self):
         while True:

@@ -96,7 +96,9 @@ def cifar_batch(count, seed):
     data = images.transpose(0, 3, 1, 2).reshape(count, 3072)
     raw = {b"batch_label": b"batch", b"labels": labels, b"data": data,
            b"filenames": [b"f%d.png" % i for i in range(count)]}
-    return images, labels, pickle.dumps(raw, protocol=2)
+    # protocol 4: the real batches are Python 2 pickles (BINSTRING data); Python 3 can only
+    # write bytes as BINBYTES (protocol >= 3), which loads the same with encoding="bytes".
+    return images, labels, pickle.dumps(raw, protocol=4)
 
 
 def write_cifar(folder, count=3):
@@ -108,7 +110,7 @@ def write_cifar(folder, count=3):
         open(os.path.join(folder, name), "wb").write(blob)
         written[name] = (images, labels)
     meta = {b"label_names": [b"airplane"] * 10, b"num_cases_per_batch": count}
-    open(os.path.join(folder, "batches.meta"), "wb").write(pickle.dumps(meta, protocol=2))
+    open(os.path.join(folder, "batches.meta"), "wb").write(pickle.dumps(meta, protocol=4))
     return written
 
 

@@ -1,0 +1,134 @@
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from tianyuan.datasets import DataLoader, ShapesDataset, get_worker_info
+from tianyuan.datasets import transforms as T
+
+
+def shm_segments():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("ty")} \
+        if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    before = shm_segments()
+    yield
+    assert shm_segments() - before == set()
+
+
+class Faulty:
+    """Raises at `bad`, kills its own process at `kill`, sleeps at `slow`, None at `skip`."""
+
+    def __init__(self, num=16, bad=None, kill=None, slow=None, skip=()):
+        self.num, self.bad, self.kill, self.slow, self.skip = num, bad, kill, slow, skip
+
+    def __len__(self):
+        return self.num
+
+    def __getitem__(self, index):
+        if index == self.bad:
+            raise ValueError(f"broken sample {index}")
+        if index == self.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if index == self.slow:
+            time.sleep(3)
+        if index in self.skip:
+            return None
+        info = get_worker_info()
+        return {"x": np.full((2, 3), index, np.float32), "label": index,
+                "worker": -1 if info is None else info.id, "pid": os.getpid()}
+
+
+def shapes_loader(num_workers, **kwargs):
+    transform = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(),
+                           T.ColorJitter(0.3, 0.3, 0.3), T.Normalize(), T.ToCHW()])
+    ds = ShapesDataset(20, transform=transform)
+    return DataLoader(ds, batch_size=4, shuffle=True, num_workers=num_workers, seed=7, **kwargs)
+
+
+def epochs(loader, count=2):
+    return [[(b["image"], b["label"]) for b in loader] for _ in range(count)]
+
+
+def test_same_batches_with_0_and_2_workers():
+    main, workers = epochs(shapes_loader(0)), epochs(shapes_loader(2, prefetch=1))
+    assert len(main[0]) == 5
+    for epoch_main, epoch_workers in zip(main, workers):
+        for (image_a, label_a), (image_b, label_b) in zip(epoch_main, epoch_workers):
+            assert image_a.shape == (4, 3, 24, 24) and image_a.dtype == np.float32
+            np.testing.assert_array_equal(image_a, image_b)
+            np.testing.assert_array_equal(label_a, label_b)
+    assert not np.array_equal(main[0][0][1], main[1][0][1])   # a new order each epoch
+
+
+def test_worker_exception_names_the_index_and_keeps_the_traceback():
+    loader = DataLoader(Faulty(bad=9), batch_size=4, num_workers=2)
+    with pytest.raises(ValueError, match="dataset index 9") as caught:
+        list(loader)
+    assert "broken sample 9" in str(caught.value) and "in __getitem__" in str(caught.value)
+    assert caught.value.dataset_index == 9
+    with pytest.raises(ValueError, match="broken sample 9") as direct:
+        list(DataLoader(Faulty(bad=9), batch_size=4))
+    assert direct.value.dataset_index == 9
+
+
+def test_killed_worker_raises_instead_of_hanging():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker \d \(pid \d+\) was killed by SIGKILL"):
+        list(DataLoader(Faulty(kill=6), batch_size=2, num_workers=2))
+    assert time.monotonic() - start < 10
+
+
+def test_timeout():
+    loader = DataLoader(Faulty(slow=1), batch_size=2, num_workers=1, timeout=0.5)
+    with pytest.raises(TimeoutError, match=r"dataset indices \[0, 1\]"):
+        list(loader)
+
+
+def test_persistent_workers_and_abandoned_epoch():
+    loader = DataLoader(Faulty(), batch_size=4, num_workers=2, persistent_workers=True)
+    first = next(iter(loader))            # abandon the epoch after one batch
+    assert first["x"].shape == (4, 2, 3) and first["label"].tolist() == [0, 1, 2, 3]
+    pids = set()
+    for _ in range(2):
+        batches = list(loader)
+        assert [b["label"][0] for b in batches] == [0, 4, 8, 12]
+        assert [int(b["worker"][0]) for b in batches] == [0, 1, 0, 1]
+        pids.update(int(p) for b in batches for p in b["pid"])
+    assert len(pids) == 2 and os.getpid() not in pids
+    loader.close()
+
+
+def test_skipped_items_are_dropped_and_reported_once():
+    loader = DataLoader(Faulty(num=8, skip=(1, 2, 3)), batch_size=4, num_workers=2)
+    with pytest.warns(RuntimeWarning, match="3 items were skipped"):
+        batches = list(loader)
+    assert [b["label"].tolist() for b in batches] == [[0], [4, 5, 6, 7]]
+    assert loader.num_skipped == 3
+
+
+def test_worker_init_fn_and_seeds():
+    seen = []
+
+    def init(worker_id):
+        info = get_worker_info()
+        assert info.id == worker_id and info.seed == 100 + worker_id
+        os.environ["TY_TEST_WORKER"] = str(worker_id)
+
+    loader = DataLoader(Faulty(num=4), batch_size=2, num_workers=2, seed=100,
+                        worker_init_fn=init)
+    seen = [int(b["worker"][0]) for b in loader]
+    assert seen == [0, 1]
+
+
+def test_init_failure_is_reported():
+    def init(worker_id):
+        raise KeyError("no such resource")
+
+    with pytest.raises(KeyError, match="worker_init_fn"):
+        list(DataLoader(Faulty(num=4), batch_size=2, num_workers=1, worker_init_fn=init))
