@@ -6,6 +6,9 @@ import pytest
 import tianyuan as ty
 import tianyuan.functional as F
 from helpers import check_op
+from tianyuan import _C
+from tianyuan.functional.pooling import pool_out_size
+from tianyuan.ops.pool_ref import max_pool2d_backward_ref, max_pool2d_ref
 
 
 def _out_size(n, k, s, p, d, ceil_mode):
@@ -76,6 +79,37 @@ MAX_CASES = [
 def test_max_pool2d(shape, k, s, p, d, ceil_mode):
     check_op(lambda x: F.max_pool2d(x, k, s, p, d, ceil_mode),
              lambda x: max_pool_ref(x, k, s, p, d, ceil_mode), [shape])
+
+
+@pytest.mark.parametrize("shape,k,s,p,d,ceil_mode", MAX_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_max_pool_matches_numpy_twin(shape, k, s, p, d, ceil_mode, dtype):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.reshape(-1)[::7] = np.nan  # NaN propagates and wins the argmax
+    flat = x.reshape(-1)
+    flat[1::2] = flat[0:flat.size - 1:2]  # ties with the left neighbour: the first max wins
+    out_size = tuple(pool_out_size(n, kk, ss, pp, d, ceil_mode)
+                     for n, kk, ss, pp in zip(shape[2:], k, s, p))
+    args = (k, s, p, (d, d), out_size)
+    out, arg = _C.max_pool2d(x, *args)
+    ref_out, ref_arg = max_pool2d_ref(x, *args)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(arg, ref_arg)
+    g = rng.standard_normal(out.shape).astype(dtype)
+    np.testing.assert_allclose(_C.max_pool2d_backward(g, arg, shape),
+                               max_pool2d_backward_ref(g, arg, shape), rtol=1e-6)
+
+
+def test_native_max_pool_rejects_bad_arguments():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="max_pool2d: x must be float32 or float64"):
+        _C.max_pool2d(x.astype(np.int64), (2, 2), (2, 2), (0, 0), (1, 1), (2, 2))
+    with pytest.raises(ValueError, match="max_pool2d: kernel, stride"):
+        _C.max_pool2d(x, (2, 2), (0, 2), (0, 0), (1, 1), (2, 2))
+    with pytest.raises(ValueError, match="max_pool2d_backward: argmax must have grad's shape"):
+        _C.max_pool2d_backward(np.zeros((1, 1, 2, 2), np.float32),
+                               np.zeros((1, 1, 2, 3), np.int32), (1, 1, 4, 4))
 
 
 def test_max_pool2d_gradient_goes_to_first_argmax_and_stride_defaults_to_kernel():
