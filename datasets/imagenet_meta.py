@@ -36,7 +36,8 @@ class ImageNetMeta:
         return len(self.wnids)
 
 
-def read_shipped_tsv(path=SHIPPED_TSV):
+def read_shipped_tsv(path=None):
+    path = path or SHIPPED_TSV
     wnids, names, ids = [], [], {}
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
@@ -105,8 +106,9 @@ def load_imagenet_meta(root):
     return None
 
 
-def write_shipped_tsv(meta, path=SHIPPED_TSV):
+def write_shipped_tsv(meta, path=None):
     """Write `meta` (with ILSVRC2012 ids) in the shipped format."""
+    path = path or SHIPPED_TSV
     wnid_to_id = {wnid: i for i, wnid in meta.id_to_wnid.items()}
     missing = [w for w in meta.wnids if w not in wnid_to_id]
     if missing:

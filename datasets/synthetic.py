@@ -152,7 +152,8 @@ class ShapesDataset:
     """
 
     def __init__(self, num, train=True, seed=0, size=32, num_classes=10, transform=None):
-        self.images, self.labels = make_shapes(num, size, num_classes, 2 * seed + (0 if train else 1))
+        split_seed = 2 * seed + (0 if train else 1)
+        self.images, self.labels = make_shapes(num, size, num_classes, split_seed)
         self.classes = list(SHAPE_NAMES[:num_classes])
         self.transform = transform
 

@@ -56,7 +56,7 @@ class HalfBody:
 
 
 def box_to_centre_scale(box, aspect, padding):
-    """(centre (2,), size (2,) = (w, h)) of `box` grown to aspect w/h = `aspect`, times `padding`."""
+    """(centre (2,), size (2,) = (w, h)) of `box` grown to aspect w/h `aspect`, times `padding`."""
     x1, y1, x2, y2 = [float(v) for v in box]
     w, h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
     if w > aspect * h:

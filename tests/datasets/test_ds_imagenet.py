@@ -6,9 +6,28 @@ import pytest
 from ds_fakes import (truncate, write_flat_val, write_image, write_imagenet_train, write_mat,
                       write_meta_mat, mat_struct_array)
 from tianyuan.datasets import CorruptImageError, ImageFolder, ImageNet
+from tianyuan.datasets import imagenet_meta
 from tianyuan.datasets.matfile import read_mat
 
 WNIDS = ["n03000000", "n01000000", "n02000000"]   # devkit (ILSVRC2012_ID) order, not sorted
+
+
+@pytest.fixture(autouse=True)
+def no_shipped_class_list(monkeypatch, tmp_path):
+    """These tests use made-up wnids; a shipped 1000-class list must not interfere."""
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_TSV", str(tmp_path / "absent.tsv"))
+
+
+def test_shipped_class_list_round_trip(tmp_path, monkeypatch):
+    write_meta_mat(str(tmp_path / "meta.mat"), WNIDS)
+    tsv = str(tmp_path / "classes.tsv")
+    imagenet_meta.write_shipped_tsv(imagenet_meta.read_meta_mat(str(tmp_path / "meta.mat")), tsv)
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_TSV", tsv)
+    (tmp_path / "meta.mat").unlink()
+    write_flat_val(tmp_path, 2)
+    (tmp_path / "ILSVRC2012_validation_ground_truth.txt").write_text("2\n3\n")
+    ds = ImageNet(tmp_path, "val")
+    assert ds.meta.source == tsv and ds.classes == sorted(WNIDS) and ds.targets == [0, 1]
 
 
 @pytest.mark.parametrize("compress", [False, True])
