@@ -6,26 +6,40 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // output elements below which we stay serial
 
+// ceil(a / b) for b > 0 and any sign of a.
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Kernel taps [lo, hi) whose pixel start + t * d lies inside [0, size).
+inline void taps(int64_t start, int64_t d, int64_t k, int64_t size, int64_t* lo, int64_t* hi) {
+    *lo = start < 0 ? ceil_div(-start, d) : 0;
+    *hi = ceil_div(size - start, d);
+    if (*hi > k) *hi = k;
+    if (*hi < *lo) *hi = *lo;
+}
+
 template <typename T>
 void pool_plane(const T* src, const Pool2dGeometry& g, T* dst, int32_t* arg) {
     for (int64_t oy = 0; oy < g.out_h; ++oy) {
         const int64_t y0 = oy * g.sh - g.ph;
+        int64_t i_lo, i_hi;
+        taps(y0, g.dh, g.kh, g.h, &i_lo, &i_hi);
         for (int64_t ox = 0; ox < g.out_w; ++ox) {
             const int64_t x0 = ox * g.sw - g.pw;
+            int64_t j_lo, j_hi;
+            taps(x0, g.dw, g.kw, g.w, &j_lo, &j_hi);
             T best = T(0);
-            int64_t best_index = -1;
-            for (int64_t i = 0; i < g.kh; ++i) {
-                const int64_t y = y0 + i * g.dh;
-                if (y < 0 || y >= g.h) continue;
-                for (int64_t j = 0; j < g.kw; ++j) {
-                    const int64_t x = x0 + j * g.dw;
-                    if (x < 0 || x >= g.w) continue;
-                    const T v = src[y * g.w + x];
-                    // v != v: NaN propagates, as in PyTorch
-                    if (best_index < 0 || v > best || (v != v && best == best)) {
-                        best = v;
-                        best_index = y * g.w + x;
-                    }
+            int64_t best_index = -1;  // stays -1 only for a window outside the image
+            if (i_lo < i_hi && j_lo < j_hi) {
+                best_index = (y0 + i_lo * g.dh) * g.w + x0 + j_lo * g.dw;
+                best = src[best_index];
+            }
+            for (int64_t i = i_lo; i < i_hi; ++i) {
+                const int64_t row = (y0 + i * g.dh) * g.w + x0;
+                for (int64_t j = j_lo; j < j_hi; ++j) {
+                    const T v = src[row + j * g.dw];
+                    const bool take = v > best || v != v;  // NaN propagates, as in PyTorch
+                    best = take ? v : best;                // selects, not branches: random
+                    best_index = take ? row + j * g.dw : best_index;  // data mispredicts
                 }
             }
             dst[oy * g.out_w + ox] = best;

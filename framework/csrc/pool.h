@@ -15,8 +15,9 @@ struct Pool2dGeometry {
     int64_t out_h, out_w;  // output size (already reflects ceil_mode)
 };
 
-// out (N, C, out_h, out_w): max over the window's in-image pixels (NaN wins, then the first
-// maximum); argmax: its flat index y * W + x within the (H, W) plane.
+// out (N, C, out_h, out_w): max over the window's in-image pixels, scanned row by row: the
+// first maximum wins, and any NaN replaces the current best (PyTorch's rule, so NaN
+// propagates); argmax: its flat index y * W + x within the (H, W) plane.
 template <typename T>
 void max_pool2d_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax);
 

@@ -29,13 +29,13 @@ def crop(xp, pads, shape):
 
 def max_pool2d_ref(x, kernel, stride, padding, dilation, out_size):
     """-> (out, argmax): argmax is the flat index y * W + x in the (H, W) plane of the first
-    maximum; a NaN replaces a number (NaN propagates), as the native kernel does."""
+    maximum; any NaN replaces the current best (NaN propagates), as the native kernel does."""
     xp, _ = padded(x, kernel, stride, padding, dilation, out_size, -np.inf)
     out = window(xp, 0, 0, stride, dilation, out_size).copy()
     offset = np.zeros(out.shape, np.int64)  # kernel offset i * kw + j of the max
     for k in range(1, kernel[0] * kernel[1]):
         view = window(xp, k // kernel[1], k % kernel[1], stride, dilation, out_size)
-        better = (view > out) | (np.isnan(view) & ~np.isnan(out))
+        better = (view > out) | np.isnan(view)
         np.copyto(out, view, where=better)
         np.copyto(offset, k, where=better)
     oy = np.arange(out_size[0])[:, None] * stride[0] - padding[0]
