@@ -1,0 +1,41 @@
+// Shared by the bind_*.cpp files: array aliases and argument helpers for the pybind11 glue.
+// Only bindings.cpp and bind_*.cpp include pybind11; kernels know nothing of Python.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace tianyuan {
+namespace bind {
+
+namespace py = pybind11;
+
+template <typename T>
+using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+using Pair = std::pair<int64_t, int64_t>;
+using Quad = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+// float32 and float64 (float64 serves the finite-difference gradient checks).
+template <typename F32, typename F64>
+py::array dispatch_float(const char* op, const char* arg, const py::array& a, F32 f32, F64 f64) {
+    if (a.dtype().is(py::dtype::of<float>())) return f32();
+    if (a.dtype().is(py::dtype::of<double>())) return f64();
+    throw py::value_error(std::string(op) + ": " + arg + " must be float32 or float64, got " +
+                          std::string(py::str(a.dtype())));
+}
+
+// One per family, each in its own bind_<family>.cpp; bindings.cpp calls them all.
+void bind_runtime(py::module_& m);
+void bind_im2col(py::module_& m);
+void bind_pool(py::module_& m);
+void bind_int8(py::module_& m);
+
+}  // namespace bind
+}  // namespace tianyuan

@@ -1,0 +1,86 @@
+// pybind11 glue: im2col / col2im (framework/csrc/im2col.h).
+#include <string>
+#include <tuple>
+
+#include "im2col.h"
+
+#include "bind_common.h"
+
+namespace tianyuan {
+namespace bind {
+namespace {
+
+Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, int64_t w,
+                             Pair kernel, Pair stride, Quad padding, Pair dilation) {
+    Conv2dGeometry g{n, c, h, w, kernel.first, kernel.second, stride.first, stride.second,
+                     std::get<0>(padding), std::get<1>(padding), std::get<2>(padding),
+                     std::get<3>(padding), dilation.first, dilation.second};
+    const std::string name(op);
+    if (g.kh < 1 || g.kw < 1) throw py::value_error(name + ": kernel must be >= 1");
+    if (g.sh < 1 || g.sw < 1) throw py::value_error(name + ": stride must be >= 1");
+    if (g.dh < 1 || g.dw < 1) throw py::value_error(name + ": dilation must be >= 1");
+    if (g.pt < 0 || g.pb < 0 || g.pl < 0 || g.pr < 0)
+        throw py::value_error(name + ": padding must be >= 0");
+    if (g.h + g.pt + g.pb < g.dh * (g.kh - 1) + 1 || g.w + g.pl + g.pr < g.dw * (g.kw - 1) + 1)
+        throw py::value_error(name + ": kernel (" + std::to_string(g.kh) + ", " +
+                              std::to_string(g.kw) + ") with dilation is larger than the padded "
+                              "input (" + std::to_string(g.h) + ", " + std::to_string(g.w) + ")");
+    return g;
+}
+
+template <typename T>
+py::array im2col_typed(const py::array& x_any, Pair kernel, Pair stride, Quad padding,
+                       Pair dilation) {
+    Array<T> x = Array<T>::ensure(x_any);
+    if (x.ndim() != 4) throw py::value_error("im2col: x must be 4-D (N, C, H, W), got " +
+                                             std::to_string(x.ndim()) + "-D");
+    const Conv2dGeometry g = make_geometry("im2col", x.shape(0), x.shape(1), x.shape(2),
+                                           x.shape(3), kernel, stride, padding, dilation);
+    Array<T> cols({g.col_rows(), g.col_cols()});
+    {
+        py::gil_scoped_release release;
+        im2col<T>(x.data(), g, cols.mutable_data());
+    }
+    return cols;
+}
+
+template <typename T>
+py::array col2im_typed(const py::array& cols_any, std::tuple<int64_t, int64_t, int64_t, int64_t> shape,
+                       Pair kernel, Pair stride, Quad padding, Pair dilation) {
+    Array<T> cols = Array<T>::ensure(cols_any);
+    auto [n, c, h, w] = shape;
+    const Conv2dGeometry g = make_geometry("col2im", n, c, h, w, kernel, stride, padding, dilation);
+    if (cols.ndim() != 2 || cols.shape(0) != g.col_rows() || cols.shape(1) != g.col_cols())
+        throw py::value_error("col2im: cols must have shape (" + std::to_string(g.col_rows()) +
+                              ", " + std::to_string(g.col_cols()) + ") for input_shape (" +
+                              std::to_string(n) + ", " + std::to_string(c) + ", " +
+                              std::to_string(h) + ", " + std::to_string(w) + ")");
+    Array<T> x({n, c, h, w});
+    {
+        py::gil_scoped_release release;
+        col2im<T>(cols.data(), g, x.mutable_data());
+    }
+    return x;
+}
+
+}  // namespace
+
+void bind_im2col(py::module_& m) {
+    m.def("im2col", [](const py::array& x, Pair kernel, Pair stride, Quad padding, Pair dilation) {
+        return dispatch_float("im2col", "x", x,
+            [&] { return im2col_typed<float>(x, kernel, stride, padding, dilation); },
+            [&] { return im2col_typed<double>(x, kernel, stride, padding, dilation); });
+    }, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+       "x (N, C, H, W) -> cols (C*kh*kw, N*out_h*out_w); padding (top, bottom, left, right)");
+    m.def("col2im", [](const py::array& cols, std::tuple<int64_t, int64_t, int64_t, int64_t> shape,
+                       Pair kernel, Pair stride, Quad padding, Pair dilation) {
+        return dispatch_float("col2im", "cols", cols,
+            [&] { return col2im_typed<float>(cols, shape, kernel, stride, padding, dilation); },
+            [&] { return col2im_typed<double>(cols, shape, kernel, stride, padding, dilation); });
+    }, py::arg("cols"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride"),
+       py::arg("padding"), py::arg("dilation"),
+       "adjoint of im2col: cols (C*kh*kw, N*out_h*out_w) -> summed (N, C, H, W)");
+}
+
+}  // namespace bind
+}  // namespace tianyuan

@@ -1,0 +1,82 @@
+// pybind11 glue: max pooling (framework/csrc/pool.h).
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <tuple>
+
+#include "pool.h"
+
+#include "bind_common.h"
+
+namespace tianyuan {
+namespace bind {
+namespace {
+
+template <typename T>
+py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pair padding,
+                           Pair dilation, Pair out_size) {
+    Array<T> x = Array<T>::ensure(x_any);
+    if (x.ndim() != 4) throw py::value_error("max_pool2d: x must be 4-D (N, C, H, W), got " +
+                                             std::to_string(x.ndim()) + "-D");
+    const Pool2dGeometry g{x.shape(0), x.shape(1), x.shape(2), x.shape(3),
+                           kernel.first, kernel.second, stride.first, stride.second,
+                           padding.first, padding.second, dilation.first, dilation.second,
+                           out_size.first, out_size.second};
+    if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 ||
+        g.pw < 0 || g.out_h < 1 || g.out_w < 1 || g.h * g.w > INT32_MAX)
+        throw py::value_error("max_pool2d: kernel, stride, dilation and out_size must be >= 1, "
+                              "padding >= 0, and the plane under 2^31 pixels");
+    Array<T> out({g.n, g.c, g.out_h, g.out_w});
+    Array<int32_t> argmax({g.n, g.c, g.out_h, g.out_w});
+    {
+        py::gil_scoped_release release;
+        max_pool2d_forward<T>(x.data(), g, out.mutable_data(), argmax.mutable_data());
+    }
+    return py::make_tuple(out, argmax);
+}
+
+template <typename T>
+py::array max_pool2d_backward_typed(const py::array& grad_any, const py::array& argmax_any,
+                                    std::tuple<int64_t, int64_t, int64_t, int64_t> shape) {
+    Array<T> grad = Array<T>::ensure(grad_any);
+    Array<int32_t> argmax = Array<int32_t>::ensure(argmax_any);
+    auto [n, c, h, w] = shape;
+    if (grad.ndim() != 4 || grad.shape(0) != n || grad.shape(1) != c)
+        throw py::value_error("max_pool2d_backward: grad must be (N, C, out_h, out_w) with N, C "
+                              "of input_shape");
+    if (argmax.ndim() != 4 || argmax.size() != grad.size() ||
+        !std::equal(grad.shape(), grad.shape() + 4, argmax.shape()))
+        throw py::value_error("max_pool2d_backward: argmax must have grad's shape");
+    const Pool2dGeometry g{n, c, h, w, 1, 1, 1, 1, 0, 0, 1, 1, grad.shape(2), grad.shape(3)};
+    Array<T> gx({n, c, h, w});
+    {
+        py::gil_scoped_release release;
+        max_pool2d_backward<T>(grad.data(), argmax.data(), g, gx.mutable_data());
+    }
+    return gx;
+}
+}  // namespace
+
+void bind_pool(py::module_& m) {
+    m.def("max_pool2d", [](const py::array& x, Pair kernel, Pair stride, Pair padding,
+                           Pair dilation, Pair out_size) -> py::tuple {
+        if (x.dtype().is(py::dtype::of<double>()))
+            return max_pool2d_typed<double>(x, kernel, stride, padding, dilation, out_size);
+        if (x.dtype().is(py::dtype::of<float>()))
+            return max_pool2d_typed<float>(x, kernel, stride, padding, dilation, out_size);
+        throw py::value_error("max_pool2d: x must be float32 or float64, got " +
+                              std::string(py::str(x.dtype())));
+    }, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
+       py::arg("dilation"), py::arg("out_size"),
+       "x (N, C, H, W) -> (out, argmax int32 flat index in the H*W plane); padding (top, left)");
+    m.def("max_pool2d_backward", [](const py::array& grad, const py::array& argmax,
+                                    std::tuple<int64_t, int64_t, int64_t, int64_t> shape) {
+        return dispatch_float("max_pool2d_backward", "grad", grad,
+            [&] { return max_pool2d_backward_typed<float>(grad, argmax, shape); },
+            [&] { return max_pool2d_backward_typed<double>(grad, argmax, shape); });
+    }, py::arg("grad"), py::arg("argmax"), py::arg("input_shape"),
+       "scatter grad (N, C, out_h, out_w) to its argmax -> (N, C, H, W)");
+}
+
+}  // namespace bind
+}  // namespace tianyuan

@@ -1,0 +1,66 @@
+// pybind11 glue: CPU features, ISA selection, threads, build info.
+#include <omp.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "cpu.h"
+
+#include "bind_common.h"
+
+namespace tianyuan {
+namespace bind {
+#ifndef TIANYUAN_BUILD_FLAGS
+#define TIANYUAN_BUILD_FLAGS ""
+#endif
+
+namespace {
+
+Isa parse_isa(const std::string& name) {
+    for (int i = 0; i <= static_cast<int>(Isa::amx); ++i) {
+        if (name == isa_name(static_cast<Isa>(i))) return static_cast<Isa>(i);
+    }
+    throw std::invalid_argument("unknown ISA '" + name +
+                                "'; expected one of generic, avx2, avx512, vnni, amx");
+}
+
+py::dict features_dict() {
+    const CpuFeatures& f = cpu_features();
+    py::dict d;
+    d["avx2"] = f.avx2;
+    d["fma"] = f.fma;
+    d["avx512f"] = f.avx512f;
+    d["avx512bw"] = f.avx512bw;
+    d["avx512vl"] = f.avx512vl;
+    d["avx512dq"] = f.avx512dq;
+    d["avx512_vnni"] = f.avx512vnni;
+    d["amx_tile"] = f.amx_tile;
+    d["amx_int8"] = f.amx_int8;
+    d["os_avx512"] = f.os_avx512;
+    d["os_amx"] = f.os_amx;
+    return d;
+}
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+    m.def("cpu_features", &features_dict, "CPU features as detected by CPUID and XGETBV");
+    m.def("best_isa", [] { return std::string(isa_name(best_isa())); });
+    m.def("current_isa", [] { return std::string(isa_name(current_isa())); });
+    m.def("set_isa", [](const std::string& name) {
+        const Isa isa = parse_isa(name);
+        if (!set_isa(isa)) {
+            throw std::runtime_error("ISA '" + name + "' is not supported by this CPU/OS; best is '" +
+                                     isa_name(best_isa()) + "'");
+        }
+    });
+    m.def("set_num_threads", [](int n) {
+        if (n < 1) throw std::invalid_argument("set_num_threads: n must be >= 1, got " + std::to_string(n));
+        omp_set_num_threads(n);
+    });
+    m.def("get_num_threads", [] { return omp_get_max_threads(); });
+    m.attr("build_flags") = TIANYUAN_BUILD_FLAGS;
+    m.attr("compiler") = __VERSION__;
+}
+
+}  // namespace bind
+}  // namespace tianyuan
