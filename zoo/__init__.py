@@ -1,1 +1,17 @@
-"""Model definitions (float, QAT-ready) and their registry."""
+"""Model definitions (float, QAT-ready) and their registry.
+
+>>> from tianyuan import zoo
+>>> model = zoo.get_model("resnet18", num_classes=10)
+>>> model.fuse_groups()[0]          # what quantize_qat fuses: conv + bn (+ act), by name
+['conv1', 'bn1', 'relu']
+"""
+from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidual, MobileNetV2,
+                             ResNet, ShuffleNetV1, ShuffleNetV2, ShuffleUnitV1, ShuffleUnitV2,
+                             mobilenet_v2, resnet18, resnet34, resnet50, resnet101, resnet152,
+                             shufflenet_v1, shufflenet_v1_x0_5_g3, shufflenet_v1_x0_5_g8,
+                             shufflenet_v1_x1_0_g3, shufflenet_v1_x1_0_g8,
+                             shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,
+                             shufflenet_v1_x2_0_g3, shufflenet_v1_x2_0_g8, shufflenet_v2_x0_5,
+                             shufflenet_v2_x1_0, shufflenet_v2_x1_5, shufflenet_v2_x2_0)
+from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,
+                       list_models, model_card, register_model, unregister_model)

@@ -1,0 +1,11 @@
+"""Image classification models: ResNet, MobileNetV2, ShuffleNet V1 and V2."""
+from .common import Classifier
+from .mobilenet_v2 import InvertedResidual, MobileNetV2, mobilenet_v2
+from .resnet import (BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50, resnet101,
+                     resnet152)
+from .shufflenet_v1 import (ShuffleNetV1, ShuffleUnitV1, shufflenet_v1, shufflenet_v1_x0_5_g3,
+                            shufflenet_v1_x0_5_g8, shufflenet_v1_x1_0_g3, shufflenet_v1_x1_0_g8,
+                            shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8, shufflenet_v1_x2_0_g3,
+                            shufflenet_v1_x2_0_g8)
+from .shufflenet_v2 import (ShuffleNetV2, ShuffleUnitV2, shufflenet_v2_x0_5, shufflenet_v2_x1_0,
+                            shufflenet_v2_x1_5, shufflenet_v2_x2_0)

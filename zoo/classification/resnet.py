@@ -1,0 +1,175 @@
+"""ResNet-18/34/50/101/152 (He et al., 1512.03385) in torchvision's "v1.5" layout.
+
+The bottleneck strides in its 3x3 conv (conv2), not in the first 1x1. State-dict names
+and shapes equal torchvision's (`conv1`, `bn1`, `layer{1-4}.{i}.conv{1,2,3}`/`bn*`,
+`layerN.0.downsample.{0,1}`, `fc`), so published weights load by name. QAT-ready: each
+ReLU is its own module (`relu1`, `relu2`) and the residual add is `add_relu`
+(nn.AddReLU) — parameter-free, so the state dict is unchanged.
+
+>>> import tianyuan as ty
+>>> from tianyuan.zoo import resnet18
+>>> resnet18(num_classes=10, small_input=True)(ty.randn(2, 3, 32, 32)).shape
+(2, 10)
+"""
+from functools import partial
+
+from tianyuan import nn
+
+from ..registry import classification_card, register_model
+from .common import Classifier, kaiming_init, load_into
+
+
+def conv3x3(in_ch, out_ch, stride=1):
+    return nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+
+
+def conv1x1(in_ch, out_ch, stride=1):
+    return nn.Conv2d(in_ch, out_ch, 1, stride, 0, bias=False)
+
+
+def _downsample_groups(block, prefix):
+    return [] if block.downsample is None else [[f"{prefix}.downsample.0",
+                                                 f"{prefix}.downsample.1"]]
+
+
+class BasicBlock(nn.Module):
+    """3x3 -> 3x3, + identity (ResNet-18/34)."""
+    expansion = 1
+
+    def __init__(self, in_ch, width, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = conv3x3(in_ch, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu1 = nn.ReLU()
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.downsample = downsample
+        self.add_relu = nn.AddReLU()
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.add_relu(out, identity)
+
+    def fuse_groups(self, prefix):
+        return ([[f"{prefix}.conv1", f"{prefix}.bn1", f"{prefix}.relu1"],
+                 [f"{prefix}.conv2", f"{prefix}.bn2"]] + _downsample_groups(self, prefix))
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce -> 3x3 (carries the stride, v1.5) -> 1x1 expand x4, + identity."""
+    expansion = 4
+
+    def __init__(self, in_ch, width, stride=1, downsample=None):
+        super().__init__()
+        out_ch = width * self.expansion
+        self.conv1 = conv1x1(in_ch, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu1 = nn.ReLU()
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.relu2 = nn.ReLU()
+        self.conv3 = conv1x1(width, out_ch)
+        self.bn3 = nn.BatchNorm2d(out_ch)
+        self.downsample = downsample
+        self.add_relu = nn.AddReLU()
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.relu2(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.add_relu(out, identity)
+
+    def fuse_groups(self, prefix):
+        return ([[f"{prefix}.conv1", f"{prefix}.bn1", f"{prefix}.relu1"],
+                 [f"{prefix}.conv2", f"{prefix}.bn2", f"{prefix}.relu2"],
+                 [f"{prefix}.conv3", f"{prefix}.bn3"]] + _downsample_groups(self, prefix))
+
+
+class ResNet(Classifier):
+    """`layers` blocks per stage at widths 64/128/256/512 (x `block.expansion` out).
+
+    small_input: the CIFAR stem (3x3 stride-1 conv, no max-pool) for 32x32 images.
+    zero_init_residual: start each block's last BN at 0, so blocks begin as identities.
+    """
+    classifier_name = "fc"
+
+    def __init__(self, block, layers, num_classes=1000, small_input=False,
+                 zero_init_residual=False):
+        super().__init__()
+        self.num_classes, self.small_input = num_classes, small_input
+        self.quant = nn.QuantStub()
+        if small_input:
+            self.conv1, self.maxpool = conv3x3(3, 64), nn.Identity()
+        else:
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU()
+        in_ch = 64
+        for i, (n, width) in enumerate(zip(layers, (64, 128, 256, 512)), start=1):
+            stage, in_ch = self._make_layer(block, in_ch, width, n, 1 if i == 1 else 2)
+            setattr(self, f"layer{i}", stage)
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        self.dequant = nn.DequantStub()
+        kaiming_init(self)
+        if zero_init_residual:
+            for module in self.modules():
+                if isinstance(module, (BasicBlock, Bottleneck)):
+                    last = module.bn3 if isinstance(module, Bottleneck) else module.bn2
+                    nn.init.zeros_(last.weight)
+
+    @staticmethod
+    def _make_layer(block, in_ch, width, n, stride):
+        out_ch = width * block.expansion
+        downsample = None
+        if stride != 1 or in_ch != out_ch:
+            downsample = nn.Sequential(conv1x1(in_ch, out_ch, stride), nn.BatchNorm2d(out_ch))
+        blocks = [block(in_ch, width, stride, downsample)]
+        blocks += [block(out_ch, width) for _ in range(1, n)]
+        return nn.Sequential(*blocks), out_ch
+
+    def forward(self, x):
+        x = self.quant(x)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = self.fc(self.flatten(self.avgpool(x)))   # (N, 512 * expansion) -> (N, classes)
+        return self.dequant(x)
+
+    def fuse_groups(self):
+        groups = [["conv1", "bn1", "relu"]]
+        for i in range(1, 5):
+            for j, blk in enumerate(getattr(self, f"layer{i}")):
+                groups += blk.fuse_groups(f"layer{i}.{j}")
+        return groups
+
+
+def _resnet(arch, block, layers, *, num_classes=1000, weights=None, pretrained=False,
+            small_input=False, zero_init_residual=False):
+    model = ResNet(block, layers, num_classes, small_input, zero_init_residual)
+    return load_into(model, arch, weights, pretrained)
+
+
+def _card(tv, mge, **extra):
+    return classification_card({"torchvision": {"top1": tv[0], "top5": tv[1]},
+                                "megengine": {"top1": mge}}, **extra)
+
+
+_INT8_R18 = {"torchvision_int8_ptq": {"top1": 69.494, "top5": 88.882},
+             "megengine_int8_qat": {"top1": 69.814, "float_top1": 69.796}}
+_INT8_R50 = {"torchvision_int8_ptq": {"top1": 75.920, "top5": 92.814}}
+
+resnet18 = register_model("resnet18", partial(_resnet, "resnet18", BasicBlock, [2, 2, 2, 2]),
+                          _card((69.758, 89.078), 70.312, int8_metrics=_INT8_R18))
+resnet34 = register_model("resnet34", partial(_resnet, "resnet34", BasicBlock, [3, 4, 6, 3]),
+                          _card((73.314, 91.420), 73.960))
+resnet50 = register_model("resnet50", partial(_resnet, "resnet50", Bottleneck, [3, 4, 6, 3]),
+                          _card((76.130, 92.862), 76.254, int8_metrics=_INT8_R50))
+resnet101 = register_model("resnet101",
+                           partial(_resnet, "resnet101", Bottleneck, [3, 4, 23, 3]),
+                           _card((77.374, 93.546), 77.944))
+resnet152 = register_model("resnet152",
+                           partial(_resnet, "resnet152", Bottleneck, [3, 8, 36, 3]),
+                           _card((78.312, 94.046), 78.582))

@@ -1,0 +1,127 @@
+"""ShuffleNet V2 (Ma et al., 1807.11164) with torchvision's names.
+
+`conv1.{0,1,2}` stem, `stage{2,3,4}.{i}` units, `conv5.{0,1,2}`, `fc`. A stride-2 unit runs
+`branch1` (dw 3x3, BN, 1x1, BN, ReLU) and `branch2` (1x1, BN, ReLU, dw 3x3, BN, 1x1, BN,
+ReLU) on the whole input; a stride-1 unit splits the channels in half and runs `branch2`
+on the second half. Both concat (`cat`, nn.Concat) and shuffle the two halves.
+
+>>> import tianyuan as ty
+>>> from tianyuan.zoo import shufflenet_v2_x0_5
+>>> shufflenet_v2_x0_5(num_classes=10)(ty.randn(1, 3, 64, 64)).shape
+(1, 10)
+"""
+from functools import partial
+
+from tianyuan import functional as F
+from tianyuan import nn
+
+from ..registry import classification_card, register_model
+from .common import Classifier, conv_bn_act, load_into, seq_groups
+
+STAGE_REPEATS = [4, 8, 4]
+# arch -> output widths of stage2-4 and conv5 (the paper's table 5)
+STAGE_WIDTHS = {
+    "shufflenet_v2_x0_5": [48, 96, 192, 1024], "shufflenet_v2_x1_0": [116, 232, 464, 1024],
+    "shufflenet_v2_x1_5": [176, 352, 704, 1024], "shufflenet_v2_x2_0": [244, 488, 976, 2048],
+}
+
+
+def _depthwise(ch, stride):
+    return nn.Conv2d(ch, ch, 3, stride, 1, groups=ch, bias=False)
+
+
+class ShuffleUnitV2(nn.Module):
+    """torchvision's InvertedResidual: (N, in_ch, H, W) -> (N, out_ch, H / stride, W / stride)."""
+
+    def __init__(self, in_ch, out_ch, stride):
+        super().__init__()
+        if stride == 1 and in_ch != out_ch:
+            raise ValueError(f"ShuffleUnitV2: a stride-1 unit keeps its width, got in_ch={in_ch}, "
+                             f"out_ch={out_ch}")
+        half = out_ch // 2
+        self.stride = stride
+        if stride > 1:
+            self.branch1 = nn.Sequential(_depthwise(in_ch, stride), nn.BatchNorm2d(in_ch),
+                                         nn.Conv2d(in_ch, half, 1, bias=False),
+                                         nn.BatchNorm2d(half), nn.ReLU())
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(in_ch if stride > 1 else half, half, 1, bias=False), nn.BatchNorm2d(half),
+            nn.ReLU(), _depthwise(half, stride), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU())
+        self.cat = nn.Concat(axis=1)
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = F.split(x, 2, axis=1)          # two (N, C/2, H, W) halves
+            out = self.cat([x1, self.branch2(x2)])
+        else:
+            out = self.cat([self.branch1(x), self.branch2(x)])
+        return F.channel_shuffle(out, 2)
+
+    def fuse_groups(self, prefix):
+        groups = seq_groups(f"{prefix}.branch1", self.branch1) if self.stride > 1 else []
+        return groups + seq_groups(f"{prefix}.branch2", self.branch2)
+
+
+class ShuffleNetV2(Classifier):
+    """`widths`: stage2-4 output widths and the conv5 width."""
+    classifier_name = "fc"
+
+    def __init__(self, widths, num_classes=1000, repeats=STAGE_REPEATS):
+        super().__init__()
+        self.num_classes = num_classes
+        self.quant = nn.QuantStub()
+        self.conv1 = conv_bn_act(3, 24, 3, 2)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        in_ch = 24
+        for stage, (n, width) in enumerate(zip(repeats, widths[:3]), start=2):
+            units = [ShuffleUnitV2(in_ch, width, 2)] + [ShuffleUnitV2(width, width, 1)
+                                                        for _ in range(n - 1)]
+            setattr(self, f"stage{stage}", nn.Sequential(*units))
+            in_ch = width
+        self.conv5 = conv_bn_act(in_ch, widths[3], 1)
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.fc = nn.Linear(widths[3], num_classes)
+        self.dequant = nn.DequantStub()
+
+    def forward(self, x):
+        x = self.maxpool(self.conv1(self.quant(x)))
+        x = self.stage4(self.stage3(self.stage2(x)))
+        x = self.fc(self.flatten(self.avgpool(self.conv5(x))))   # (N, conv5 width) -> logits
+        return self.dequant(x)
+
+    def fuse_groups(self):
+        groups = seq_groups("conv1", self.conv1)
+        for stage in (2, 3, 4):
+            for i, unit in enumerate(getattr(self, f"stage{stage}")):
+                groups += unit.fuse_groups(f"stage{stage}.{i}")
+        return groups + seq_groups("conv5", self.conv5)
+
+
+def _shufflenet_v2(arch, *, num_classes=1000, weights=None, pretrained=False):
+    model = ShuffleNetV2(STAGE_WIDTHS[arch], num_classes)
+    return load_into(model, arch, weights, pretrained)
+
+
+def _card(tv, mge, int8, resize=256):
+    # torchvision evaluates its x1.5 / x2.0 weights after a resize to 232 (REFERENCE.md 1d)
+    card = classification_card({"torchvision": {"top1": tv[0], "top5": tv[1]},
+                                "megengine": {"top1": mge}},
+                               int8_metrics={"torchvision_int8_ptq": {"top1": int8[0],
+                                                                      "top5": int8[1]}})
+    card["preprocessing"]["resize"] = resize
+    return card
+
+
+shufflenet_v2_x0_5 = register_model(
+    "shufflenet_v2_x0_5", partial(_shufflenet_v2, "shufflenet_v2_x0_5"),
+    _card((60.552, 81.746), 60.696, (57.972, 79.780)))
+shufflenet_v2_x1_0 = register_model(
+    "shufflenet_v2_x1_0", partial(_shufflenet_v2, "shufflenet_v2_x1_0"),
+    _card((69.362, 88.316), 69.372, (68.360, 87.582)))
+shufflenet_v2_x1_5 = register_model(
+    "shufflenet_v2_x1_5", partial(_shufflenet_v2, "shufflenet_v2_x1_5"),
+    _card((72.996, 91.086), 72.806, (72.052, 90.700), resize=232))
+shufflenet_v2_x2_0 = register_model(
+    "shufflenet_v2_x2_0", partial(_shufflenet_v2, "shufflenet_v2_x2_0"),
+    _card((76.230, 93.006), 75.074, (75.354, 92.488), resize=232))
