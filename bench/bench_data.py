@@ -19,13 +19,15 @@ import cv2
 import numpy as np
 
 from tianyuan.datasets import DataLoader, ImageNet
+from tianyuan.datasets.imagenet_meta import read_shipped_tsv
 from tianyuan.datasets import transforms as T
 
 
 def write_fake_imagenet(root, count, classes=8):
     rng = np.random.default_rng(0)
+    wnids = read_shipped_tsv().wnids[:classes]   # real wnids: the shipped class list applies
     for i in range(count):
-        folder = os.path.join(root, "train", f"n{i % classes:08d}")
+        folder = os.path.join(root, "train", wnids[i % classes])
         os.makedirs(folder, exist_ok=True)
         # smooth noise compresses like a photo more than white noise does
         small = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)

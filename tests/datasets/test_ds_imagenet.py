@@ -10,12 +10,14 @@ from tianyuan.datasets import imagenet_meta
 from tianyuan.datasets.matfile import read_mat
 
 WNIDS = ["n03000000", "n01000000", "n02000000"]   # devkit (ILSVRC2012_ID) order, not sorted
+SHIPPED_TSV, SHIPPED_VAL = imagenet_meta.SHIPPED_TSV, imagenet_meta.SHIPPED_VAL_LABELS
 
 
 @pytest.fixture(autouse=True)
 def no_shipped_class_list(monkeypatch, tmp_path):
-    """These tests use made-up wnids; a shipped 1000-class list must not interfere."""
+    """These tests use made-up wnids; the shipped 1000-class files must not interfere."""
     monkeypatch.setattr(imagenet_meta, "SHIPPED_TSV", str(tmp_path / "absent.tsv"))
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_VAL_LABELS", str(tmp_path / "absent.npy"))
 
 
 def test_shipped_class_list_round_trip(tmp_path, monkeypatch):
@@ -145,3 +147,45 @@ def test_image_folder_labels_and_png(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="empty holds no images"):
         ImageFolder(tmp_path)
+
+
+def test_shipped_class_list_and_val_labels():
+    meta = imagenet_meta.read_shipped_tsv(SHIPPED_TSV)
+    assert len(meta) == 1000 and meta.wnids == sorted(set(meta.wnids)) and all(meta.names)
+    assert meta.wnids[65] == "n01751748" and meta.names[65] == "sea snake"
+    assert meta.id_to_wnid == {}   # the source has no ILSVRC2012 ids; the column is empty
+    labels = imagenet_meta.read_shipped_val_labels(SHIPPED_VAL)
+    assert labels[:2].tolist() == [65, 970] and np.bincount(labels).tolist() == [50] * 1000
+    assert os.path.getsize(SHIPPED_VAL) < 200_000
+
+
+def test_flat_val_without_any_ground_truth_uses_shipped_labels(tmp_path, monkeypatch):
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_TSV", SHIPPED_TSV)
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_VAL_LABELS", SHIPPED_VAL)
+    write_flat_val(tmp_path, 2)
+    write_image(str(tmp_path / "val" / "ILSVRC2012_val_00050000.JPEG"))
+    ds = ImageNet(tmp_path, "val")
+    last = int(imagenet_meta.read_shipped_val_labels()[-1])
+    assert ds.targets == [65, 970, last] and ds.label_source == SHIPPED_VAL
+    assert ds.classes[65] == "n01751748" and ds[0]["label"] == 65
+    (tmp_path / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "".join(
+        f"ILSVRC2012_val_{n:08d},n01440764 0 0 1 1\n" for n in (1, 2, 50000)))
+    ds = ImageNet(tmp_path, "val")   # a ground-truth file in root wins over the shipped labels
+    assert ds.targets == [0, 0, 0] and ds.label_source == str(tmp_path / "LOC_val_solution.csv")
+
+
+def test_empty_id_column_needs_meta_mat_for_devkit_ground_truth(tmp_path, monkeypatch):
+    tsv = str(tmp_path / "classes.tsv")
+    imagenet_meta.write_shipped_tsv(imagenet_meta.ImageNetMeta(WNIDS), tsv, require_ids=False)
+    monkeypatch.setattr(imagenet_meta, "SHIPPED_TSV", tsv)
+    write_flat_val(tmp_path, 2)
+    (tmp_path / "ILSVRC2012_validation_ground_truth.txt").write_text("2\n3\n")
+    with pytest.raises(FileNotFoundError, match="needs the devkit's meta.mat.*has no ids"):
+        ImageNet(tmp_path, "val")
+    write_meta_mat(str(tmp_path / "meta.mat"), WNIDS)
+    ds = ImageNet(tmp_path, "val")   # ids 2, 3 -> n01, n02 -> sorted indices 0, 1
+    assert ds.meta.source == tsv and ds.targets == [0, 1]
+    with open(tsv, "a") as handle:
+        handle.write("n04000000\t4\tpartly numbered\n")
+    with pytest.raises(ValueError, match="on every line or on none"):
+        imagenet_meta.read_shipped_tsv(tsv)
