@@ -1,0 +1,62 @@
+"""Top-k accuracy over a DataLoader, with a model card's preprocessing.
+
+>>> pre = card_preprocessing(tianyuan.zoo.model_card("resnet18"))   # resize 256, crop 224, ...
+>>> loader = DataLoader(ImageNet(root, "val", eval_transform(**pre)), batch_size=100)
+>>> evaluate_classification(model, loader)          # {"top1": 69.76, "top5": 89.08, ...}
+"""
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+import tianyuan as ty
+from tianyuan.datasets import transforms as T
+
+
+def topk_correct(logits, labels, topk=(1, 5)):
+    """{k: number of rows whose label is among the k largest logits}; logits (N, C),
+    labels (N,). Ties are broken by the lower class index (a stable sort)."""
+    logits, labels = np.asarray(logits), np.asarray(labels)
+    if logits.ndim != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"topk_correct: need logits (N, C) and labels (N,), got "
+                         f"{logits.shape} and {labels.shape}")
+    order = np.argsort(-logits, axis=1, kind="stable")              # (N, C) best first
+    hits = order == labels[:, None]                                 # (N, C), one True per row
+    return {k: int(hits[:, :min(k, logits.shape[1])].any(axis=1).sum()) for k in topk}
+
+
+def eval_transform(resize=256, crop=224, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+    """Resize the shorter side to `resize` (None: keep), centre-crop `crop`, normalise
+    (mean/std in 0..255), HWC -> CHW."""
+    steps = [T.Resize(resize)] if resize else []
+    steps += [T.CenterCrop(crop)] if crop else []
+    return T.Compose(steps + [T.Normalize(mean, std), T.ToCHW()])
+
+
+def card_preprocessing(card):
+    """eval_transform keyword arguments from a zoo model card's "preprocessing" entry
+    (its mean/std are given for pixels scaled by 1/pixel_scale)."""
+    pre = card["preprocessing"]
+    scale = float(pre.get("pixel_scale", 1.0))
+    return {"resize": pre.get("resize"), "crop": pre.get("crop"),
+            "mean": tuple(float(m) * scale for m in pre["mean"]),
+            "std": tuple(float(s) * scale for s in pre["std"])}
+
+
+def evaluate_classification(model, loader, topk=(1, 5), progress=True):
+    """{"top1": %, "top5": %, "images": N, "seconds": s} of `model` (put in eval mode) over
+    a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}."""
+    model.eval()
+    correct, seen, started = dict.fromkeys(topk, 0), 0, time.perf_counter()
+    bar = tqdm(loader, desc="eval", unit="batch", disable=not progress, dynamic_ncols=True)
+    with ty.no_grad():
+        for batch in bar:
+            logits = model(ty.tensor(batch["image"])).numpy()
+            for k, n in topk_correct(logits, batch["label"], topk).items():
+                correct[k] += n
+            seen += len(batch["label"])
+            bar.set_postfix(top1=f"{100.0 * correct[topk[0]] / seen:.2f}")
+    if seen == 0:
+        raise ValueError("evaluate_classification: the loader yielded no images")
+    result = {f"top{k}": 100.0 * correct[k] / seen for k in topk}
+    return {**result, "images": seen, "seconds": round(time.perf_counter() - started, 3)}

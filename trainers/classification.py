@@ -1,0 +1,164 @@
+"""The classification task: data, loss, fine-tune and QAT preparation, evaluation.
+
+Everything takes explicit arguments (the config is unpacked in train.py); the loop
+itself is engine.Trainer.
+
+>>> train_loader, val_loader, classes = classification_data("folder", "data/shapes", 64)
+>>> forward = partial(classification_forward, label_smoothing=0.1)
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+import tianyuan as ty
+import tianyuan.functional as F
+from tianyuan.datasets import CIFAR10, DataLoader, ImageFolder, ImageNet
+from tianyuan.datasets import transforms as T
+from tianyuan.datasets.synthetic import write_image_folder
+from tianyuan.datasets.transforms.random import get_rng
+from tianyuan.evaluation.classification import evaluate_classification, eval_transform
+
+DATA_KINDS = ("imagenet", "folder", "cifar10", "shapes")
+
+
+class PadRandomCrop:
+    """Zero-pad by `padding` pixels, then crop `size` at a random place (the CIFAR recipe of
+    He et al. 2016, section 4.2)."""
+
+    def __init__(self, size, padding=4):
+        self.size, self.padding = size, padding
+
+    def __call__(self, item):
+        p = self.padding
+        image = np.pad(item["image"], ((p, p), (p, p), (0, 0)))      # (H+2p, W+2p, 3)
+        h, w = image.shape[:2]
+        top, left = get_rng().integers(0, h - self.size + 1), get_rng().integers(0, w - self.size + 1)
+        return {**item, "image": image[top:top + self.size, left:left + self.size]}
+
+
+def train_transform(augment, image_size, mean, std):
+    """augment: "imagenet" (RandomResizedCrop + flip), "cifar" (pad 4 + crop + flip),
+    "flip" or "none"; mean/std in the 0..255 scale."""
+    head = {"imagenet": [T.RandomResizedCrop(image_size), T.RandomHorizontalFlip()],
+            "cifar": [PadRandomCrop(image_size, 4), T.RandomHorizontalFlip()],
+            "flip": [T.RandomHorizontalFlip()], "none": []}
+    if augment not in head:
+        raise ValueError(f"train_transform: augment must be one of {sorted(head)}, "
+                         f"got {augment!r}")
+    return T.Compose(head[augment] + [T.Normalize(mean, std), T.ToCHW()])
+
+
+def shapes_folder(root=None, num_per_class=40, val_per_class=10, size=32, num_classes=10,
+                  seed=0):
+    """`root/train` and `root/val` ImageFolder trees of generated shapes (written once).
+
+    Without `root` they go to $TIANYUAN_HOME/synthetic/<settings>; the tree is written in a
+    temporary folder and renamed, so concurrent runs never see half a dataset.
+    """
+    if root is None:
+        from tianyuan.weights import tianyuan_home
+        name = f"shapes_c{num_classes}_n{num_per_class}_v{val_per_class}_s{size}_seed{seed}"
+        root = os.path.join(tianyuan_home(), "synthetic", name)
+    if os.path.isdir(os.path.join(root, "val")):
+        return root
+    parent = os.path.dirname(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".shapes.")
+    try:
+        write_image_folder(os.path.join(tmp, "train"), num_per_class, size, seed, num_classes)
+        write_image_folder(os.path.join(tmp, "val"), val_per_class, size, seed + 1, num_classes)
+        os.replace(tmp, root) if not os.path.exists(root) else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def classification_dataset(kind, root, train, transform, synthetic=None, classes=None):
+    """The train or val split of one of DATA_KINDS (folder/shapes: root/train, root/val)."""
+    if kind not in DATA_KINDS:
+        raise ValueError(f"classification_dataset: kind must be one of {DATA_KINDS}, "
+                         f"got {kind!r}")
+    if kind == "shapes":
+        root, kind = shapes_folder(root, **(synthetic or {})), "folder"
+    if root is None:
+        raise ValueError(f"classification_dataset: data kind {kind!r} needs data.root "
+                         "(the dataset folder)")
+    if kind == "imagenet":
+        return ImageNet(root, "train" if train else "val", transform)
+    if kind == "cifar10":
+        return CIFAR10(root, train, transform)
+    return ImageFolder(os.path.join(root, "train" if train else "val"), transform,
+                       classes=classes)
+
+
+def classification_data(kind, root, batch_size, num_workers=0, image_size=224, resize=256,
+                        mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, augment="imagenet",
+                        val_batch_size=None, seed=0, synthetic=None):
+    """(train loader, val loader, class names). Train order and augmentation are a pure
+    function of (seed, epoch); the last incomplete train batch is dropped."""
+    train_tf = train_transform(augment, image_size, mean, std)
+    val_tf = eval_transform(resize, image_size, mean, std)
+    train = classification_dataset(kind, root, True, train_tf, synthetic)
+    classes = list(getattr(train, "classes", []))
+    val = classification_dataset(kind, root, False, val_tf, synthetic, classes or None)
+    train_loader = DataLoader(train, batch_size, shuffle=True, num_workers=num_workers,
+                              drop_last=True, seed=seed, persistent_workers=num_workers > 0)
+    val_loader = DataLoader(val, val_batch_size or batch_size, num_workers=num_workers,
+                            seed=seed)
+    return train_loader, val_loader, classes
+
+
+def classification_forward(model, batch, label_smoothing=0.0):
+    """{"loss_cls": cross entropy, "acc": batch top-1} of one batch {"image" (N, 3, H, W),
+    "label" (N,)}."""
+    logits = model(ty.tensor(batch["image"]))                    # (N, classes)
+    labels = ty.tensor(batch["label"])
+    loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+    accuracy = (logits.numpy().argmax(axis=1) == batch["label"]).mean()
+    return {"loss_cls": loss, "acc": ty.tensor(np.float32(accuracy))}
+
+
+def classification_evaluator(loader, topk=(1, 5)):
+    """evaluate(model) -> {"top1": %, "top5": %} over `loader` (for EvalHook)."""
+    def evaluate(model):
+        result = evaluate_classification(model, loader, topk=topk, progress=False)
+        return {k: v for k, v in result.items() if k.startswith("top")}
+    return evaluate
+
+
+def prepare_finetune(model, weights=None, num_classes=None, freeze_backbone=False):
+    """Load `weights` (a file, or a checkpoint's "model"), put on a new `num_classes` head,
+    and optionally freeze everything but the head. Returns the parameters to train."""
+    head = getattr(model, "classifier_name", "fc")
+    if num_classes is not None:
+        model.reset_classifier(int(num_classes))
+    if weights:
+        from .checkpoint import model_weights
+        state = model_weights(ty.load(weights))
+        if num_classes is not None:   # the new head keeps its fresh initialisation
+            state = {k: v for k, v in state.items() if not k.startswith(head + ".")}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith(head + ".")]
+        if missing or unexpected:
+            raise RuntimeError(f"prepare_finetune: {weights} does not fit "
+                               f"{type(model).__name__}: missing {missing}, "
+                               f"unexpected {unexpected}")
+    if not freeze_backbone:
+        return list(model.parameters())
+    model.requires_grad_(False)
+    model.get_submodule(head).requires_grad_(True)
+    return list(model.get_submodule(head).parameters())
+
+
+def prepare_qat(model, qconfig="default"):
+    """Convert `model` for quantization-aware training (fused Conv-BN-ReLU, fake quantizers).
+    `qconfig` is a preset name or a QConfig object."""
+    from tianyuan import quantization
+    if not hasattr(quantization, "quantize_qat"):
+        raise NotImplementedError("prepare_qat: tianyuan.quantization.quantize_qat is not "
+                                  "available in this build")
+    if isinstance(qconfig, str) and hasattr(quantization, "get_qconfig"):
+        qconfig = quantization.get_qconfig(qconfig)
+    return quantization.quantize_qat(model, qconfig)

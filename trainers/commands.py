@@ -1,0 +1,137 @@
+"""`tianyuan eval` and `tianyuan bench`: hydra-composed (trainers/conf/eval.yaml, bench.yaml).
+
+    tianyuan eval model=resnet18 weights=runs/r18/best.safetensors data.root=/data/imagenet
+    tianyuan eval model=resnet18 weights=resnet18.imagenet_torchvision data.root=...
+    tianyuan eval experiment-free: model=shapesnet data=shapes weights=runs/smoke/best.safetensors
+    tianyuan bench model=resnet50 precision=fp32 batch=16 repeats=10
+
+Both print a table and write JSON (`out=`).
+"""
+import os
+import sys
+
+from hydra.utils import instantiate
+
+import tianyuan as ty
+from tianyuan.datasets import DataLoader
+from tianyuan.evaluation.benchmark import benchmark
+from tianyuan.evaluation.classification import (card_preprocessing, eval_transform,
+                                                evaluate_classification)
+from tianyuan.evaluation.report import format_table, write_json
+
+from .checkpoint import model_weights
+from .classification import classification_dataset
+from .config import compose, to_dict, usage
+
+
+def _card(model_cfg):
+    """The zoo model card of a `tianyuan.zoo.get_model` config, else None."""
+    if model_cfg.get("_target_") != "tianyuan.zoo.get_model":
+        return None
+    from tianyuan.zoo import model_card
+    try:
+        return model_card(model_cfg.name)
+    except KeyError:
+        return None
+
+
+def build_model(model_cfg, weights=None, num_classes=None):
+    """The configured model with `weights`: a file (weights or checkpoint) loaded strictly,
+    or any other string handed to the builder as `weights=` (a manifest name)."""
+    kwargs = {} if num_classes is None else {"num_classes": int(num_classes)}
+    if weights and not os.path.exists(weights):
+        return instantiate(model_cfg, weights=weights, **kwargs)
+    model = instantiate(model_cfg, **kwargs)
+    if weights:
+        model.load_state_dict(model_weights(ty.load(weights)))
+    return model
+
+
+def _preprocessing(cfg, card):
+    data = cfg.data
+    if cfg.preprocessing == "auto" and card is not None and data.kind in ("imagenet", "folder"):
+        return card_preprocessing(card), "model card"
+    if cfg.preprocessing not in ("auto", "data"):
+        raise ValueError(f"eval: preprocessing must be 'auto' or 'data', got {cfg.preprocessing!r}")
+    return {"resize": data.resize, "crop": data.image_size, "mean": tuple(data.mean),
+            "std": tuple(data.std)}, "data config"
+
+
+def evaluate(cfg):
+    """Top-k of the configured model on the data's validation split; returns the result."""
+    if cfg.num_threads:
+        ty.set_num_threads(int(cfg.num_threads))
+    pre, source = _preprocessing(cfg, _card(cfg.model))
+    data = cfg.data
+    dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),
+                                     data.get("synthetic"))
+    classes = getattr(dataset, "classes", None)
+    model = build_model(cfg.model, cfg.weights)
+    loader = DataLoader(dataset, data.val_batch_size or data.batch_size,
+                        num_workers=data.num_workers)
+    metrics = evaluate_classification(model, loader, tuple(cfg.topk), progress=cfg.progress)
+    result = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
+              "data": data.kind, "root": data.root, "classes": len(classes or []),
+              **metrics, "preprocessing": {**pre, "source": source}}
+    write_json(cfg.out, result)
+    rows = [{k: v for k, v in result.items() if k not in ("preprocessing", "root")}]
+    print(format_table(rows, title="\neval"))
+    print(f"preprocessing ({source}): {pre}\nwritten: {cfg.out}")
+    return result
+
+
+def eval_main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage("eval", "eval", ("model", "data")))
+        return 0
+    evaluate(compose("eval", argv))
+    return 0
+
+
+def bench(cfg):
+    """Latency/throughput/memory of the configured model at cfg.batch and cfg.precision."""
+    if cfg.num_threads:
+        ty.set_num_threads(int(cfg.num_threads))
+    model = build_model(cfg.model, cfg.get("weights"))
+    if cfg.precision == "int8":
+        model = _int8(model, cfg)
+    elif cfg.precision != "fp32":
+        raise ValueError(f"bench: precision must be fp32 or int8, got {cfg.precision!r}")
+    stats = benchmark(model, cfg.batch, tuple(cfg.input_size), cfg.repeats, cfg.warmup)
+    result = {"model": cfg.model.get("name", cfg.model._target_), "precision": cfg.precision,
+              **stats}
+    write_json(cfg.out, result)
+    columns = ["model", "precision", "batch", "latency_ms", "latency_p90_ms", "images_per_s",
+               "peak_traced_mb", "peak_rss_mb", "threads", "isa"]
+    print(format_table([result], columns, title="\nbench"))
+    print(f"written: {cfg.out}")
+    return result
+
+
+def _int8(model, cfg):
+    from tianyuan import quantization
+    if not hasattr(quantization, "quantize"):
+        raise NotImplementedError("bench: precision=int8 needs tianyuan.quantization.quantize, "
+                                  "which this build does not have")
+    import numpy as np
+    from .classification import prepare_qat
+    qat = prepare_qat(model, cfg.get("qconfig", "default"))
+    qat.eval()
+    rng = np.random.default_rng(0)
+    with ty.no_grad():   # calibrate the observers on a few random batches
+        for _ in range(2):
+            qat(ty.tensor(rng.standard_normal((cfg.batch, *cfg.input_size)).astype(np.float32)))
+    return quantization.quantize(qat)
+
+
+def bench_main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage("bench", "bench", ("model",)))
+        return 0
+    bench(compose("bench", argv))
+    return 0
+
+
+__all__ = ["bench", "bench_main", "build_model", "eval_main", "evaluate", "to_dict"]

@@ -1,0 +1,47 @@
+"""Hydra configs through the compose API: `tianyuan train experiment=x a.b=c` composes
+trainers/conf/train.yaml with the overrides, without hydra taking over the process (no
+output folder, no logging setup, no change of working directory).
+
+Resolvers: `${ty.scale_lr:0.1,${data.batch_size},256}` is the linear scaling rule
+(Goyal et al. 2017): base LR x batch / base batch.
+
+>>> cfg = compose("train", ["experiment=smoke_shapesnet", "trainer.max_iters=20"])
+"""
+import os
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from omegaconf import OmegaConf
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
+
+
+def _register_resolvers():
+    if not OmegaConf.has_resolver("ty.scale_lr"):
+        OmegaConf.register_new_resolver(
+            "ty.scale_lr", lambda lr, batch, base: float(lr) * float(batch) / float(base))
+
+
+def compose(config_name, overrides=()):
+    """The composed config `config_name` (train, eval, bench) with hydra-style overrides."""
+    _register_resolvers()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="tianyuan"):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+def options(group):
+    """The config names of a group (`options("experiment")`), sorted."""
+    folder = os.path.join(CONF_DIR, group)
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
+
+
+def to_dict(cfg):
+    """A plain, resolved dict (for checkpoints and JSON)."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def usage(command, config_name, groups):
+    lines = [f"usage: tianyuan {command} [group=option ...] [key=value ...]", "",
+             f"hydra overrides of trainers/conf/{config_name}.yaml; groups:"]
+    lines += [f"  {group:<11} {', '.join(options(group))}" for group in groups]
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""The one training loop every task shares: data -> forward -> loss dict -> backward -> step -> log.
+
+A task supplies `forward(model, batch) -> {name: scalar Tensor}`; every entry whose name
+starts with "loss" is summed into the loss that is back-propagated (detectron2's loss
+dict), the others are logged only. Hooks run after each step and at epoch ends; there
+are three: the LR schedule, periodic evaluation (with best-checkpoint tracking) and
+checkpointing.
+
+Exact resume. The data order is a pure function of (seed, epoch): the DataLoader's
+sampler permutes with default_rng([seed, epoch]) and sample `pos` of batch `b` augments
+with a generator seeded by (seed, epoch, b, pos). A checkpoint records how many steps
+were taken; on resume the first batches of the epoch are replaced by empty index lists
+(the DataLoader drops empty batches without loading anything), so batch numbers, and
+with them the augmentation seeds, are those of the uninterrupted run. Together with the
+model, optimizer, scheduler and RNG states, a resumed run ends bit-identical.
+
+>>> trainer = Trainer(model, optimizer, loader, forward, max_epochs=2, out_dir="runs/x",
+...                   hooks=[LRSchedulerHook(scheduler), CheckpointHook(every=100)])
+>>> trainer.train(resume=True)                                       # doctest: +SKIP
+"""
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+import tianyuan as ty
+from tianyuan.datasets.transforms import random as transform_random
+
+from .checkpoint import CheckpointHook, capture_rng, find_latest, restore_rng  # noqa: F401
+from .hooks import EvalHook, LRSchedulerHook  # noqa: F401
+
+
+class _SkipFirst:
+    """A batch sampler whose first `skip` batches are empty lists: same numbering, no loading."""
+
+    def __init__(self, batch_sampler, skip):
+        self.batch_sampler, self.skip = batch_sampler, skip
+
+    def set_epoch(self, epoch):
+        if hasattr(self.batch_sampler, "set_epoch"):
+            self.batch_sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        for number, indices in enumerate(self.batch_sampler):
+            yield [] if number < self.skip else indices
+
+    def __len__(self):
+        return len(self.batch_sampler)
+
+
+def _batch_size(batch):
+    image = batch.get("image") if isinstance(batch, dict) else batch[0]
+    return len(image) if image is not None else 1
+
+
+class Trainer:
+    """Runs `forward` over `loader` for `max_epochs` epochs (or `max_iters` steps, if
+    that comes first), writing `out_dir/log.jsonl` and, through the hooks, checkpoints."""
+
+    def __init__(self, model, optimizer, loader, forward, max_epochs, out_dir, max_iters=None,
+                 hooks=(), config=None, log_every=10, progress=True):
+        self.model, self.optimizer, self.loader, self.forward = model, optimizer, loader, forward
+        self.max_epochs, self.out_dir, self.config = int(max_epochs), out_dir, config
+        self.iters_per_epoch = len(loader)
+        total = self.max_epochs * self.iters_per_epoch
+        self.max_iters = total if max_iters is None else min(int(max_iters), total)
+        self.hooks, self.log_every, self.progress = list(hooks), int(log_every), progress
+        self.iter, self.epoch, self.iter_in_epoch = 0, 0, 0   # steps completed
+        self.metrics, self.last_losses, self.stop_requested = {}, {}, False
+        for hook in self.hooks:
+            hook.trainer = self
+        os.makedirs(out_dir, exist_ok=True)
+
+    # ------------------------------------------------------------ the loop
+    def train(self, resume=False):
+        """Train to the end, or until SIGINT/SIGTERM (then `stop_requested` is True and a
+        checkpoint was written); returns the last step's losses."""
+        if resume:
+            self.resume()
+        self.model.train()
+        self._bar = tqdm(total=self.max_iters, initial=self.iter, desc="train", unit="it",
+                         dynamic_ncols=True, disable=not self.progress)
+        with _StopOnSignal(self):
+            while self.iter < self.max_iters and not self.stop_requested:
+                self.train_one_epoch()
+        self._bar.close()
+        if self.stop_requested:
+            self._call("on_stop")
+        else:
+            self._call("after_train")
+        return self.last_losses
+
+    def train_one_epoch(self):
+        self.loader.set_epoch(self.epoch)
+        batch_sampler = self.loader.batch_sampler
+        self.loader.batch_sampler = _SkipFirst(batch_sampler, self.iter_in_epoch)
+        try:
+            self._timer = time.perf_counter(), 0
+            for batch in self.loader:
+                self.run_step(batch)
+                if self.iter >= self.max_iters or self.stop_requested:
+                    break
+        finally:
+            self.loader.batch_sampler = batch_sampler
+        if self.iter_in_epoch == self.iters_per_epoch:
+            self.epoch, self.iter_in_epoch = self.epoch + 1, 0
+            self._call("after_epoch")
+
+    def run_step(self, batch):
+        losses = self.forward(self.model, batch)                      # {name: scalar Tensor}
+        loss = sum(value for name, value in losses.items() if name.startswith("loss"))
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.iter, self.iter_in_epoch = self.iter + 1, self.iter_in_epoch + 1
+        self.last_losses = {name: float(value.item()) for name, value in losses.items()}
+        self.last_losses["loss"] = float(loss.item())
+        self._log_step(_batch_size(batch))
+        self._call("after_step")
+
+    # ------------------------------------------------------------ logging
+    def _log_step(self, images):
+        start, seen = self._timer
+        seen += images
+        self._timer = start, seen
+        rate = seen / max(time.perf_counter() - start, 1e-9)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self._bar.set_postfix(epoch=self.epoch + 1, loss=f"{self.last_losses['loss']:.4f}",
+                              lr=f"{lr:.3g}", img_s=f"{rate:.1f}", refresh=False)
+        self._bar.update()
+        if self.iter % self.log_every == 0 or self.iter == self.max_iters:
+            self.log({"iter": self.iter, "epoch": self.epoch, "lr": lr,
+                      "images_per_s": round(rate, 2), **self.last_losses})
+
+    def log(self, record):
+        """Append one JSON line to out_dir/log.jsonl."""
+        record = {"time": round(time.time(), 3), **record}
+        with open(os.path.join(self.out_dir, "log.jsonl"), "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def write(self, message):
+        tqdm.write(message) if self.progress else None
+
+    # ------------------------------------------------------------ state
+    def state_dict(self):
+        """Everything a resumed run needs (see CheckpointHook for what else is stored)."""
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "iter": self.iter, "epoch": self.epoch, "iter_in_epoch": self.iter_in_epoch,
+                 "data": {"seed": int(getattr(self.loader, "seed", 0) or 0),
+                          "epoch": self.epoch, "batches_done": self.iter_in_epoch},
+                 "rng": capture_rng(), "config": self.config, "hooks": {}}
+        for hook in self.hooks:
+            if hasattr(hook, "state_dict"):
+                state["hooks"][type(hook).__name__] = hook.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iter, self.epoch = int(state["iter"]), int(state["epoch"])
+        self.iter_in_epoch = int(state["iter_in_epoch"])
+        seed = state.get("data", {}).get("seed")
+        if seed is not None and hasattr(self.loader, "seed") and int(self.loader.seed) != seed:
+            raise ValueError(f"Trainer.resume: the checkpoint's data seed is {seed}, the loader's "
+                             f"is {self.loader.seed}; resume needs the same seed for the same "
+                             "data order")
+        for hook in self.hooks:
+            saved = state.get("hooks", {}).get(type(hook).__name__)
+            if saved is not None and hasattr(hook, "load_state_dict"):
+                hook.load_state_dict(saved)
+        restore_rng(state["rng"])
+
+    def resume(self):
+        """Load the newest checkpoint of out_dir/checkpoints, if any; returns its path."""
+        path = find_latest(os.path.join(self.out_dir, "checkpoints"))
+        if path is None:
+            self.write(f"resume: no checkpoint in {self.out_dir}/checkpoints; starting afresh")
+            return None
+        self.load_state_dict(ty.load(path))
+        self.write(f"resume: {path} (iteration {self.iter}, epoch {self.epoch})")
+        self.log({"resumed_from": path, "iter": self.iter})
+        return path
+
+    def _call(self, event):
+        for hook in self.hooks:
+            method = getattr(hook, event, None)
+            if method is not None:
+                method()
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask the loop to stop after the current step (a checkpoint is then
+    written by CheckpointHook.on_stop); a second Ctrl-C interrupts at once."""
+
+    def __init__(self, trainer):
+        self.trainer, self.saved = trainer, {}
+
+    def _handler(self, signum, frame):
+        if self.trainer.stop_requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.trainer.stop_requested = True
+        self.trainer.write(f"{signal.Signals(signum).name}: stopping after this step "
+                           "(Ctrl-C again to abort at once)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.saved[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        return False
+
+
+def seed_everything(seed):
+    """Seed the framework, numpy's and Python's global generators and the transforms' default."""
+    ty.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+    random.seed(seed)
+    transform_random.seed(seed)

@@ -1,0 +1,77 @@
+"""The other two hooks of the loop: the LR schedule and periodic evaluation.
+
+A hook is an object with any of `after_step`, `after_epoch`, `after_train`, `on_stop`
+(and `state_dict`/`load_state_dict` if it has state a resumed run needs); the Trainer
+sets `hook.trainer` and calls them in list order.
+"""
+import math
+import os
+
+import tianyuan as ty
+
+
+class LRSchedulerHook:
+    """Steps `scheduler` once per iteration (schedules are built in iterations, see
+    schedules.py, so a run resumed mid-epoch gets the same LRs)."""
+
+    def __init__(self, scheduler):
+        self.scheduler, self.trainer = scheduler, None
+
+    def after_step(self):
+        self.scheduler.step()
+
+    def state_dict(self):
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state):
+        self.scheduler.load_state_dict(state)
+
+
+class EvalHook:
+    """Runs `evaluate(model) -> {metric: value}` every `every` epochs and at the end, logs
+    it, and keeps the best `metric` (mode "max" or "min") in out_dir/best.safetensors."""
+
+    def __init__(self, evaluate, every=1, metric="top1", mode="max"):
+        if mode not in ("max", "min"):
+            raise ValueError(f"EvalHook: mode must be 'max' or 'min', got {mode!r}")
+        self.evaluate, self.every, self.metric, self.mode = evaluate, every, metric, mode
+        self.best, self.best_iter, self.last_iter, self.trainer = None, None, None, None
+
+    def run(self):
+        trainer = self.trainer
+        trainer.model.eval()
+        with ty.no_grad():
+            metrics = self.evaluate(trainer.model)
+        trainer.model.train()
+        trainer.metrics, self.last_iter = dict(metrics), trainer.iter
+        trainer.log({"iter": trainer.iter, "epoch": trainer.epoch, "eval": metrics})
+        shown = "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in metrics.items())
+        trainer.write(f"eval @ iter {trainer.iter} (epoch {trainer.epoch}): {shown}")
+        self._track_best(metrics.get(self.metric))
+
+    def _track_best(self, value):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return
+        better = self.best is None or (value > self.best if self.mode == "max" else
+                                       value < self.best)
+        if better:
+            self.best, self.best_iter = float(value), self.trainer.iter
+            ty.save({"model": self.trainer.model.state_dict(), self.metric: self.best,
+                     "iter": self.trainer.iter},
+                    os.path.join(self.trainer.out_dir, "best.safetensors"))
+
+    def after_epoch(self):
+        if self.every and self.trainer.epoch % self.every == 0:
+            self.run()
+
+    def after_train(self):
+        if self.last_iter != self.trainer.iter:
+            self.run()
+
+    def state_dict(self):
+        return {"best": self.best, "best_iter": self.best_iter, "last_iter": self.last_iter}
+
+    def load_state_dict(self, state):
+        self.best, self.best_iter = state["best"], state["best_iter"]
+        self.last_iter = state["last_iter"]
