@@ -107,9 +107,16 @@ class ShuffleNetV1(Classifier):
             setattr(self, f"stage{stage}", nn.Sequential(*units))
             in_ch = width
         self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
-        self.fc = nn.Linear(in_ch, num_classes)
         self.dequant = nn.DequantStub()
         kaiming_init(self)
+        self.fc = self._new_head(in_ch, num_classes)
+
+    def _new_head(self, in_features, num_classes):
+        # small logits at the start, as the released models' training (Megvii) began
+        head = nn.Linear(in_features, num_classes)
+        nn.init.normal_(head.weight, 0.0, 0.01)
+        nn.init.zeros_(head.bias)
+        return head
 
     def forward(self, x):
         x = self.maxpool(self.conv1(self.quant(x)))
