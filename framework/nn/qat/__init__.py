@@ -1,0 +1,10 @@
+"""`nn.qat`: the float classes with observers and fake quantizers, same names.
+
+Built by `tianyuan.quantization.quantize_qat`; each class has `from_float`.
+"""
+from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d,
+                   ConvReLU62d)
+from .linear import Linear, LinearReLU
+from .module import QATModule
+from .pooling import AdaptiveAvgPool2d, AvgPool2d
+from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

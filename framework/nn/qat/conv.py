@@ -1,0 +1,90 @@
+"""QAT convolutions: Conv2d, ConvReLU2d, ConvReLU62d, and the BN-folding ConvBn2d,
+ConvBnReLU2d, ConvBnReLU62d.
+
+BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
+``f = gamma / sqrt(running_var + eps)`` per output channel,
+
+- training: ``y = conv(x, fq(W * f)) / f (+ b)``, then BN with the *batch* statistics
+  (which also updates the running ones). The conv sees the weights the int8 model will
+  use; dividing by f and re-normalising with batch stats equals multiplying the folded
+  output by ``sqrt(running_var + eps) / sqrt(batch_var + eps)`` plus the batch shift,
+  so training is stable while the weight quantization is the deployed one;
+- eval: ``y = conv(x, fq(W * f)) + beta + (b - running_mean) * f``, exactly what
+  `nn.quantized.ConvBn2d` computes in int8 (weights ``W * f``, bias folded).
+"""
+import numpy as np
+
+from ... import functional as F
+from ...tensor import Tensor
+from .. import conv as float_conv
+from .module import QATModule
+
+
+def activate(y, activation):
+    if activation == "relu":
+        return F.relu(y)
+    if activation == "relu6":
+        return F.relu6(y)
+    return y
+
+
+class Conv2d(float_conv.Conv2d, QATModule):
+    activation = None
+
+    def conv(self, x, w, b):
+        return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+
+    def folded(self):
+        """(weight, bias) Tensors the int8 model quantizes (eval-mode values)."""
+        return self.weight, self.bias
+
+    def forward(self, x):
+        w, b = self.folded()
+        y = self.conv(x, self.fake_quant_weight(w), b)
+        return self.fake_quant_act(activate(y, self.activation))
+
+
+class ConvReLU2d(Conv2d):
+    activation = "relu"
+
+
+class ConvReLU62d(Conv2d):
+    activation = "relu6"
+
+
+class ConvBn2d(Conv2d):
+    def attach_fused(self, parts):
+        if len(parts) < 1 or type(parts[0]).__name__ != "BatchNorm2d":
+            raise TypeError(f"{type(self).__name__}: expected a BatchNorm2d after the conv")
+        self.bn = parts[0]
+
+    def _factor(self):
+        """f = gamma / sqrt(running_var + eps), (OC,) Tensor (gamma learnable)."""
+        bn = self.bn
+        inv = Tensor((1.0 / np.sqrt(bn.running_var.data + bn.eps)).astype(np.float32))
+        return inv if bn.weight is None else bn.weight * inv
+
+    def folded(self):
+        bn, f = self.bn, self._factor()
+        w = self.weight * F.reshape(f, (-1, 1, 1, 1))
+        b = Tensor(-bn.running_mean.data) if self.bias is None else self.bias - bn.running_mean
+        b = b * f
+        return w, (b if bn.bias is None else b + bn.bias)
+
+    def forward(self, x):
+        if not self.training:
+            return super().forward(x)
+        f = self._factor()
+        w = self.fake_quant_weight(self.weight * F.reshape(f, (-1, 1, 1, 1)))
+        y = self.conv(x, w, None) / F.reshape(f, (1, -1, 1, 1))   # (N, OC, H, W), unscaled
+        if self.bias is not None:
+            y = y + F.reshape(self.bias, (1, -1, 1, 1))
+        return self.fake_quant_act(activate(self.bn(y), self.activation))
+
+
+class ConvBnReLU2d(ConvBn2d):
+    activation = "relu"
+
+
+class ConvBnReLU62d(ConvBn2d):
+    activation = "relu6"

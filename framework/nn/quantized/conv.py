@@ -1,0 +1,147 @@
+"""Int8 convolutions on the native kernels: every QAT conv (plain, ReLU, ReLU6, BN-folded)
+becomes an int8 conv with its weights quantized and packed once, here.
+
+Per call, with s_in the input's scale: bias_q = round(b / (s_in * s_w)) (int32) and the
+requantization multipliers m, shift of ``s_in * s_w / s_out`` are computed once per
+input scale and cached. ReLU clamps at the zero point inside the kernel; ReLU6 also at
+``zp + round(6 / s_out)`` (the same as fake-quantizing relu6: rounding is monotone).
+"""
+import numpy as np
+
+from ...quantization import kernels as K
+from ...quantization import reference as R
+from ...quantization.qarray import qarray_of, wrap
+from ...tensor import Tensor
+from .module import QuantizedModule
+
+BIAS_LIMIT = 2 ** 30   # |bias_q| bound: acc + bias stays inside int32
+
+
+def requant_params(s_in, w_scale, bias, s_out):
+    """(bias int32 (OC,), m int32 (OC,), shift int32 (OC,)) for an input scale s_in."""
+    acc_scale = np.float64(s_in) * w_scale.astype(np.float64)          # (OC,)
+    bias_q = np.clip(np.rint(bias.astype(np.float64) / acc_scale), -BIAS_LIMIT, BIAS_LIMIT)
+    m, shift = R.quantize_multiplier(acc_scale / np.float64(s_out))
+    return bias_q.astype(np.int32), m, shift
+
+
+def relu6_max(scale, zero_point, dtype):
+    return min(R.qrange(dtype)[1], int(zero_point) + int(np.rint(6.0 / scale)))
+
+
+class _WeightedModule(QuantizedModule):
+    """Shared by Conv2d and Linear: int8 weight per channel, float bias, output qparams."""
+
+    def set_weights(self, qat):
+        w, b = qat.folded()
+        p = qat.weight_qparams()
+        w = w.data
+        self.register_buffer("weight", Tensor(R.quantize(w, p.scale, 0, np.int8, axis=0)))
+        self.register_buffer("weight_scale", Tensor(np.asarray(p.scale, np.float32)))
+        bias = np.zeros(w.shape[0], np.float32) if b is None else b.data.astype(np.float32)
+        self.register_buffer("bias", Tensor(bias))
+        self.set_output(qat.act_qparams())
+        self.activation = qat.activation
+        self._cache = {}
+
+    def requant(self, s_in):
+        key = float(s_in)
+        if key not in self._cache:
+            self._cache[key] = requant_params(key, self.weight_scale.data, self.bias.data,
+                                              self.out_scale)
+        return self._cache[key]
+
+    def finish(self, out):
+        """Kernel output -> Tensor(QArray), with the ReLU6 upper clamp."""
+        if self.activation == "relu6":
+            out = np.minimum(out, relu6_max(self.out_scale, self.out_zero_point,
+                                            self.out_dtype)).astype(self.out_dtype)
+        return wrap(out, self.out_scale, self.out_zero_point)
+
+
+def _padding(module):
+    """Module padding (int pair or 'valid'/'same') -> (top, bottom, left, right)."""
+    if not isinstance(module.padding, str):
+        ph, pw = module.padding
+        return (ph, ph, pw, pw)
+    if module.padding == "valid":
+        return (0, 0, 0, 0)
+    total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
+    return (total[0] // 2, total[0] - total[0] // 2, total[1] // 2, total[1] - total[1] // 2)
+
+
+class Conv2d(_WeightedModule):
+    """Int8 conv: (N, C, H, W) QArray -> (N, OC, OH, OW) QArray."""
+
+    @classmethod
+    def from_qat(cls, qat):
+        m = cls()
+        for key in ("in_channels", "out_channels", "kernel_size", "stride", "dilation",
+                    "groups"):
+            setattr(m, key, getattr(qat, key))
+        m.padding = _padding(qat)
+        m.set_weights(qat)
+        m.packed = K.pack_weights(m.weight.data, m.groups)
+        return m
+
+    def forward(self, x):
+        q = qarray_of(x, type(self).__name__)
+        bias, mult, shift = self.requant(q.scale)
+        out = K.conv2d(q, q.zero_point, self.packed, bias, mult, shift, self.out_zero_point,
+                       self.activation is not None, self.out_dtype, self.stride, self.padding,
+                       self.dilation)
+        return self.finish(out)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, groups={self.groups}, "
+                f"activation={self.activation}, " + super().extra_repr())
+
+
+class ConvReLU2d(Conv2d):
+    pass
+
+
+class ConvReLU62d(Conv2d):
+    pass
+
+
+class ConvBn2d(Conv2d):
+    pass
+
+
+class ConvBnReLU2d(Conv2d):
+    pass
+
+
+class ConvBnReLU62d(Conv2d):
+    pass
+
+
+class Linear(_WeightedModule):
+    """Int8 linear: (..., K) QArray -> (..., N) QArray."""
+
+    @classmethod
+    def from_qat(cls, qat):
+        m = cls()
+        m.in_features, m.out_features = qat.in_features, qat.out_features
+        m.set_weights(qat)
+        m.packed = K.pack_weights(m.weight.data)
+        return m
+
+    def forward(self, x):
+        q = qarray_of(x, type(self).__name__)
+        bias, mult, shift = self.requant(q.scale)
+        flat = q.reshape(-1, q.shape[-1])                                   # (M, K)
+        out = K.linear(flat, q.zero_point, self.packed, bias, mult, shift, self.out_zero_point,
+                       self.activation is not None, self.out_dtype)
+        return self.finish(out.reshape(q.shape[:-1] + (self.out_features,)))
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"activation={self.activation}, " + super().extra_repr())
+
+
+class LinearReLU(Linear):
+    pass
+

@@ -1,0 +1,127 @@
+"""Fake quantizers: float -> quantize -> dequantize in the forward pass, a surrogate
+gradient in the backward pass. Both are autograd Functions on numpy arrays.
+
+- `FakeQuantizeSTE`: the straight-through estimator with clipping: dy/dx = 1 where
+  ``qmin <= round(x / s) + zp <= qmax``, else 0 (Bengio et al. 2013; Jacob et al. 2018).
+- `LSQFunction`: learned step size (Esser et al. 2020, arXiv 1902.08153): the STE for
+  x, and for the scale ``dy/ds = round(x/s) - x/s`` inside the range, ``qmin - zp`` or
+  ``qmax - zp`` where clipped, times ``g = 1 / sqrt(N * qmax)`` (N values per scale).
+
+The forward rounding is `reference.quantize` (round half to even in float32), the
+spec the int8 kernels follow.
+
+Modules (`FakeQuantize`, `LSQFakeQuantize`) take the tensor and its observer:
+``y = fq(x, observer)``; `qparams(observer)` gives what `quantize()` freezes into int8.
+"""
+import numpy as np
+
+from ..autograd import Function
+from ..nn.module import Module
+from ..nn.parameter import Parameter
+from . import reference as R
+from .observer import QParams
+
+
+def _shape(ndim, axis):
+    shape = [1] * ndim
+    if axis is not None:
+        shape[axis] = -1
+    return shape
+
+
+def _fake_quant(x, scale, zero_point, dtype, axis):
+    """(float32 fake-quantized x, q int, inside mask, x/s) for the backward passes."""
+    q = R.quantize(x, scale, zero_point, dtype, axis)
+    y = R.dequantize(q, scale, zero_point, axis).astype(x.dtype, copy=False)
+    s = np.asarray(scale, np.float32).reshape(_shape(x.ndim, axis))
+    z = np.asarray(zero_point, np.int64).reshape(_shape(x.ndim, axis))
+    lo, hi = R.qrange(dtype)
+    n = np.rint(np.asarray(x, np.float32) / s) + z
+    return y, q.astype(np.int64) - z, (n >= lo) & (n <= hi), s
+
+
+class FakeQuantizeSTE(Function):
+    """x (...) -> dequantize(quantize(x)); scale, zero_point scalars or (C,) on `axis`."""
+
+    def forward(self, x, scale=None, zero_point=None, dtype=None, axis=None):
+        y, _, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
+        return y
+
+    def backward(self, g):
+        return g * self.inside
+
+
+class LSQFunction(Function):
+    """(x, scale) -> fake-quantized x with a learned scale (per tensor or per channel)."""
+
+    def forward(self, x, scale, zero_point=None, dtype=None, axis=None, grad_scale=1.0):
+        scale = np.maximum(scale, 1e-12)
+        y, self.level, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
+        self.ratio = x / scale.reshape(_shape(x.ndim, axis))
+        self.axis, self.grad_scale, self.scale_shape = axis, grad_scale, scale.shape
+        return y
+
+    def backward(self, g):
+        dx = g * self.inside if self.needs_input_grad[0] else None
+        ds = None
+        if self.needs_input_grad[1]:
+            local = self.level - np.where(self.inside, self.ratio, 0.0)
+            axes = tuple(i for i in range(g.ndim) if self.axis is None or i != self.axis)
+            ds = (g * local).sum(axis=axes).reshape(self.scale_shape) * self.grad_scale
+        return dx, ds.astype(g.dtype) if ds is not None else None
+
+
+class FakeQuantize(Module):
+    """STE fake quantization with the observer's current (scale, zero point)."""
+
+    def __init__(self, enabled=True):
+        super().__init__()
+        self.enabled = enabled
+
+    def qparams(self, observer):
+        return observer.qparams()
+
+    def forward(self, x, observer):
+        if not self.enabled:
+            return x
+        p = self.qparams(observer)
+        return FakeQuantizeSTE.apply(x, scale=p.scale, zero_point=p.zero_point, dtype=p.dtype,
+                                     axis=p.axis)
+
+    def extra_repr(self):
+        return f"enabled={self.enabled}"
+
+
+class LSQFakeQuantize(FakeQuantize):
+    """Learned step size: `scale` is a Parameter, set from the observer the first time data
+    passes (then the observer only watches); the zero point stays where it was set."""
+
+    def __init__(self, enabled=True):
+        super().__init__(enabled)
+        self.scale = Parameter(np.zeros((0,), np.float32))
+        self.register_buffer("zero_point", None)
+
+    @property
+    def initialised(self):
+        return self.scale.data.size > 0
+
+    def qparams(self, observer):
+        if not self.initialised:
+            p = observer.qparams()
+            self.scale.data = np.atleast_1d(p.scale).astype(np.float32)
+            self.zero_point = np.atleast_1d(p.zero_point).astype(np.int64)
+        per_channel = observer.ch_axis is not None
+        scale = np.maximum(self.scale.data, 1e-12).astype(np.float32)
+        zp = self.zero_point.data
+        return QParams(scale if per_channel else scale.reshape(()),
+                       zp if per_channel else zp.reshape(()), observer.dtype, observer.ch_axis)
+
+    def forward(self, x, observer):
+        if not self.enabled:
+            return x
+        p = self.qparams(observer)
+        scale = self.scale if p.axis is not None else self.scale.reshape(())
+        qmax = R.qrange(p.dtype)[1]
+        per_scale = x.size // max(scale.size, 1)
+        return LSQFunction.apply(x, scale, zero_point=p.zero_point, dtype=p.dtype, axis=p.axis,
+                                 grad_scale=1.0 / np.sqrt(per_scale * qmax))

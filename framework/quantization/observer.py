@@ -1,0 +1,149 @@
+"""Observers: watch a tensor, keep its range, turn the range into (scale, zero point).
+
+An observer is a Module. It records statistics when it is *active*: by default in
+training mode only (`enabled=None`); `enable_observer`/`disable_observer` force it on or
+off (calibration runs an eval-mode model with observers forced on).
+
+Range -> quantization parameters (`qparams_from_range`), with 0 always representable:
+
+- symmetric: ``scale = max(|min|, |max|) / 127`` (int8, zero point 0; uint8, zero point 128),
+  so the int8 grid is [-127, 127] and weights never use -128;
+- asymmetric: ``scale = (max - min) / (qmax - qmin)``, ``zp = qmin - round(min / scale)``.
+
+Per channel when `ch_axis` is set (weights: axis 0, one scale per output channel).
+
+>>> import tianyuan as ty
+>>> obs = MinMaxObserver(dtype="uint8", enabled=True)
+>>> _ = obs(ty.tensor([-1.0, 0.5, 3.0]))
+>>> obs.qparams()
+QParams(scale=array(0.01568628, dtype=float32), zero_point=array(64), dtype=dtype('uint8'), axis=None)
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from ..nn.module import Module
+from ..tensor import Tensor
+from .reference import qrange
+
+QParams = namedtuple("QParams", ["scale", "zero_point", "dtype", "axis"])
+EPS = float(np.finfo(np.float32).eps)
+
+
+def qparams_from_range(lo, hi, dtype, symmetric, axis=None, eps=EPS):
+    """Range arrays (C,) or scalars -> QParams(scale float32, zero_point int64, dtype, axis)."""
+    dtype = np.dtype(dtype)
+    qmin, qmax = qrange(dtype)
+    lo = np.minimum(np.asarray(lo, np.float64), 0.0)
+    hi = np.maximum(np.asarray(hi, np.float64), 0.0)
+    if symmetric:
+        scale = np.maximum(np.maximum(-lo, hi) / 127.0, eps)
+        zero_point = np.full(scale.shape, 0 if qmin < 0 else 128, np.int64)
+    else:
+        scale = np.maximum((hi - lo) / float(qmax - qmin), eps)
+        zero_point = np.clip(qmin - np.rint(lo / scale), qmin, qmax).astype(np.int64)
+    return QParams(scale.astype(np.float32), zero_point, dtype, axis)
+
+
+class Observer(Module):
+    """Base class: subclasses implement `observe(array)` and `range()` -> (lo, hi).
+
+    dtype: 'uint8' or 'int8'; symmetric: scale from max |x|; ch_axis: None (per tensor)
+    or the channel axis (per channel).
+    """
+
+    def __init__(self, dtype="uint8", symmetric=False, ch_axis=None, enabled=None, eps=EPS):
+        super().__init__()
+        self.dtype_name, self.symmetric, self.ch_axis = str(np.dtype(dtype)), symmetric, ch_axis
+        qrange(self.dtype)
+        self.enabled, self.eps = enabled, eps
+        self.register_buffer("min_val", None)
+        self.register_buffer("max_val", None)
+
+    @property
+    def dtype(self):
+        # kept by name: deepcopy of an np.dtype is not the singleton the native code expects
+        return np.dtype(self.dtype_name)
+
+    def active(self):
+        return self.training if self.enabled is None else bool(self.enabled)
+
+    def forward(self, x):
+        if self.active():
+            self.observe(np.asarray(x.data if isinstance(x, Tensor) else x, np.float32))
+        return x
+
+    def observe(self, x):
+        raise NotImplementedError(f"{type(self).__name__}: observe() is not implemented")
+
+    def _reduce(self, x):
+        """x (...) -> (min, max): scalars, or (C,) along ch_axis."""
+        if self.ch_axis is None:
+            return np.float32(x.min()), np.float32(x.max())
+        axes = tuple(i for i in range(x.ndim) if i != self.ch_axis % x.ndim)
+        return x.min(axis=axes), x.max(axis=axes)
+
+    def _set_range(self, lo, hi):
+        self.min_val = Tensor(np.asarray(lo, np.float32))
+        self.max_val = Tensor(np.asarray(hi, np.float32))
+
+    @property
+    def observed(self):
+        return self.min_val is not None
+
+    def range(self):
+        """(lo, hi) float arrays; raises if nothing was observed."""
+        if not self.observed:
+            raise RuntimeError(f"{type(self).__name__}: no statistics yet; run data through the "
+                               "model in training mode or with quantization.calibrate() first")
+        return self.min_val.data, self.max_val.data
+
+    def qparams(self):
+        lo, hi = self.range()
+        return qparams_from_range(lo, hi, self.dtype, self.symmetric, self.ch_axis, self.eps)
+
+    def extra_repr(self):
+        return (f"dtype={self.dtype}, symmetric={self.symmetric}, ch_axis={self.ch_axis}, "
+                f"enabled={self.enabled}")
+
+
+class MinMaxObserver(Observer):
+    """Running min and max over everything seen (memoryless=True: the last batch only,
+    right for weights, which change every step)."""
+
+    def __init__(self, memoryless=False, **kwargs):
+        super().__init__(**kwargs)
+        self.memoryless = memoryless
+
+    def observe(self, x):
+        lo, hi = self._reduce(x)
+        if self.observed and not self.memoryless:
+            lo, hi = np.minimum(lo, self.min_val.data), np.maximum(hi, self.max_val.data)
+        self._set_range(lo, hi)
+
+
+class MovingAverageMinMaxObserver(Observer):
+    """EMA of the batch min and max; the first batch sets them (momentum as MegEngine:
+    new = momentum * old + (1 - momentum) * batch)."""
+
+    def __init__(self, momentum=0.9, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum = float(momentum)
+
+    def observe(self, x):
+        lo, hi = self._reduce(x)
+        if self.observed:
+            m = self.momentum
+            lo = m * self.min_val.data + (1 - m) * lo
+            hi = m * self.max_val.data + (1 - m) * hi
+        self._set_range(lo, hi)
+
+
+def make_weight_observer(**kwargs):
+    """The default weight observer: per-channel (axis 0) symmetric int8 min/max of the
+    current weights."""
+    kwargs.setdefault("dtype", "int8")
+    kwargs.setdefault("symmetric", True)
+    kwargs.setdefault("ch_axis", 0)
+    return MinMaxObserver(memoryless=True, **kwargs)
+

@@ -1,0 +1,78 @@
+"""How quantized activations travel: a Tensor whose `.data` is a `QArray`.
+
+`QArray` is a uint8/int8 numpy array that carries `scale` (float) and `zero_point`
+(int), like MegEngine's dtype metadata. numpy hands both to every *view* (reshape,
+transpose, slicing, split), so the model code between quantized layers (flatten,
+channel shuffle by reshape/permute, chunking) runs unchanged on int8. Arithmetic
+(ufuncs) returns plain arrays: int8 values only mean something with their scale, so
+nothing computes on them outside the int8 kernels.
+
+>>> x = quantized_tensor(np.array([0.0, 0.5, 1.0], np.float32), 1 / 255, 0, np.uint8)
+>>> x.data, x.data.scale
+(QArray([  0, 128, 255], dtype=uint8), 0.003921569)
+>>> dequantize_tensor(x).numpy()
+array([0.       , 0.5019608, 1.       ], dtype=float32)
+"""
+import numpy as np
+
+from ..tensor import Tensor
+from . import reference as R
+
+
+class QArray(np.ndarray):
+    """uint8/int8 values with a per-tensor scale and zero point: real = (q - zp) * scale."""
+
+    def __new__(cls, values, scale, zero_point):
+        obj = np.asarray(values).view(cls)
+        R.qrange(obj.dtype)
+        obj.scale, obj.zero_point = np.float32(scale), int(zero_point)
+        return obj
+
+    def __array_finalize__(self, obj):
+        self.scale = getattr(obj, "scale", None)
+        self.zero_point = getattr(obj, "zero_point", None)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = [i.view(np.ndarray) if isinstance(i, QArray) else i for i in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, QArray) else o
+                                  for o in kwargs["out"])
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __reduce__(self):
+        # pickling (deepcopy, DataLoader) keeps the quantization parameters
+        return (QArray, (self.view(np.ndarray).copy(), self.scale, self.zero_point))
+
+
+def is_quantized(x):
+    return isinstance(getattr(x, "data", x), QArray)
+
+
+def quantized_tensor(x, scale, zero_point, dtype):
+    """float array/Tensor -> Tensor(QArray) with R.quantize (round half to even)."""
+    values = np.asarray(getattr(x, "data", x), np.float32)
+    return Tensor(QArray(R.quantize(values, scale, zero_point, dtype), scale, zero_point))
+
+
+def wrap(values, scale, zero_point):
+    """uint8/int8 numpy result of a kernel -> Tensor(QArray)."""
+    return Tensor._make(QArray(values, scale, zero_point), False, None)
+
+
+def dequantize_tensor(x):
+    """Tensor(QArray) -> float32 Tensor; anything else is returned as it is."""
+    q = getattr(x, "data", x)
+    if not isinstance(q, QArray):
+        return x
+    return Tensor(R.dequantize(q.view(np.ndarray), q.scale, q.zero_point))
+
+
+def qarray_of(x, op):
+    """The QArray inside a Tensor, or a TypeError naming `op`."""
+    q = getattr(x, "data", x)
+    if not isinstance(q, QArray):
+        raise TypeError(f"{op}: expected a quantized tensor (Tensor of QArray), got "
+                        f"{type(q).__name__} of dtype {getattr(q, 'dtype', '?')} and shape "
+                        f"{getattr(q, 'shape', '?')}; is a QuantStub missing, or a float layer "
+                        "(disable_quantize) feeding an int8 one?")
+    return q

@@ -1,0 +1,95 @@
+"""QConfig: which observer and fake quantizer watch weights and activations; the presets;
+and the registries that let a user plug in their own by name.
+
+A QConfig field is a factory (a class or `functools.partial`) or a registered name
+(`"ema"`, `"lsq"`, ...). Every QAT module calls each factory once, so no instance is
+shared between layers.
+
+>>> from functools import partial
+>>> qc = QConfig(weight_observer="weight_minmax", act_observer=partial(
+...     MovingAverageMinMaxObserver, dtype="int8", symmetric=True),
+...     weight_fake_quant="ste", act_fake_quant="ste")   # int8 symmetric activations
+"""
+from collections import namedtuple
+from functools import partial
+
+from .fake_quant import FakeQuantize, LSQFakeQuantize
+from .histogram import HistogramObserver
+from .observer import MinMaxObserver, MovingAverageMinMaxObserver, make_weight_observer
+
+OBSERVERS = {}
+FAKE_QUANTIZERS = {}
+
+
+def _register(table, noun, name, factory, override):
+    if not callable(factory):
+        raise TypeError(f"register_{noun}: {name!r} must map to a class or factory, got "
+                        f"{type(factory).__name__}")
+    if name in table and not override:
+        raise KeyError(f"register_{noun}: {name!r} is already registered "
+                       f"({table[name]}); pass override=True to replace it")
+    table[name] = factory
+    return factory
+
+
+def register_observer(name, factory=None, override=False):
+    """Register an Observer class/factory under `name`; usable as a decorator."""
+    if factory is None:
+        return lambda f: _register(OBSERVERS, "observer", name, f, override)
+    return _register(OBSERVERS, "observer", name, factory, override)
+
+
+def register_fake_quantizer(name, factory=None, override=False):
+    """Register a fake-quantizer class/factory under `name`; usable as a decorator."""
+    if factory is None:
+        return lambda f: _register(FAKE_QUANTIZERS, "fake_quantizer", name, f, override)
+    return _register(FAKE_QUANTIZERS, "fake_quantizer", name, factory, override)
+
+
+def _resolve(table, noun, entry):
+    if isinstance(entry, str):
+        if entry not in table:
+            raise KeyError(f"QConfig: unknown {noun} {entry!r}; registered: {sorted(table)}")
+        return table[entry]
+    if not callable(entry):
+        raise TypeError(f"QConfig: {noun} must be a name, a class or a partial, got an "
+                        f"instance of {type(entry).__name__} (instances would be shared)")
+    return entry
+
+
+class QConfig(namedtuple("QConfig", ["weight_observer", "act_observer", "weight_fake_quant",
+                                     "act_fake_quant"])):
+    """Four factories (or registered names); `make_*` build fresh instances."""
+
+    def make_weight_observer(self):
+        return _resolve(OBSERVERS, "observer", self.weight_observer)()
+
+    def make_act_observer(self):
+        return _resolve(OBSERVERS, "observer", self.act_observer)()
+
+    def make_weight_fake_quant(self):
+        return _resolve(FAKE_QUANTIZERS, "fake quantizer", self.weight_fake_quant)()
+
+    def make_act_fake_quant(self):
+        return _resolve(FAKE_QUANTIZERS, "fake quantizer", self.act_fake_quant)()
+
+
+register_observer("min_max", MinMaxObserver)
+register_observer("ema", MovingAverageMinMaxObserver)
+register_observer("histogram", HistogramObserver)
+register_observer("weight_minmax", make_weight_observer)
+register_fake_quantizer("ste", FakeQuantize)
+register_fake_quantizer("lsq", LSQFakeQuantize)
+
+# weights: int8 symmetric per output channel; activations: uint8 asymmetric per tensor
+ema_fakequant_qconfig = QConfig(make_weight_observer, MovingAverageMinMaxObserver,
+                                FakeQuantize, FakeQuantize)
+min_max_fakequant_qconfig = QConfig(make_weight_observer, MinMaxObserver,
+                                    FakeQuantize, FakeQuantize)
+calibration_qconfig = QConfig(make_weight_observer, HistogramObserver,
+                              FakeQuantize, FakeQuantize)
+lsq_qconfig = QConfig(make_weight_observer, MovingAverageMinMaxObserver,
+                      LSQFakeQuantize, LSQFakeQuantize)
+int8_symmetric_qconfig = QConfig(make_weight_observer,
+                                 partial(MovingAverageMinMaxObserver, dtype="int8",
+                                         symmetric=True), FakeQuantize, FakeQuantize)

@@ -1,0 +1,70 @@
+"""A tiny QAT-ready conv net (every quantization point the zoo uses) and its training."""
+import numpy as np
+
+import tianyuan as ty
+import tianyuan.functional as F
+from tianyuan import nn, optim
+from tianyuan.datasets.synthetic import make_shapes
+
+
+class TinyNet(nn.Module):
+    """stem conv-bn-relu, max pool, a residual block (AddReLU), a two-branch concat with a
+    ReLU6 branch and a depthwise conv, global pool, linear: (N, 3, 16, 16) -> (N, 10)."""
+
+    def __init__(self, width=8, num_classes=10):
+        super().__init__()
+        w = width
+        self.quant = nn.QuantStub()
+        self.conv1, self.bn1, self.relu = nn.Conv2d(3, w, 3, padding=1, bias=False), \
+            nn.BatchNorm2d(w), nn.ReLU()
+        self.pool = nn.MaxPool2d(2)                                    # (N, w, 8, 8)
+        self.conv2, self.bn2, self.relu2 = nn.Conv2d(w, w, 3, padding=1, bias=False), \
+            nn.BatchNorm2d(w), nn.ReLU()
+        self.conv3, self.bn3 = nn.Conv2d(w, w, 3, padding=1, bias=False), nn.BatchNorm2d(w)
+        self.add_relu = nn.AddReLU()
+        self.branch_a = nn.Conv2d(w, w, 1)                             # plain conv, bias
+        self.dw, self.dw_bn, self.dw_relu6 = nn.Conv2d(w, w, 3, padding=1, groups=w,
+                                                       bias=False), nn.BatchNorm2d(w), nn.ReLU6()
+        self.cat = nn.Concat(1)                                        # (N, 2w, 8, 8)
+        self.avg = nn.AvgPool2d(2)                                     # (N, 2w, 4, 4)
+        self.gap, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        self.fc = nn.Linear(2 * w, num_classes)
+        self.dequant = nn.DequantStub()
+
+    def fuse_groups(self):
+        return [["conv1", "bn1", "relu"], ["conv2", "bn2", "relu2"], ["conv3", "bn3"],
+                ["dw", "dw_bn", "dw_relu6"]]
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.bn1(self.conv1(self.quant(x)))))
+        y = self.bn3(self.conv3(self.relu2(self.bn2(self.conv2(x)))))
+        x = self.add_relu(y, x)
+        x = self.cat([self.branch_a(x), self.dw_relu6(self.dw_bn(self.dw(x)))])
+        x = self.flatten(self.gap(self.avg(x)))
+        return self.dequant(self.fc(x))
+
+
+def shapes_data(num, seed, size=16):
+    images, labels = make_shapes(num, size=size, seed=seed)
+    x = (images.astype(np.float32) / 255.0 - 0.5) / 0.25
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)), labels
+
+
+def train(model, x, y, steps, lr=0.05, batch=32, seed=0):
+    rng = np.random.default_rng(seed)
+    opt = optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    model.train()
+    for _ in range(steps):
+        idx = rng.integers(0, len(x), batch)
+        loss = F.cross_entropy(model(ty.tensor(x[idx])), ty.tensor(y[idx]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
+def predict(model, x, batch=200):
+    model.eval()
+    with ty.no_grad():
+        return np.concatenate([model(ty.tensor(x[i:i + batch])).numpy()
+                               for i in range(0, len(x), batch)])
