@@ -19,3 +19,6 @@ from .norm import BatchNorm1d, BatchNorm2d
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub
+from .fused import (ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d, ConvReLU62d,
+                    LinearReLU)
+from . import fused, qat, quantized  # noqa: E402  (QAT and int8 twins, same class names)
