@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "im2col.h"
+
 namespace tianyuan {
 namespace bind {
 
@@ -31,10 +33,15 @@ py::array dispatch_float(const char* op, const char* arg, const py::array& a, F3
                           std::string(py::str(a.dtype())));
 }
 
+// Checked geometry (kernel, stride, dilation >= 1, padding >= 0, kernel fits); errors name `op`.
+Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, int64_t w,
+                             Pair kernel, Pair stride, Quad padding, Pair dilation);
+
 // One per family, each in its own bind_<family>.cpp; bindings.cpp calls them all.
 void bind_runtime(py::module_& m);
 void bind_im2col(py::module_& m);
 void bind_pool(py::module_& m);
+void bind_depthwise(py::module_& m);
 void bind_int8(py::module_& m);
 
 }  // namespace bind

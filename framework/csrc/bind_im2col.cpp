@@ -8,7 +8,6 @@
 
 namespace tianyuan {
 namespace bind {
-namespace {
 
 Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, int64_t w,
                              Pair kernel, Pair stride, Quad padding, Pair dilation) {
@@ -27,6 +26,8 @@ Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, in
                               "input (" + std::to_string(g.h) + ", " + std::to_string(g.w) + ")");
     return g;
 }
+
+namespace {
 
 template <typename T>
 py::array im2col_typed(const py::array& x_any, Pair kernel, Pair stride, Quad padding,

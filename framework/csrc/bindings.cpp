@@ -9,5 +9,6 @@ PYBIND11_MODULE(_C, m) {
     bind_runtime(m);
     bind_im2col(m);
     bind_pool(m);
+    bind_depthwise(m);
     bind_int8(m);
 }

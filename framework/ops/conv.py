@@ -1,4 +1,6 @@
-"""Convolution primitives: im2col (native, framework/csrc/im2col.cpp) + GEMM (numpy matmul).
+"""Convolution primitives: im2col (native, framework/csrc/im2col.cpp) + GEMM (numpy matmul),
+or a direct kernel where one applies (depthwise: framework/csrc/depthwise.cpp); the choice
+per shape is conv_algo.choose's.
 
 Shapes (G groups; K = kh * kw; L = out_h * out_w; M = images_in_chunk * L):
     Conv2d           x (N, C, H, W), w (Co, C/G, kh, kw), b (Co,) -> (N, Co, out_h, out_w)
@@ -13,6 +15,8 @@ import numpy as np
 
 from .. import _C
 from ..autograd import Function
+from . import conv_algo
+from .conv_algo import algorithm_choices, force_algorithm  # noqa: F401  (public here)
 from .conv_ref import conv_out_size
 
 COLUMN_BUDGET = 64 << 20  # bytes of im2col columns per batch chunk
@@ -79,11 +83,14 @@ class Conv2d(Function):
                 groups=1):
         self.x, self.w, self.has_bias, self.groups = x, w, b is not None, groups
         self.geo = geo = _Geometry(w.shape[2:], stride, padding, dilation)
+        self.algo = conv_algo.choose(x, w, groups, geo)
+        if self.algo == "depthwise_direct":
+            return _C.depthwise_conv2d(x, w, b, stride, padding, dilation)
         n, c, h, wd = x.shape
         co = w.shape[0]
         oh, ow = geo.out_size(h, wd)
         wg = w.reshape(groups, co // groups, -1)  # (G, Co/G, C/G*K)
-        if geo.pointwise:
+        if self.algo == "gemm_1x1":
             # (G, Co/G, C/G) @ (n, G, C/G, L): no column copy at all
             out = np.matmul(wg, x.reshape(n, groups, c // groups, h * wd)).reshape(n, co, oh, ow)
         else:
@@ -98,6 +105,8 @@ class Conv2d(Function):
     def backward(self, g):
         x, w, geo, groups = self.x, self.w, self.geo, self.groups
         need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
+        if self.algo == "depthwise_direct":
+            return self._depthwise_backward(g, need_x, need_w)
         wg = w.reshape(groups, w.shape[0] // groups, -1)
         gx = np.empty_like(x) if need_x else None
         gw = np.zeros_like(wg) if need_w else None
@@ -109,6 +118,16 @@ class Conv2d(Function):
                 dcols = np.matmul(wg.transpose(0, 2, 1), gy)  # (G, C/G*K, nb*L)
                 gx[sl] = geo.col2im(dcols, x[sl].shape)
         grads = (gx, None if gw is None else gw.reshape(w.shape))
+        if self.has_bias:
+            grads += (g.sum(axis=(0, 2, 3)) if self.needs_input_grad[2] else None,)
+        return grads
+
+    def _depthwise_backward(self, g, need_x, need_w):
+        x, w, geo = self.x, self.w, self.geo
+        args = (geo.stride, geo.padding, geo.dilation)
+        g = np.ascontiguousarray(g, x.dtype)
+        grads = (_C.depthwise_conv2d_backward_input(g, w, x.shape, *args) if need_x else None,
+                 _C.depthwise_conv2d_backward_weight(x, g, geo.kernel, *args) if need_w else None)
         if self.has_bias:
             grads += (g.sum(axis=(0, 2, 3)) if self.needs_input_grad[2] else None,)
         return grads

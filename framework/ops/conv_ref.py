@@ -91,3 +91,36 @@ def conv_transpose2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), output_pad
     if b is not None:
         out = out + b.reshape(1, -1, 1, 1)
     return out
+
+
+def depthwise_conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
+    """Twin of framework/csrc/depthwise.cpp: x (N, C, H, W), w (C, 1, kh, kw) -> per-channel
+    cross-correlation, one strided view per kernel offset."""
+    out = None
+    for i, j, view in _windows(x, w.shape[2:], stride, padding, dilation):
+        term = view * w[None, :, 0, i, j, None, None]
+        out = term if out is None else out + term
+    return out if b is None else out + b.reshape(1, -1, 1, 1)
+
+
+def depthwise_backward_input_ref(gy, w, input_shape, stride, padding, dilation):
+    """gy (N, C, out_h, out_w) -> gx (N, C, H, W): each output's gradient times the tap's
+    weight, summed into the pixel the tap read."""
+    n, c, h, wd = input_shape
+    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = w.shape[2:], stride, padding, dilation
+    oh, ow = gy.shape[2:]
+    gp = np.zeros((n, c, h + pt + pb, wd + pl + pr), gy.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            gp[:, :, y0:y0 + sh * (oh - 1) + 1:sh, x0:x0 + sw * (ow - 1) + 1:sw] += \
+                gy * w[None, :, 0, i, j, None, None]
+    return gp[:, :, pt:pt + h, pl:pl + wd]
+
+
+def depthwise_backward_weight_ref(x, gy, kernel, stride, padding, dilation):
+    """x (N, C, H, W), gy (N, C, out_h, out_w) -> gw (C, 1, kh, kw)."""
+    gw = np.zeros((x.shape[1], 1) + tuple(kernel), gy.dtype)
+    for i, j, view in _windows(x, kernel, stride, padding, dilation):
+        gw[:, 0, i, j] = (view * gy).sum(axis=(0, 2, 3))
+    return gw

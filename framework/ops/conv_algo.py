@@ -1,0 +1,90 @@
+"""Convolution algorithm choice, made once per shape and cached (MegEngine's fast-run idea).
+
+Algorithms (name: when it applies):
+    gemm_1x1          1x1 kernel, stride 1, no padding: the input already is the column matrix
+    depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise.cpp
+    im2col_gemm       anything: native im2col + numpy batched matmul
+Where one shape admits several algorithms and none is forced, `choose` times each once on
+the real arrays, keeps the fastest for that shape, and `algorithm_choices()` lists what was
+chosen (for a model: run it once, then read the list).
+
+Force one for tests or experiments with env TIANYUAN_CONV_ALGO=name or
+`with force_algorithm("im2col_gemm"): ...`; a forced algorithm that cannot run a shape falls
+back to the automatic choice.
+"""
+import contextlib
+import os
+import time
+
+ALGORITHMS = ("gemm_1x1", "depthwise_direct", "im2col_gemm")
+
+_cache = {}     # shape key -> algorithm name
+_forced = [None]
+
+
+def applicable(x, w, groups, geo):
+    """Algorithms that can run this convolution, preferred first."""
+    c, co = x.shape[1], w.shape[0]
+    names = []
+    if groups == c == co and x.dtype.kind == "f":
+        names.append("depthwise_direct")
+    if geo.pointwise:
+        names.append("gemm_1x1")
+    names.append("im2col_gemm")
+    return names
+
+
+def _key(x, w, groups, geo):
+    return (x.shape, w.shape, str(x.dtype), groups, geo.stride, geo.padding, geo.dilation)
+
+
+def forced():
+    return _forced[0] or os.environ.get("TIANYUAN_CONV_ALGO") or None
+
+
+def choose(x, w, groups, geo, run=None):
+    """Name of the algorithm for this convolution. `run(name)` executes one candidate; given,
+    several candidates are timed once and the fastest is cached for the shape."""
+    names = applicable(x, w, groups, geo)
+    name = forced()
+    if name is not None:
+        if name not in ALGORITHMS:
+            raise ValueError(f"conv2d: unknown algorithm {name!r} (TIANYUAN_CONV_ALGO or "
+                             f"force_algorithm); expected one of {', '.join(ALGORITHMS)}")
+        if name in names:
+            return name
+    key = _key(x, w, groups, geo)
+    if key not in _cache:
+        _cache[key] = names[0] if run is None or len(names) == 1 else _fastest(names, run)
+    return _cache[key]
+
+
+def _fastest(names, run):
+    times = {}
+    for name in names:
+        start = time.perf_counter()
+        run(name)
+        times[name] = time.perf_counter() - start
+    return min(times, key=times.get)
+
+
+def algorithm_choices():
+    """{(x shape, w shape, dtype, groups, stride, padding, dilation): algorithm} so far."""
+    return dict(_cache)
+
+
+def clear_choices():
+    _cache.clear()
+
+
+@contextlib.contextmanager
+def force_algorithm(name):
+    """Run every applicable convolution with `name` inside the block (None: automatic)."""
+    if name is not None and name not in ALGORITHMS:
+        raise ValueError(f"force_algorithm: unknown algorithm {name!r}; expected one of "
+                         f"{', '.join(ALGORITHMS)}")
+    previous, _forced[0] = _forced[0], name
+    try:
+        yield
+    finally:
+        _forced[0] = previous

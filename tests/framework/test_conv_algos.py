@@ -1,0 +1,112 @@
+"""Convolution algorithms (framework/ops/conv_algo.py) against the numpy twins, on every ISA
+path this machine has: depthwise direct kernels, forced algorithms, the per-shape cache."""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+import tianyuan.functional as F
+from helpers import check_op
+from tianyuan import _C
+from tianyuan.ops import conv as conv_ops
+from tianyuan.ops.conv_ref import (conv2d_ref, depthwise_backward_input_ref,
+                                   depthwise_backward_weight_ref, depthwise_conv2d_ref)
+
+# (x shape, kernel, stride, padding (t, b, l, r), dilation): odd widths, 1x1 images,
+# channels not divisible by 16, asymmetric padding, dilation, strides 1, 2, 3
+DEPTHWISE = [
+    ((2, 5, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 17, 8, 7), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((3, 3, 1, 1), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 4, 13, 40), (5, 5), (2, 2), (2, 1, 0, 3), (1, 2)),
+    ((1, 2, 37, 70), (3, 3), (3, 2), (0, 2, 1, 0), (2, 1)),
+    ((1, 19, 33, 35), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 6, 5), (1, 7), (1, 1), (0, 0, 3, 3), (1, 1)),
+]
+
+
+def each_isa():
+    """Yields every ISA name this machine runs, switched on; restores the original after."""
+    original = ty.current_isa()
+    try:
+        for isa in ty.available_isas():
+            ty.set_isa(isa)
+            yield isa
+    finally:
+        ty.set_isa(original)
+
+
+def close(got, want, what):
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation", DEPTHWISE)
+def test_depthwise_kernels_match_numpy_twins_on_every_isa(shape, kernel, stride, padding,
+                                                          dilation):
+    rng = np.random.default_rng(1)
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    geo = (stride, padding, dilation)
+    want = depthwise_conv2d_ref(x, w, b, *geo)
+    np.testing.assert_allclose(want, conv2d_ref(x, w, b, *geo, groups=c), rtol=1e-5, atol=1e-5)
+    gy = rng.standard_normal(want.shape).astype(np.float32)
+    want_gx = depthwise_backward_input_ref(gy, w, shape, *geo)
+    want_gw = depthwise_backward_weight_ref(x, gy, kernel, *geo)
+    for isa in each_isa():
+        close(_C.depthwise_conv2d(x, w, b, *geo), want, f"forward, {isa}")
+        close(_C.depthwise_conv2d_backward_input(gy, w, shape, *geo), want_gx, f"gx, {isa}")
+        close(_C.depthwise_conv2d_backward_weight(x, gy, kernel, *geo), want_gw, f"gw, {isa}")
+
+
+def test_depthwise_conv2d_gradients_float64():
+    # float64 runs the generic kernels: finite differences check the whole primitive
+    check_op(lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=(1, 2), groups=3),
+             lambda x, w, b: conv2d_ref(x, w, b, (2, 2), (1, 1, 2, 2), groups=3),
+             [(2, 3, 5, 6), (3, 1, 3, 3), (3,)])
+
+
+@pytest.mark.parametrize("algo", ["im2col_gemm", "depthwise_direct", "gemm_1x1"])
+def test_forced_algorithms_agree(algo):
+    rng = np.random.default_rng(2)
+    cases = [((2, 6, 7, 9), (6, 1, 3, 3), 6, 1), ((1, 8, 5, 5), (4, 8, 1, 1), 1, 0),
+             ((1, 4, 6, 6), (8, 2, 3, 3), 2, 1)]
+    for xs, ws, groups, pad in cases:
+        x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
+        w = ty.tensor(rng.standard_normal(ws).astype(np.float32), requires_grad=True)
+        want = conv2d_ref(x.numpy(), w.numpy(), None, (1, 1), (pad,) * 4, (1, 1), groups)
+        with conv_ops.force_algorithm(algo):
+            y = F.conv2d(x, w, padding=pad, groups=groups)
+            y.sum().backward()
+        close(y.numpy(), want, f"{algo} on {xs} x {ws}")
+        gx, gw = x.grad.numpy(), w.grad.numpy()
+        x.grad = w.grad = None
+        F.conv2d(x, w, padding=pad, groups=groups).sum().backward()  # automatic choice
+        close(gx, x.grad.numpy(), f"{algo} input gradient")
+        close(gw, w.grad.numpy(), f"{algo} weight gradient")
+
+
+def test_choice_is_cached_per_shape_and_listed(monkeypatch):
+    conv_ops.conv_algo.clear_choices()
+    x = ty.randn(1, 4, 6, 6)
+    F.conv2d(x, ty.randn(4, 1, 3, 3), padding=1, groups=4)
+    F.conv2d(x, ty.randn(8, 4, 1, 1))
+    chosen = sorted(conv_ops.algorithm_choices().values())
+    assert chosen == ["depthwise_direct", "gemm_1x1"]
+    monkeypatch.setenv("TIANYUAN_CONV_ALGO", "im2col_gemm")
+    assert conv_ops.conv_algo.choose(x.numpy(), np.zeros((4, 1, 3, 3), np.float32), 4,
+                                     conv_ops._Geometry((3, 3), (1, 1), (1,) * 4, (1, 1))) \
+        == "im2col_gemm"
+    monkeypatch.setenv("TIANYUAN_CONV_ALGO", "nonsense")
+    with pytest.raises(ValueError, match="unknown algorithm 'nonsense'"):
+        F.conv2d(x, ty.randn(4, 1, 3, 3), padding=1, groups=4)
+
+
+def test_depthwise_binding_rejects_bad_arguments():
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    with pytest.raises(ValueError, match=r"depthwise_conv2d: weight must be \(4, 1, kh, kw\)"):
+        _C.depthwise_conv2d(x, np.zeros((4, 2, 3, 3), np.float32), None, (1, 1), (0,) * 4, (1, 1))
+    with pytest.raises(ValueError, match="depthwise_conv2d: bias must be"):
+        _C.depthwise_conv2d(x, np.zeros((4, 1, 3, 3), np.float32), np.zeros(3, np.float32),
+                            (1, 1), (0,) * 4, (1, 1))
