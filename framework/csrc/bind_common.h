@@ -42,6 +42,7 @@ void bind_runtime(py::module_& m);
 void bind_im2col(py::module_& m);
 void bind_pool(py::module_& m);
 void bind_depthwise(py::module_& m);
+void bind_norm(py::module_& m);
 void bind_int8(py::module_& m);
 
 }  // namespace bind

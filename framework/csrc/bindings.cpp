@@ -10,5 +10,6 @@ PYBIND11_MODULE(_C, m) {
     bind_im2col(m);
     bind_pool(m);
     bind_depthwise(m);
+    bind_norm(m);
     bind_int8(m);
 }

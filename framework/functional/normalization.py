@@ -1,11 +1,15 @@
-"""Batch norm and linear: compositions of primitives.
+"""Batch norm and linear.
 
-Batch norm's gradient flows through the batch statistics because they are built from
-the same primitives; the running statistics are updated in place on numpy (no graph).
+`batch_norm` runs the native kernels (tianyuan.ops.norm: batch statistics, normalisation
+and the gradient through the statistics, one pass per channel each).
+`batch_norm_composed` is the same math composed from primitives (its gradient flows through
+the statistics because they are built from the same primitives): the numpy reference the
+tests hold the native path to. Running statistics are updated in place on numpy (no graph).
 """
 import numpy as np
 
 from .. import dtypes
+from ..ops import norm as N
 from ..tensor import Tensor, as_tensor
 from . import math as M
 
@@ -39,6 +43,57 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     variance (n / (n - 1), PyTorch's rule); running stats of None are left alone.
     eval: the running statistics normalise.
     """
+    op = "batch_norm"
+    x = _check_input(x, running_mean, running_var, weight, bias, op)
+    channels = x.shape[1]
+    if not training:
+        scale, shift = _eval_affine(x, running_mean, running_var, weight, bias, eps, op)
+        return N.ChannelAffine.apply(x, scale, shift)
+    count = x.data.size // channels
+    if count < 2:
+        raise ValueError(f"{op}: training needs more than one value per channel, got input "
+                         f"shape {x.shape}")
+    mean, var = N.batch_stats(x.data)
+    if running_mean is not None:
+        _update_running(running_mean, mean, momentum)
+    if running_var is not None:
+        _update_running(running_var, var * (count / (count - 1)), momentum)
+    ones = Tensor(np.ones(channels, x.dtype))
+    w = ones if weight is None else as_tensor(weight)
+    b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
+    invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(x.dtype)
+    return N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd)
+
+
+def _check_input(x, running_mean, running_var, weight, bias, op):
+    x = as_tensor(x)
+    if x.ndim < 2 or not dtypes.is_floating(x.dtype):
+        raise ValueError(f"{op}: expected a floating (N, C) or (N, C, H, W) input, got shape "
+                         f"{x.shape} and dtype {x.dtype}")
+    for v, what in ((running_mean, "running_mean"), (running_var, "running_var"),
+                    (weight, "weight"), (bias, "bias")):
+        _check_vector(v, x.shape[1], op, what, x.shape)
+    return x
+
+
+def _eval_affine(x, running_mean, running_var, weight, bias, eps, op):
+    """Eval mode's per-channel (scale, shift) tensors (C,): y = x * scale + shift."""
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{op}: eval mode needs running_mean and running_var "
+                         f"(input shape {x.shape})")
+    inv = 1.0 / np.sqrt(np.asarray(running_var, np.float64) + eps)
+    scale = Tensor(inv.astype(x.dtype))
+    if weight is not None:
+        scale = scale * as_tensor(weight)
+    shift = -scale * Tensor(np.asarray(running_mean, x.dtype))
+    if bias is not None:
+        shift = shift + as_tensor(bias)
+    return scale, shift
+
+
+def batch_norm_composed(x, running_mean, running_var, weight=None, bias=None, training=False,
+                        momentum=0.1, eps=1e-5):
+    """batch_norm composed from primitives: the reference the native path is tested against."""
     op = "batch_norm"
     x = as_tensor(x)
     if x.ndim < 2 or not dtypes.is_floating(x.dtype):

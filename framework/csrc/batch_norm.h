@@ -1,0 +1,31 @@
+// Batch norm over (N, C, S) with S = H*W (or 1 for (N, C) input), generic C++ (the compiler
+// vectorises the plane loops), OpenMP over channels for the reductions and over (n, c) planes
+// for the affine pass. Accumulation in double so long channels (N*S up to millions) keep
+// float32 accuracy. Numpy twin: the composed batch_norm in framework/functional/normalization.py.
+#pragma once
+
+#include <cstdint>
+
+namespace tianyuan {
+
+struct BnShape {
+    int64_t n, c, s;  // batch, channels, pixels per plane
+};
+
+// mean (C,), biased variance (C,) of x (N, C, S): two passes over each channel.
+template <typename T>
+void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var);
+
+// y = x * scale[c] + shift[c] (the normalisation folded into one multiply-add per value).
+template <typename T>
+void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y);
+
+// Training-mode gradient, with xhat = (x - mean) * invstd and M = N*S per channel:
+//   gbias = sum gy, gweight = sum gy * xhat,
+//   gx = weight * invstd * (gy - gbias / M - xhat * gweight / M).
+// weight may be nullptr (1); gx may be nullptr (only the parameter gradients).
+template <typename T>
+void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
+                         const BnShape& b, T* gx, T* gweight, T* gbias);
+
+}  // namespace tianyuan

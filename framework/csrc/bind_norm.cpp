@@ -1,0 +1,115 @@
+// pybind11 glue: batch norm (framework/csrc/batch_norm.h).
+#include <string>
+#include <vector>
+
+#include "batch_norm.h"
+
+#include "bind_common.h"
+
+namespace tianyuan {
+namespace bind {
+namespace {
+
+BnShape bn_shape(const char* op, const py::array& x) {
+    if (x.ndim() < 2) throw py::value_error(std::string(op) + ": x must be (N, C, ...), got " +
+                                            std::to_string(x.ndim()) + "-D");
+    int64_t s = 1;
+    for (py::ssize_t i = 2; i < x.ndim(); ++i) s *= x.shape(i);
+    return {x.shape(0), x.shape(1), s};
+}
+
+template <typename T>
+void check_vector(const char* op, const char* what, const Array<T>& v, int64_t c) {
+    if (v.ndim() != 1 || v.shape(0) != c)
+        throw py::value_error(std::string(op) + ": " + what + " must be (" + std::to_string(c) +
+                              ",), got " + std::to_string(v.size()) + " values");
+}
+
+template <typename T>
+py::tuple stats_typed(const py::array& x_any) {
+    Array<T> x = Array<T>::ensure(x_any);
+    const BnShape b = bn_shape("batch_norm_stats", x);
+    Array<T> mean(b.c), var(b.c);
+    {
+        py::gil_scoped_release release;
+        batch_norm_stats<T>(x.data(), b, mean.mutable_data(), var.mutable_data());
+    }
+    return py::make_tuple(mean, var);
+}
+
+template <typename T>
+py::array affine_typed(const py::array& x_any, const py::array& scale_any,
+                       const py::array& shift_any) {
+    const char* op = "batch_norm_affine";
+    Array<T> x = Array<T>::ensure(x_any);
+    Array<T> scale = Array<T>::ensure(scale_any), shift = Array<T>::ensure(shift_any);
+    const BnShape b = bn_shape(op, x);
+    check_vector(op, "scale", scale, b.c);
+    check_vector(op, "shift", shift, b.c);
+    Array<T> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    py::gil_scoped_release release;
+    batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data());
+    return std::move(y);
+}
+
+template <typename T>
+py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const py::array& m_any,
+                         const py::array& inv_any, const py::object& w_any, bool need_x) {
+    const char* op = "batch_norm_backward";
+    Array<T> gy = Array<T>::ensure(gy_any), x = Array<T>::ensure(x_any);
+    Array<T> mean = Array<T>::ensure(m_any), inv = Array<T>::ensure(inv_any);
+    const BnShape b = bn_shape(op, x);
+    if (gy.size() != x.size() || gy.ndim() != x.ndim())
+        throw py::value_error(std::string(op) + ": grad must have the input's shape");
+    check_vector(op, "mean", mean, b.c);
+    check_vector(op, "invstd", inv, b.c);
+    Array<T> w;
+    if (!w_any.is_none()) {
+        w = Array<T>::ensure(w_any);
+        check_vector(op, "weight", w, b.c);
+    }
+    py::object gx = py::none();
+    T* gx_ptr = nullptr;
+    if (need_x) {
+        Array<T> g(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+        gx_ptr = g.mutable_data();
+        gx = g;
+    }
+    Array<T> gw(b.c), gb(b.c);
+    const T* w_ptr = w_any.is_none() ? nullptr : w.data();
+    {
+        py::gil_scoped_release release;
+        batch_norm_backward<T>(gy.data(), x.data(), mean.data(), inv.data(), w_ptr, b, gx_ptr,
+                               gw.mutable_data(), gb.mutable_data());
+    }
+    return py::make_tuple(gx, gw, gb);
+}
+
+}  // namespace
+
+void bind_norm(py::module_& m) {
+    m.def("batch_norm_stats", [](const py::array& x) -> py::tuple {
+        if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x);
+        if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x);
+        throw py::value_error("batch_norm_stats: x must be float32 or float64");
+    }, py::arg("x"), "x (N, C, ...) -> (mean (C,), biased var (C,))");
+    m.def("batch_norm_affine", [](const py::array& x, const py::array& scale,
+                                  const py::array& shift) {
+        return dispatch_float("batch_norm_affine", "x", x,
+                              [&] { return affine_typed<float>(x, scale, shift); },
+                              [&] { return affine_typed<double>(x, scale, shift); });
+    }, py::arg("x"), py::arg("scale"), py::arg("shift"), "x * scale[c] + shift[c]");
+    m.def("batch_norm_backward", [](const py::array& gy, const py::array& x,
+                                    const py::array& mean, const py::array& invstd,
+                                    const py::object& weight, bool need_x) -> py::tuple {
+        if (x.dtype().is(py::dtype::of<double>()))
+            return backward_typed<double>(gy, x, mean, invstd, weight, need_x);
+        if (x.dtype().is(py::dtype::of<float>()))
+            return backward_typed<float>(gy, x, mean, invstd, weight, need_x);
+        throw py::value_error("batch_norm_backward: x must be float32 or float64");
+    }, py::arg("grad"), py::arg("x"), py::arg("mean"), py::arg("invstd"), py::arg("weight"),
+       py::arg("need_x"), "training-mode gradient -> (gx or None, gweight, gbias)");
+}
+
+}  // namespace bind
+}  // namespace tianyuan

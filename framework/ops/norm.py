@@ -1,0 +1,51 @@
+"""Normalisation primitives on the native batch-norm kernels (framework/csrc/batch_norm.cpp).
+
+Shapes: x (N, C, ...) with S values per (n, c) plane; per-channel vectors (C,).
+The numpy twin is the composed batch norm (tianyuan.functional.normalization.
+batch_norm_composed), built from primitives; tests compare the two, forward and backward.
+"""
+import numpy as np
+
+from .. import _C
+from ..autograd import Function
+
+
+def channel_view(v, ndim):
+    """(C,) -> (1, C, 1, ...) for broadcasting against an ndim-D (N, C, ...) array."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def batch_stats(x):
+    """mean (C,), biased variance (C,) of x (N, C, ...): one native pass per statistic."""
+    return _C.batch_norm_stats(np.ascontiguousarray(x))
+
+
+class BatchNormTrain(Function):
+    """y = (x - mean) * invstd * weight + bias with the batch's mean and invstd (given, from
+    batch_stats); the gradient flows through the statistics (one native pass per channel)."""
+
+    def forward(self, x, weight, bias, mean=None, invstd=None):
+        self.x, self.weight, self.mean, self.invstd = x, weight, mean, invstd
+        scale = (invstd * weight).astype(x.dtype)
+        return _C.batch_norm_affine(x, scale, (bias - mean * scale).astype(x.dtype))
+
+    def backward(self, g):
+        gx, gw, gb = _C.batch_norm_backward(np.ascontiguousarray(g, self.x.dtype), self.x,
+                                            self.mean, self.invstd, self.weight,
+                                            self.needs_input_grad[0])
+        return gx, gw, gb
+
+
+class ChannelAffine(Function):
+    """y = x * scale[c] + shift[c] (eval-mode batch norm once its statistics are folded)."""
+
+    def forward(self, x, scale, shift):
+        self.x, self.scale = x, scale
+        return _C.batch_norm_affine(x, scale, shift)
+
+    def backward(self, g):
+        axes = (0,) + tuple(range(2, g.ndim))
+        gx = g * channel_view(self.scale, g.ndim) if self.needs_input_grad[0] else None
+        gs = (g * self.x).sum(axis=axes) if self.needs_input_grad[1] else None
+        gb = g.sum(axis=axes) if self.needs_input_grad[2] else None
+        return gx, gs, gb

@@ -1,0 +1,57 @@
+"""Native batch norm (framework/csrc/batch_norm.cpp via tianyuan.ops.norm) against the
+composed batch norm, forward, gradients and running statistics."""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from helpers import gradcheck
+from tianyuan import _C
+from tianyuan.functional.normalization import batch_norm, batch_norm_composed
+
+SHAPES = [(4, 3), (2, 5, 7, 9), (3, 17, 1, 1), (1, 2, 33, 3)]
+
+
+def run(fn, x, w, b, training, rm, rv):
+    xt, wt, bt = (ty.tensor(a, requires_grad=True) for a in (x, w, b))
+    y = fn(xt, rm, rv, wt, bt, training=training, momentum=0.3, eps=1e-3)
+    gy = np.random.default_rng(5).standard_normal(y.shape).astype(x.dtype)
+    (y * ty.tensor(gy)).sum().backward()
+    return y.numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("training", [True, False])
+def test_native_batch_norm_matches_composed(shape, training):
+    rng = np.random.default_rng(0)
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    stats = [(rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32))
+             for _ in range(2)]
+    stats[1] = (stats[0][0].copy(), stats[0][1].copy())
+    got = run(batch_norm, x, w, b, training, *stats[0])
+    want = run(batch_norm_composed, x, w, b, training, *stats[1])
+    for name, g, e in zip(("y", "gx", "gw", "gb"), got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
+                                   err_msg=f"{name}, shape {shape}, training={training}")
+    np.testing.assert_allclose(stats[0][0], stats[1][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stats[0][1], stats[1][1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_native_batch_norm_gradients_float64(training):
+    rm, rv = np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, 0.5])
+    gradcheck(lambda x, w, b: batch_norm(x, rm.copy(), rv.copy(), w, b, training=training),
+              [np.random.default_rng(1).standard_normal((2, 3, 3, 2)),
+               np.array([1.0, -0.5, 2.0]), np.array([0.1, 0.2, 0.3])])
+
+
+def test_batch_norm_without_affine_and_stats_kernel():
+    x = np.random.default_rng(2).standard_normal((3, 4, 5, 5)).astype(np.float32)
+    y = batch_norm(ty.tensor(x), None, None, training=True).numpy()
+    np.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    mean, var = _C.batch_norm_stats(x)
+    np.testing.assert_allclose(mean, x.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(var, x.var(axis=(0, 2, 3)), rtol=1e-5)
+    with pytest.raises(ValueError, match="batch_norm_affine: scale must be"):
+        _C.batch_norm_affine(x, np.ones(3, np.float32), np.ones(4, np.float32))
