@@ -69,7 +69,8 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
 def channel_shuffle(x, groups):
     """ShuffleNet's shuffle: (N, g*k, H, W) -> view (N, g, k, H, W) -> (N, k, g, H, W) -> flat."""
     op = "channel_shuffle"
-    image_tensor(x, op)
+    if getattr(x, "ndim", None) != 4:
+        image_tensor(x, op)   # raises, naming the op; any dtype passes (int8 models shuffle)
     n, c, h, w = x.shape
     if not isinstance(groups, int) or groups < 1 or c % groups:
         raise ValueError(f"{op}: groups={groups!r} must be a positive int dividing the "

@@ -113,19 +113,20 @@ class HistogramObserver(Observer):
 def entropy_threshold(hist, levels, stride=8):
     """Bin index T (levels <= T <= len(hist)) minimising KL(P_T || Q_T) (TensorRT's method).
 
-    P_T: hist[:T] with the tail mass added to bin T-1; Q_T: P_T merged into `levels`
-    groups, each group's mass spread evenly over its non-empty bins.
+    P_T: hist[:T] with the tail mass added to bin T-1; Q_T: hist[:T] (no tail) merged into
+    `levels` groups, each group's mass spread evenly over its non-empty bins.
     """
     n = len(hist)
     if n <= levels or hist.sum() == 0:
         return n
     best, best_kl = n, np.inf
     for t in list(range(levels, n, stride)) + [n]:
-        p = hist[:t].astype(np.float64).copy()
-        p[-1] += hist[t:].sum()
+        body = hist[:t].astype(np.float64)
+        p = body.copy()
+        p[-1] += hist[t:].sum()                  # the reference keeps the clipped mass ...
         groups = np.minimum(np.arange(t) * levels // t, levels - 1)
         nonzero = p > 0
-        mass = np.bincount(groups, p, levels)
+        mass = np.bincount(groups, body, levels)  # ... the candidate does not
         count = np.bincount(groups, nonzero, levels)
         q = np.where(nonzero, mass[groups] / np.maximum(count[groups], 1), 0.0)
         p, q = p / p.sum(), q / q.sum()

@@ -82,3 +82,11 @@ class ReLU6(_FromFloat):
         q = qarray_of(x, "ReLU6")
         top = relu6_max(q.scale, q.zero_point, q.dtype)
         return _same(q, np.clip(q.view(np.ndarray), q.zero_point, top).astype(q.dtype))
+
+
+class Dropout(_FromFloat):
+    """Inference: the identity (an int8 model only runs in eval mode)."""
+    keys = ("p",)
+
+    def forward(self, x):
+        return x

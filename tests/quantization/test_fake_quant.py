@@ -1,0 +1,80 @@
+"""Fake quantizers: forward = reference quantize/dequantize; STE and LSQ gradients by hand
+and against finite differences where they are defined."""
+import numpy as np
+
+import tianyuan as ty
+from tianyuan.quantization import LSQFunction, FakeQuantizeSTE
+from tianyuan.quantization import reference as R
+
+SCALE, ZP = np.float32(0.1), 10
+
+
+def test_ste_forward_is_reference():
+    x = np.random.default_rng(0).uniform(-3, 30, (4, 5)).astype(np.float32)
+    y = FakeQuantizeSTE.apply(ty.tensor(x), scale=SCALE, zero_point=ZP, dtype=np.uint8)
+    np.testing.assert_array_equal(y.numpy(), R.dequantize(R.quantize(x, SCALE, ZP, np.uint8),
+                                                          SCALE, ZP))
+
+
+def test_ste_gradient_is_clipped_identity_fd_of_clip():
+    # away from the clip edges and grid ties, STE = d/dx clip(x, lo, hi) by finite differences
+    lo, hi = (0 - ZP) * SCALE, (255 - ZP) * SCALE
+    x = np.array([-2.0, -0.53, 0.71, 12.3, 24.0, 30.0])
+
+    def fq(t):
+        return FakeQuantizeSTE.apply(t, scale=SCALE, zero_point=ZP, dtype=np.uint8)
+    t = ty.tensor(x, requires_grad=True)
+    fq(t).sum().backward()
+    surrogate = lambda v: np.clip(v, lo, hi)
+    fd = (surrogate(x + 1e-4) - surrogate(x - 1e-4)) / 2e-4
+    np.testing.assert_allclose(t.grad.numpy(), fd, atol=1e-6)
+
+
+def test_ste_per_channel():
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    scale = np.float32([0.01, 0.1, 1.0])
+    y = FakeQuantizeSTE.apply(ty.tensor(x), scale=scale, zero_point=np.zeros(3, np.int64),
+                              dtype=np.int8, axis=0)
+    np.testing.assert_array_equal(y.numpy(), R.dequantize(R.quantize(x, scale, 0, np.int8, 0),
+                                                          scale, 0, 0))
+
+
+def lsq(x, s, g=0.5, axis=None, zp=ZP):
+    return LSQFunction.apply(x, s, zero_point=zp, dtype=np.uint8, axis=axis, grad_scale=g)
+
+
+def test_lsq_gradients_by_hand():
+    x = np.array([-5.0, 0.33, 1.27, 7.77, 40.0], np.float32)
+    s = np.float32(0.1)
+    tx, ts = ty.tensor(x, requires_grad=True), ty.tensor(np.array(s), requires_grad=True)
+    lsq(tx, ts).sum().backward()
+    n = x / s
+    q = np.clip(np.rint(n) + ZP, 0, 255) - ZP
+    inside = (np.rint(n) + ZP >= 0) & (np.rint(n) + ZP <= 255)
+    expected_s = 0.5 * np.sum(np.where(inside, q - n, q))
+    np.testing.assert_array_equal(tx.grad.numpy(), inside.astype(np.float32))
+    np.testing.assert_allclose(ts.grad.numpy(), expected_s, rtol=1e-5)
+
+
+def test_lsq_scale_gradient_fd_where_defined():
+    # clipped values: y = s * (q_clip - zp) exactly, so the true derivative exists
+    x = np.array([[50.0, -9.0, 80.0], [99.0, -6.0, 60.0]], np.float32)
+    zp, w = np.array([10, 20]), np.random.default_rng(0).standard_normal((2, 3))
+
+    def loss(s):
+        return float((lsq(ty.tensor(x), ty.tensor(s), 1.0, 0, zp).numpy() * w).sum())
+    s = ty.tensor(np.float32([0.1, 0.2]), requires_grad=True)
+    (lsq(ty.tensor(x), s, 1.0, 0, zp) * ty.tensor(w.astype(np.float32))).sum().backward()
+    for c in range(2):
+        step = np.zeros(2, np.float32)
+        step[c] = 1e-3
+        s0 = np.float32([0.1, 0.2])
+        fd = (loss(s0 + step) - loss(s0 - step)) / 2e-3
+        np.testing.assert_allclose(s.grad.numpy()[c], fd, rtol=1e-3)
+
+
+def test_lsq_gradient_scale_and_per_channel_shapes():
+    x = ty.tensor(np.random.default_rng(3).standard_normal((4, 6)))
+    s = ty.tensor(np.full(4, 0.05), requires_grad=True)
+    lsq(x, s, g=1 / np.sqrt(6 * 255), axis=0, zp=np.zeros(4, np.int64)).sum().backward()
+    assert s.grad.shape == (4,) and np.all(np.isfinite(s.grad.numpy()))

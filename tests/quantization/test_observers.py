@@ -1,0 +1,114 @@
+"""Observers against hand computation; histogram range searches; a user's observer."""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from tianyuan import quantization as Q
+from tianyuan.quantization.observer import Observer, QParams
+
+from qnets import TinyNet
+
+
+def observe(obs, *batches):
+    for b in batches:
+        obs(ty.tensor(np.asarray(b, np.float32)))
+    return obs.qparams()
+
+
+def test_minmax_asymmetric_uint8_by_hand():
+    p = observe(Q.MinMaxObserver(enabled=True), [-1.0, 0.5], [3.0, 0.0])
+    scale = np.float32(4.0 / 255)
+    assert p.scale == scale and p.zero_point == 64 and p.dtype == np.uint8
+
+
+def test_minmax_range_includes_zero():
+    p = observe(Q.MinMaxObserver(enabled=True), [2.0, 3.0])
+    assert p.scale == np.float32(3.0 / 255) and p.zero_point == 0
+
+
+def test_per_channel_symmetric_weights_by_hand():
+    w = np.array([[1.0, -2.0], [0.5, 0.25], [0.0, 0.0]], np.float32)
+    p = observe(Q.make_weight_observer(enabled=True), w)
+    np.testing.assert_array_equal(p.scale, np.float32([2 / 127, 0.5 / 127, Q.observer.EPS]))
+    assert (p.zero_point == 0).all() and p.axis == 0 and p.dtype == np.int8
+
+
+def test_int8_symmetric_activations():
+    p = observe(Q.MinMaxObserver(dtype="int8", symmetric=True, enabled=True), [-3.0, 1.0])
+    assert p.scale == np.float32(3 / 127) and p.zero_point == 0
+
+
+def test_moving_average_by_hand():
+    obs = Q.MovingAverageMinMaxObserver(momentum=0.9, enabled=True)
+    observe(obs, [-1.0, 1.0], [-3.0, 5.0])
+    lo, hi = obs.range()
+    np.testing.assert_allclose([lo, hi], [0.9 * -1 + 0.1 * -3, 0.9 * 1 + 0.1 * 5], rtol=1e-6)
+
+
+def test_observer_follows_training_mode_unless_forced():
+    obs = Q.MinMaxObserver()
+    obs.eval()
+    obs(ty.tensor([1.0]))
+    assert not obs.observed
+    obs.train()
+    obs(ty.tensor([1.0]))
+    assert obs.observed
+
+
+def test_histogram_percentile_matches_numpy():
+    x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
+    obs = Q.HistogramObserver(method="percentile", percentile=99.9, enabled=True)
+    observe(obs, x[:50_000], x[50_000:])
+    lo, hi = obs.range()
+    width = (x.max() - x.min()) / 2048 * 2
+    assert abs(hi - np.percentile(x, 99.9)) < width
+    assert abs(lo - np.percentile(x, 0.1)) < width
+
+
+def test_histogram_l2_clips_a_heavy_tail_not_the_bulk():
+    rng = np.random.default_rng(1)
+    x = np.abs(rng.laplace(size=100_000)).astype(np.float32)     # max ~ 13, 99.9% ~ 6.9
+    obs = Q.HistogramObserver(method="l2", enabled=True)
+    observe(obs, x)
+    lo, hi = obs.range()
+    assert lo == 0 and np.percentile(x, 99.9) < hi < 0.9 * x.max()   # 8-bit optimum ~ 10
+    uniform = Q.HistogramObserver(method="l2", enabled=True)
+    observe(uniform, rng.uniform(0, 1, 50_000))
+    assert uniform.range()[1] > 0.95
+
+
+def test_histogram_kl_threshold():
+    x = np.abs(np.random.default_rng(2).standard_normal(200_000)).astype(np.float32)
+    obs = Q.HistogramObserver(method="kl", enabled=True)
+    observe(obs, x)
+    lo, hi = obs.range()
+    assert lo == 0 and 2.0 < hi <= x.max()
+
+
+class FixedObserver(Observer):
+    """A user's observer: always the range [-1, 1]."""
+
+    def observe(self, x):
+        self._set_range(-1.0, 1.0)
+
+
+def test_registered_custom_observer_drives_quantize_qat():
+    Q.register_observer("fixed_test", FixedObserver, override=True)
+    with pytest.raises(KeyError):
+        Q.register_observer("fixed_test", FixedObserver)
+    qc = Q.QConfig("weight_minmax", "fixed_test", "ste", "ste")
+    qat = Q.quantize_qat(TinyNet(), qc)
+    Q.calibrate(qat, [np.zeros((2, 3, 16, 16), np.float32)])
+    p = qat.conv1.act_qparams()
+    assert isinstance(qat.conv1.act_observer, FixedObserver)
+    assert p.scale == np.float32(2 / 255) and p.zero_point == 128
+    int8 = Q.quantize(qat)
+    assert int8.conv1.out_scale == p.scale
+
+
+def test_qconfig_rejects_instances_and_unknown_names():
+    with pytest.raises(TypeError):
+        Q.QConfig(Q.MinMaxObserver(), "ema", "ste", "ste").make_weight_observer()
+    with pytest.raises(KeyError):
+        Q.QConfig("nope", "ema", "ste", "ste").make_weight_observer()
+    assert isinstance(QParams(1, 0, np.uint8, None), tuple)

@@ -1,0 +1,153 @@
+"""The QAT flow on a small trained net: BN folding, QAT eval vs int8 (predictions and
+layer by layer), calibration, disable_quantize, LSQ and int8-symmetric configs."""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from tianyuan import nn
+from tianyuan import quantization as Q
+from tianyuan.quantization.observer import QParams
+from tianyuan.quantization.qarray import dequantize_tensor
+
+from qnets import TinyNet, predict, shapes_data, train
+
+
+@pytest.fixture(scope="module")
+def data():
+    return shapes_data(1500, seed=0), shapes_data(600, seed=1)
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    (x, y), _ = data
+    ty.manual_seed(0)
+    float_model = train(TinyNet(), x, y, steps=300)
+    qat = Q.quantize_qat(float_model, Q.ema_fakequant_qconfig)
+    train(qat, x, y, steps=40, lr=0.01, seed=1)
+    return float_model, qat.eval(), Q.quantize(qat)
+
+
+def conv_bn(training):
+    ty.manual_seed(3)
+    conv, bn = nn.Conv2d(4, 6, 3, padding=1, bias=True), nn.BatchNorm2d(6)
+    bn.running_mean.data[:] = np.linspace(-1, 1, 6)
+    bn.running_var.data[:] = np.linspace(0.5, 2, 6)
+    bn.weight.data[:] = np.linspace(0.5, 1.5, 6)
+    bn.bias.data[:] = np.linspace(-0.2, 0.2, 6)
+    float_model = nn.Sequential(conv, bn).train(training)
+    qat = nn.qat.ConvBn2d.from_float(nn.ConvBn2d(*[__import__("copy").deepcopy(m)
+                                                   for m in (conv, bn)]),
+                                     Q.ema_fakequant_qconfig).train(training)
+    return float_model, Q.disable_fake_quant(qat)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_conv_bn_folding_matches_conv_then_bn(training):
+    float_model, qat = conv_bn(training)
+    x = ty.randn(5, 4, 7, 7)
+    np.testing.assert_allclose(qat(x).numpy(), float_model(x).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(qat.bn.running_mean.numpy(), float_model[1].running_mean.numpy(),
+                               rtol=1e-6)
+
+
+def test_conv_bn_eval_is_the_folded_conv():
+    _, qat = conv_bn(False)
+    w, b = qat.folded()
+    x = ty.randn(2, 4, 5, 5)
+    ref = ty.functional.conv2d(x, w, b, 1, 1)
+    np.testing.assert_allclose(qat(x).numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_int8_agrees_with_qat_eval(trained, data):
+    float_model, qat, int8 = trained
+    _, (xt, yt) = data
+    p_float, p_qat, p_int8 = (predict(m, xt).argmax(1) for m in (float_model, qat, int8))
+    assert (p_float == yt).mean() > 0.6
+    assert (p_qat == p_int8).mean() >= 0.995
+    assert abs((p_qat == yt).mean() - (p_int8 == yt).mean()) <= 0.005
+
+
+def _float_inputs(args):
+    """Dequantized int8 inputs, carrying their qparams as QAT tensors do."""
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.append(_float_inputs(a))
+            continue
+        t = dequantize_tensor(a)
+        if t is not a:
+            t.qparams = QParams(a.data.scale, a.data.zero_point, a.data.dtype, None)
+        out.append(t)
+    return out
+
+
+def test_each_int8_layer_within_one_step_of_qat(trained, data):
+    _, qat, int8 = trained
+    _, (xt, _) = data
+    seen = {}
+
+    def record(name):
+        def hook(module, args, out):
+            seen[name] = (args, out)
+        return hook
+    for name, m in int8.named_modules():
+        if isinstance(m, nn.quantized.QuantizedModule):
+            m.register_forward_hook(record(name))
+    with ty.no_grad():
+        int8(ty.tensor(xt[:64]))
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*_float_inputs(args)).numpy()
+            scale = getattr(out.data, "scale", None) or 1.0
+            steps = np.abs(dequantize_tensor(out).numpy() - ref) / scale
+            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
+            assert (steps > 0.5).mean() < 0.01, f"{name}: {(steps > 0.5).mean()} off by a step"
+    assert {"conv1", "add_relu", "cat", "avg", "gap", "fc", "dw"} <= set(seen)
+
+
+def test_int8_model_state(trained):
+    _, _, int8 = trained
+    state = int8.state_dict()
+    assert state["conv1.weight"].dtype == np.int8 and state["fc.weight"].dtype == np.int8
+    assert state["conv1.weight_scale"].shape == (8,)
+    assert not any(k.endswith("running_mean") for k in state)
+
+
+def test_calibration_ptq(trained, data):
+    float_model, _, _ = trained
+    (x, _), (xt, yt) = data
+    qat = Q.quantize_qat(float_model, Q.calibration_qconfig)
+    Q.calibrate(qat, [x[i:i + 100] for i in range(0, 400, 100)])
+    int8 = Q.quantize(qat)
+    acc_float = (predict(float_model, xt).argmax(1) == yt).mean()
+    p_qat, p_int8 = predict(qat, xt).argmax(1), predict(int8, xt).argmax(1)
+    assert (p_qat == p_int8).mean() >= 0.99
+    assert (p_int8 == yt).mean() >= acc_float - 0.03
+
+
+def test_disable_quantize_keeps_classifier_float(trained, data):
+    float_model, _, _ = trained
+    _, (xt, _) = data
+    model = __import__("copy").deepcopy(float_model)
+    Q.disable_quantize(model.fc)
+    qat = Q.quantize_qat(model)
+    Q.calibrate(qat, [xt[:200]])
+    int8 = Q.quantize(qat)
+    assert type(qat.fc) is nn.Linear and type(int8.fc) is nn.Linear
+    assert isinstance(int8.conv1, nn.quantized.ConvBnReLU2d)
+    out, ref = predict(int8, xt[:200]), predict(qat, xt[:200])
+    assert out.dtype == np.float32
+    assert (out.argmax(1) == ref.argmax(1)).mean() >= 0.98
+    assert np.abs(out - ref).mean() < 0.02
+
+
+@pytest.mark.parametrize("qconfig", [Q.lsq_qconfig, Q.int8_symmetric_qconfig,
+                                     Q.min_max_fakequant_qconfig])
+def test_other_qconfigs_train_and_convert(trained, data, qconfig):
+    float_model, _, _ = trained
+    (x, y), (xt, _) = data
+    qat = train(Q.quantize_qat(float_model, qconfig), x, y, steps=5, lr=0.001)
+    if qconfig is Q.lsq_qconfig:
+        assert qat.conv1.act_fake_quant.scale.grad is not None
+    int8 = Q.quantize(qat)
+    agree = (predict(qat, xt[:200]).argmax(1) == predict(int8, xt[:200]).argmax(1)).mean()
+    assert agree >= 0.98
