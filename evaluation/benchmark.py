@@ -47,7 +47,8 @@ def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, se
     times = np.array(times) * 1000.0
     median = float(np.median(times))
     return {"batch": batch, "input_size": list(input_size), "repeats": repeats,
-            "latency_ms": round(median, 3), "latency_p90_ms": round(float(np.percentile(times, 90)), 3),
+            "latency_ms": round(median, 3),
+            "latency_p90_ms": round(float(np.percentile(times, 90)), 3),
             "latency_min_ms": round(float(times.min()), 3),
             "images_per_s": round(1000.0 * batch / median, 2),
             "peak_traced_mb": round(traced_peak / 2 ** 20, 2),

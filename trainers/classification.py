@@ -34,7 +34,8 @@ class PadRandomCrop:
         p = self.padding
         image = np.pad(item["image"], ((p, p), (p, p), (0, 0)))      # (H+2p, W+2p, 3)
         h, w = image.shape[:2]
-        top, left = get_rng().integers(0, h - self.size + 1), get_rng().integers(0, w - self.size + 1)
+        rng = get_rng()
+        top, left = rng.integers(0, h - self.size + 1), rng.integers(0, w - self.size + 1)
         return {**item, "image": image[top:top + self.size, left:left + self.size]}
 
 

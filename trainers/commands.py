@@ -2,7 +2,7 @@
 
     tianyuan eval model=resnet18 weights=runs/r18/best.safetensors data.root=/data/imagenet
     tianyuan eval model=resnet18 weights=resnet18.imagenet_torchvision data.root=...
-    tianyuan eval experiment-free: model=shapesnet data=shapes weights=runs/smoke/best.safetensors
+    tianyuan eval model=shapesnet data=shapes weights=runs/smoke/best.safetensors
     tianyuan bench model=resnet50 precision=fp32 batch=16 repeats=10
 
 Both print a table and write JSON (`out=`).

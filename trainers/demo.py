@@ -1,7 +1,9 @@
-"""`make demo`: train a small conv net on generated coloured shapes and report test accuracy.
+"""`make demo`: train a small conv net on generated coloured shapes, then run it as int8.
 
 Ten classes of shapes, 32x32 RGB, a few thousand images made on the fly (no download).
-Results are printed as a table and written to demo_out/demo.json.
+After float training: post-training calibration (PTQ) and a short quantization-aware
+fine-tune (QAT), each converted to int8; a table compares accuracy, latency and size.
+Results are printed and written to demo_out/demo.json.
 
     python -m tianyuan.trainers.demo [--epochs 6] [--train 4000] [--test 1000]
 """
@@ -17,6 +19,7 @@ import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn, optim
 from tianyuan.datasets.synthetic import make_shapes
+from tianyuan.trainers import demo_quant
 
 MEAN = np.array([0.5, 0.5, 0.5], np.float32)
 STD = np.array([0.25, 0.25, 0.25], np.float32)
@@ -28,10 +31,12 @@ def conv_bn_relu(cin, cout):
 
 
 class ShapesNet(nn.Module):
-    """Three conv-BN-ReLU stages, global pooling, a linear classifier (~25k parameters)."""
+    """Three conv-BN-ReLU stages, global pooling, a linear classifier (~25k parameters).
+    QAT-ready: stubs at the ends, and `fuse_groups` names each conv-BN-ReLU."""
 
     def __init__(self, num_classes=10, width=16):
         super().__init__()
+        self.quant, self.dequant = nn.QuantStub(), nn.DequantStub()
         self.features = nn.Sequential(
             conv_bn_relu(3, width), nn.MaxPool2d(2),            # (N, w, 16, 16)
             conv_bn_relu(width, 2 * width), nn.MaxPool2d(2),    # (N, 2w, 8, 8)
@@ -40,7 +45,10 @@ class ShapesNet(nn.Module):
         self.fc = nn.Linear(4 * width, num_classes)
 
     def forward(self, x):
-        return self.fc(self.features(x))
+        return self.dequant(self.fc(self.features(self.quant(x))))
+
+    def fuse_groups(self):
+        return [[f"features.{i}.{j}" for j in range(3)] for i in (0, 2, 4)]
 
 
 def to_input(images):
@@ -110,15 +118,23 @@ def main(argv=None):
     print(f"model: ShapesNet, {sum(p.size for p in model.parameters())} parameters")
     train(model, train_images, train_labels, args.epochs, args.batch_size, args.lr, args.seed)
     accuracy = evaluate(model, test_images, test_labels)
+    print(f"float test accuracy {100 * accuracy:.2f}%; post-training calibration (32 batches)")
+    ptq_int8 = demo_quant.ptq(model, train_images, to_input)
+    print("quantization-aware fine-tune (1 epoch, lr 0.005)")
+    _, qat_int8 = demo_quant.qat_finetune(model, train_images, train_labels, train)
+    models = {"float": model, "PTQ int8": ptq_int8, "QAT int8": qat_int8}
+    rows = demo_quant.compare(models, lambda m: evaluate(m, test_images, test_labels),
+                              test_images, to_input)
     seconds = time.time() - started
     result = {"model": "ShapesNet", "epochs": args.epochs, "train_images": args.train,
-              "test_images": args.test, "test_accuracy": accuracy, "seconds": round(seconds, 1)}
+              "test_images": args.test, "test_accuracy": accuracy, "quantized": rows,
+              "seconds": round(seconds, 1)}
     os.makedirs(args.out, exist_ok=True)
     ty.save(model.state_dict(), os.path.join(args.out, "shapesnet.safetensors"))
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"\n{'metric':<16}{'value':>10}\n{'-' * 26}")
-    print(f"{'test accuracy':<16}{100 * accuracy:>9.2f}%\n{'wall time':<16}{seconds:>9.1f}s")
+    demo_quant.print_table(rows)
+    print(f"wall time {seconds:.1f}s")
     print(f"\nweights: {args.out}/shapesnet.safetensors   results: {args.out}/demo.json")
     return result
 

@@ -1,0 +1,14 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="session")
+def shapes_root(tmp_path_factory):
+    """A small generated ImageFolder tree (root/train, root/val), shared by the tests."""
+    from tianyuan.trainers.classification import shapes_folder
+    root = str(tmp_path_factory.mktemp("data") / "shapes")
+    return shapes_folder(root, num_per_class=30, val_per_class=5, size=32, num_classes=10, seed=0)

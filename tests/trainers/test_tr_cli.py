@@ -1,0 +1,49 @@
+"""The commands through `tianyuan.trainers.cli.main` (what the `tianyuan` script runs)."""
+import json
+
+import pytest
+
+from tianyuan.trainers import cli
+
+
+def test_train_smoke_learns_then_eval_and_bench(tmp_path, capsys):
+    out, shapes_root = tmp_path / "run", tmp_path / "shapes"   # 1000 train, 100 val images
+    status = cli.main(["train", "experiment=smoke_shapesnet", f"data.root={shapes_root}",
+                       f"out_dir={out}", "trainer.progress=false"])
+    assert status == 0
+    result = json.load(open(out / "results.json"))
+    assert result["iterations"] == 155 and result["val_top1"] > 40.0   # chance: 10 %
+    assert "val_top1" in capsys.readouterr().out
+    records = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert {"loss", "lr", "images_per_s"} <= set(records[0]) and records[-1]["eval"]
+
+    assert cli.main(["eval", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
+                     f"weights={out}/best.safetensors", f"out={tmp_path}/eval.json",
+                     "progress=false"]) == 0
+    evaluated = json.load(open(tmp_path / "eval.json"))
+    assert evaluated["top1"] == pytest.approx(result["best_top1"])
+    assert evaluated["images"] == 100 and "top1" in capsys.readouterr().out
+
+    assert cli.main(["bench", "model=shapesnet", "batch=2", "input_size=[3,32,32]", "repeats=2",
+                     f"out={tmp_path}/bench.json"]) == 0
+    assert json.load(open(tmp_path / "bench.json"))["images_per_s"] > 0
+
+
+def test_train_resnet18_two_steps(shapes_root, tmp_path):
+    """The zoo ResNet-18 (CIFAR stem) through the command: two steps, finite loss."""
+    pytest.importorskip("tianyuan.zoo")
+    status = cli.main(["train", "experiment=smoke_resnet18", f"out_dir={tmp_path}",
+                       f"data.root={shapes_root}", "model.num_classes=10", "data.image_size=16",
+                       "data.batch_size=4", "trainer.max_iters=2", "trainer.eval_every=0",
+                       "trainer.progress=false", "data.val_batch_size=50"])
+    assert status == 0
+    result = json.load(open(tmp_path / "results.json"))
+    assert result["iterations"] == 2 and result["train_loss"] == result["train_loss"]
+
+
+def test_help_lists_commands_and_experiments(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(c in text for c in ("train", "eval", "bench"))
+    assert cli.main(["train", "--help"]) == 0
+    assert "smoke_shapesnet" in capsys.readouterr().out

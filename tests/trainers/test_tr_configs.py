@@ -1,0 +1,45 @@
+"""Every experiment composes, and its optimizer and schedule instantiate for a tiny model."""
+import pytest
+from hydra.utils import instantiate
+
+import tianyuan as ty
+from tianyuan.trainers.config import compose, options, to_dict
+
+EXPERIMENTS = options("experiment")
+
+
+def test_recipes_present():
+    for name in ("resnet50_imagenet", "shufflenet_v2_x1_0_imagenet", "shufflenet_v1_imagenet",
+                 "mobilenet_v2_imagenet", "resnet18_imagenet_qat", "shufflenet_v1_imagenet_qat",
+                 "mobilenet_v2_imagenet_qat", "resnet18_cifar10", "mobilenet_v2_cifar10",
+                 "smoke_shapesnet", "smoke_resnet18"):
+        assert name in EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_composes(name):
+    cfg = compose("train", [f"experiment={name}"])
+    assert cfg.name == name and to_dict(cfg)["optim"]["lr"] > 0
+    optimizer = instantiate(cfg.optim)([ty.zeros(3, requires_grad=True)])
+    scheduler = instantiate(cfg.schedule)(optimizer, epochs=cfg.trainer.max_epochs,
+                                          iters_per_epoch=7)
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] >= 0
+
+
+def test_recipe_numbers():
+    r50 = to_dict(compose("train", ["experiment=resnet50_imagenet", "data.batch_size=512"]))
+    assert r50["optim"]["lr"] == pytest.approx(0.2)              # 0.1 x 512 / 256
+    assert r50["optim"]["weight_decay"] == 1e-4 and r50["schedule"]["milestones"] == [30, 60, 80]
+    v2 = to_dict(compose("train", ["experiment=shufflenet_v2_x1_0_imagenet"]))
+    assert v2["optim"]["weight_decay"] == 4e-5 and v2["loss"]["label_smoothing"] == 0.1
+    qat = to_dict(compose("train", ["experiment=resnet18_imagenet_qat"]))
+    assert qat["quant"]["method"] == "qat" and qat["optim"]["lr"] == 1.25e-4
+
+
+def test_zoo_models_configured():
+    zoo = pytest.importorskip("tianyuan.zoo")
+    for name in options("model"):
+        cfg = compose("train", [f"model={name}"])
+        if cfg.model._target_ == "tianyuan.zoo.get_model":
+            assert cfg.model.name in zoo.list_models()
