@@ -1,0 +1,166 @@
+"""Every convolution of ResNet-18, MobileNetV2 and ShuffleNetV2 (x1.0) at 224x224: our int8
+conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/fbgemm
+engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
+otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s.
+
+Layers are found by running the zoo model once with forward hooks on its Conv2d modules.
+Time = median of --repeat runs after a warm-up; TOP/s = 2 * MACs / time.
+
+    python bench/bench_int8.py [--batches 1,16] [--repeat 5] [--threads N] [--layers]
+"""
+import argparse
+import time
+
+import numpy as np
+
+import tianyuan as ty
+import tianyuan.functional as F
+from tianyuan import nn, zoo
+from tianyuan.quantization import kernels as K
+from tianyuan.quantization import reference as R
+
+NETWORKS = ["resnet18", "mobilenet_v2", "shufflenet_v2_x1_0"]
+
+
+def conv_layers(name):
+    """[(layer name, Conv2d, input shape (1, C, H, W))] in forward order, at 224x224."""
+    model, found = zoo.get_model(name).eval(), []
+    for lname, m in model.named_modules():
+        if isinstance(m, nn.Conv2d):
+            m.register_forward_hook(lambda mod, a, o, n=lname: found.append((n, mod, a[0].shape)))
+    with ty.no_grad():
+        model(ty.zeros(1, 3, 224, 224))
+    return found
+
+
+def median_ms(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times))
+
+
+def ours(conv, x_u8, x_f32):
+    """(int8 fn, float32 fn) for one layer, weights quantized and packed outside the timing."""
+    w = conv.weight.data
+    scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / 127, 1e-8)
+    packed = K.pack_weights(R.quantize(w, scale, 0, np.int8, axis=0), conv.groups)
+    mult, shift = R.quantize_multiplier(0.02 * scale / 0.05)
+    bias = np.zeros(w.shape[0], np.int32)
+    ph, pw = conv.padding
+    int8 = lambda: K.conv2d(x_u8, 128, packed, bias, mult, shift, 0, True, np.uint8,
+                            conv.stride, (ph, ph, pw, pw), conv.dilation)
+    xf = ty.tensor(x_f32)
+    f32 = lambda: F.conv2d(xf, conv.weight, conv.bias, conv.stride, conv.padding,
+                           conv.dilation, conv.groups)
+    return int8, f32
+
+
+def torch_int8(conv, x_f32):
+    """PyTorch quantized Conv2d (x86 engine, else fbgemm) or None."""
+    try:
+        import torch
+        engines = torch.backends.quantized.supported_engines
+        torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
+        q = torch.ao.nn.quantized.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size,
+                                         conv.stride, conv.padding, conv.dilation, conv.groups)
+        w = torch.from_numpy(conv.weight.data.copy())
+        scales = torch.from_numpy(np.maximum(np.abs(conv.weight.data).reshape(
+            w.shape[0], -1).max(1) / 127, 1e-8).astype(np.float64))
+        q.set_weight_bias(torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0],
+                          dtype=torch.long), 0, torch.qint8), None)
+        q.scale, q.zero_point = 0.05, 0
+        x = torch.quantize_per_tensor(torch.from_numpy(x_f32), 0.02, 128, torch.quint8)
+        return lambda: q(x)
+    except ImportError:
+        return None
+
+
+def ort_int8(conv, x_u8):
+    """ONNX Runtime session of a QDQ conv (DequantizeLinear -> Conv -> QuantizeLinear)."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    w = conv.weight.data
+    scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / 127, 1e-8).astype(np.float32)
+    inits = [numpy_helper.from_array(R.quantize(w, scale, 0, np.int8, axis=0), "wq"),
+             numpy_helper.from_array(scale, "ws"),
+             numpy_helper.from_array(np.zeros(w.shape[0], np.int8), "wz"),
+             numpy_helper.from_array(np.float32(0.02), "xs"),
+             numpy_helper.from_array(np.uint8(128), "xz"),
+             numpy_helper.from_array(np.float32(0.05), "ys"),
+             numpy_helper.from_array(np.uint8(0), "yz")]
+    ph, pw = conv.padding
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf"], ["yf"], strides=list(conv.stride),
+                              pads=[ph, pw, ph, pw], dilations=list(conv.dilation),
+                              group=conv.groups),
+             helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_conv",
+                              [helper.make_tensor_value_info("x", TensorProto.UINT8, x_u8.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x_u8})
+
+
+def bench_layer(conv, shape, batch, repeat):
+    rng = np.random.default_rng(0)
+    shape = (batch,) + tuple(shape[1:])
+    x_u8 = rng.integers(0, 256, shape, dtype=np.uint8)
+    x_f32 = R.dequantize(x_u8, 0.02, 128)
+    int8, f32 = ours(conv, x_u8, x_f32)
+    row = {"int8": median_ms(int8, repeat), "f32": median_ms(f32, repeat)}
+    for col, fn in (("torch", torch_int8(conv, x_f32)), ("ort", ort_int8(conv, x_u8))):
+        if fn is not None:
+            row[col] = median_ms(fn, repeat)
+    out = F.conv2d(ty.tensor(x_f32[:1]), conv.weight, None, conv.stride, conv.padding,
+                   conv.dilation, conv.groups)
+    row["macs"] = batch * out.data[0].size * conv.weight.data[0].size
+    return row
+
+
+def report(net, batch, rows, show_layers):
+    cols = [c for c in ("int8", "f32", "torch", "ort") if c in rows[0][1]]
+    if show_layers:
+        print(f"\n{net} batch {batch}: ms per layer")
+        for name, row in rows:
+            print(f"  {name:<28}" + "".join(f"{c} {row[c]:8.3f}  " for c in cols))
+    total = {c: sum(r[c] for _, r in rows) for c in cols + ["macs"]}
+    tops = {c: 2 * total["macs"] / (total[c] / 1000) / 1e12 for c in cols}
+    line = "  ".join(f"{c} {total[c]:8.2f} ms ({tops[c]:.3f} TOP/s)" for c in cols)
+    ratio = f"int8/f32 {total['int8'] / total['f32']:.2f}x"
+    peers = [total[c] for c in ("torch", "ort") if c in total]
+    if peers:
+        ratio += f"  int8/best peer {total['int8'] / min(peers):.2f}x"
+    print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  {ratio}")
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="0: the library default")
+    parser.add_argument("--layers", action="store_true", help="print every layer")
+    args = parser.parse_args()
+    if args.threads:
+        ty.set_num_threads(args.threads)
+    print(f"ISA {ty.current_isa()}, {ty.get_num_threads()} threads; median of {args.repeat}")
+    for net in NETWORKS:
+        layers = conv_layers(net)
+        for batch in (int(b) for b in args.batches.split(",")):
+            rows = [(name, bench_layer(conv, shape, batch, args.repeat))
+                    for name, conv, shape in layers]
+            report(net, batch, rows, args.layers)
+
+
+if __name__ == "__main__":
+    main()
