@@ -15,8 +15,9 @@ Per channel when `ch_axis` is set (weights: axis 0, one scale per output channel
 >>> import tianyuan as ty
 >>> obs = MinMaxObserver(dtype="uint8", enabled=True)
 >>> _ = obs(ty.tensor([-1.0, 0.5, 3.0]))
->>> obs.qparams()
-QParams(scale=array(0.01568628, dtype=float32), zero_point=array(64), dtype=dtype('uint8'), axis=None)
+>>> p = obs.qparams()
+>>> float(p.scale), int(p.zero_point)
+(0.01568627543747425, 64)
 """
 from collections import namedtuple
 
