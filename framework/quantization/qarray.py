@@ -8,7 +8,7 @@ channel shuffle by reshape/permute, chunking) runs unchanged on int8. Arithmetic
 nothing computes on them outside the int8 kernels.
 
 >>> x = quantized_tensor(np.array([0.0, 0.5, 1.0], np.float32), 1 / 255, 0, np.uint8)
->>> x.data.tolist(), float(x.data.scale) == np.float32(1 / 255)
+>>> x.data.tolist(), bool(x.data.scale == np.float32(1 / 255))
 ([0, 127, 255], True)
 >>> dequantize_tensor(x).numpy()
 array([0.        , 0.49803925, 1.        ], dtype=float32)
