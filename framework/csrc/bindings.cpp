@@ -11,5 +11,6 @@ PYBIND11_MODULE(_C, m) {
     bind_pool(m);
     bind_depthwise(m);
     bind_norm(m);
+    bind_winograd(m);
     bind_int8(m);
 }

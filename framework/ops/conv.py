@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _C
 from ..autograd import Function
-from . import conv_algo
+from . import conv_algo, winograd
 from .conv_algo import algorithm_choices, force_algorithm  # noqa: F401  (public here)
 from .conv_ref import conv_out_size
 
@@ -83,14 +83,22 @@ class Conv2d(Function):
                 groups=1):
         self.x, self.w, self.has_bias, self.groups = x, w, b is not None, groups
         self.geo = geo = _Geometry(w.shape[2:], stride, padding, dilation)
-        self.algo = conv_algo.choose(x, w, groups, geo)
-        if self.algo == "depthwise_direct":
-            return _C.depthwise_conv2d(x, w, b, stride, padding, dilation)
+        run = lambda name: self._run(name, x, w, b)  # noqa: E731
+        self.algo = conv_algo.choose(x, w, groups, geo, run)
+        return run(self.algo)
+
+    def _run(self, algo, x, w, b):
+        geo, groups = self.geo, self.groups
+        if algo == "depthwise_direct":
+            return _C.depthwise_conv2d(x, w, b, geo.stride, geo.padding, geo.dilation)
+        if algo == "winograd_f2x2":
+            out = winograd.conv2d(x, w, geo.padding)
+            return out if b is None else out + b.reshape(1, -1, 1, 1)
         n, c, h, wd = x.shape
         co = w.shape[0]
         oh, ow = geo.out_size(h, wd)
         wg = w.reshape(groups, co // groups, -1)  # (G, Co/G, C/G*K)
-        if self.algo == "gemm_1x1":
+        if algo == "gemm_1x1":
             # (G, Co/G, C/G) @ (n, G, C/G, L): no column copy at all
             out = np.matmul(wg, x.reshape(n, groups, c // groups, h * wd)).reshape(n, co, oh, ow)
         else:
@@ -107,10 +115,14 @@ class Conv2d(Function):
         need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
         if self.algo == "depthwise_direct":
             return self._depthwise_backward(g, need_x, need_w)
+        wino_x = need_x and self.algo == "winograd_f2x2"
+        need_x = need_x and not wino_x
         wg = w.reshape(groups, w.shape[0] // groups, -1)
-        gx = np.empty_like(x) if need_x else None
+        gx = winograd.conv2d_input_grad(g, w, geo.padding) if wino_x else None
+        gx = np.empty_like(x) if need_x else gx
         gw = np.zeros_like(wg) if need_w else None
-        for sl in batch_chunks(x.shape[0], geo.column_bytes(*x.shape[1:], x.itemsize)):
+        chunks = batch_chunks(x.shape[0], geo.column_bytes(*x.shape[1:], x.itemsize))
+        for sl in chunks if need_x or need_w else ():
             gy = to_columns(g[sl], groups)  # (G, Co/G, nb*L)
             if need_w:
                 gw += np.matmul(gy, geo.im2col(x[sl], groups).transpose(0, 2, 1))

@@ -3,6 +3,7 @@
 Algorithms (name: when it applies):
     gemm_1x1          1x1 kernel, stride 1, no padding: the input already is the column matrix
     depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise.cpp
+    winograd_f2x2     3x3, stride 1, dilation 1, groups 1, padding <= 2: ops/winograd.py
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, `choose` times each once on
 the real arrays, keeps the fastest for that shape, and `algorithm_choices()` lists what was
@@ -16,7 +17,9 @@ import contextlib
 import os
 import time
 
-ALGORITHMS = ("gemm_1x1", "depthwise_direct", "im2col_gemm")
+from . import winograd
+
+ALGORITHMS = ("gemm_1x1", "depthwise_direct", "winograd_f2x2", "im2col_gemm")
 
 _cache = {}     # shape key -> algorithm name
 _forced = [None]
@@ -30,6 +33,8 @@ def applicable(x, w, groups, geo):
         names.append("depthwise_direct")
     if geo.pointwise:
         names.append("gemm_1x1")
+    if winograd.applies(w, groups, geo):
+        names.append("winograd_f2x2")
     names.append("im2col_gemm")
     return names
 

@@ -124,3 +124,40 @@ def depthwise_backward_weight_ref(x, gy, kernel, stride, padding, dilation):
     for i, j, view in _windows(x, kernel, stride, padding, dilation):
         gw[:, 0, i, j] = (view * gy).sum(axis=(0, 2, 3))
     return gw
+
+
+# Winograd F(2x2, 3x3) (Lavin & Gray 2016): Y = A^T [(G g G^T) * (B^T d B)] A per 4x4 tile
+WINO_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+WINO_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+WINO_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+
+def winograd_weight_transform(w):
+    """w (Co, C, 3, 3) -> U (16, Co, C) = G g G^T per filter, position-major."""
+    g = WINO_G.astype(w.dtype)
+    u = np.matmul(np.matmul(g, w), g.T)  # (Co, C, 4, 4)
+    return np.ascontiguousarray(u.transpose(2, 3, 0, 1)).reshape(16, w.shape[0], w.shape[1])
+
+
+def winograd_input_ref(x, padding, out_size):
+    """Twin of _C.winograd_input_transform: x (N, C, H, W) -> V (16, C, N*th*tw)."""
+    (pt, pl), (oh, ow) = padding, out_size
+    n, c, h, w = x.shape
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    xp = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), x.dtype)
+    rows, cols = min(h, 2 * th + 2 - pt), min(w, 2 * tw + 2 - pl)
+    xp[:, :, pt:pt + rows, pl:pl + cols] = x[:, :, :rows, :cols]
+    d = np.stack([np.stack([xp[:, :, r:r + 2 * th:2, q:q + 2 * tw:2] for q in range(4)], -1)
+                  for r in range(4)], -2)  # (N, C, th, tw, 4, 4)
+    v = np.einsum("ar,nctsrq,bq->abcnts", WINO_BT, d, WINO_BT)
+    return v.reshape(16, c, n * th * tw).astype(x.dtype)
+
+
+def winograd_output_ref(m, batch, out_size):
+    """Twin of _C.winograd_output_transform: M (16, Co, N*th*tw) -> (N, Co, oh, ow)."""
+    oh, ow = out_size
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    co = m.shape[1]
+    mm = m.reshape(4, 4, co, batch, th, tw)
+    y = np.einsum("ra,abonts,qb->notrsq", WINO_AT, mm, WINO_AT)  # (N, Co, th, 2, tw, 2)
+    return y.reshape(batch, co, 2 * th, 2 * tw)[:, :, :oh, :ow].astype(m.dtype)

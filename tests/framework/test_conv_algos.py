@@ -8,8 +8,11 @@ import tianyuan.functional as F
 from helpers import check_op
 from tianyuan import _C
 from tianyuan.ops import conv as conv_ops
+from tianyuan.ops import winograd
 from tianyuan.ops.conv_ref import (conv2d_ref, depthwise_backward_input_ref,
-                                   depthwise_backward_weight_ref, depthwise_conv2d_ref)
+                                   depthwise_backward_weight_ref, depthwise_conv2d_ref,
+                                   winograd_input_ref, winograd_output_ref,
+                                   winograd_weight_transform)
 
 # (x shape, kernel, stride, padding (t, b, l, r), dilation): odd widths, 1x1 images,
 # channels not divisible by 16, asymmetric padding, dilation, strides 1, 2, 3
@@ -67,11 +70,38 @@ def test_depthwise_conv2d_gradients_float64():
              [(2, 3, 5, 6), (3, 1, 3, 3), (3,)])
 
 
-@pytest.mark.parametrize("algo", ["im2col_gemm", "depthwise_direct", "gemm_1x1"])
+# (x shape, Co, padding (t, b, l, r)): odd sizes, 1x1 images, asymmetric padding
+WINOGRAD = [((2, 3, 5, 7), 4, (1, 1, 1, 1)), ((1, 17, 1, 1), 5, (1, 1, 1, 1)),
+            ((1, 2, 8, 9), 3, (0, 2, 2, 0)), ((3, 5, 4, 3), 18, (2, 1, 0, 1))]
+
+
+@pytest.mark.parametrize("shape,co,padding", WINOGRAD)
+def test_winograd_matches_direct_convolution_on_every_isa(shape, co, padding):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((co, shape[1], 3, 3)).astype(np.float32)
+    want = conv2d_ref(x, w, None, (1, 1), padding)
+    out_size = want.shape[2:]
+    v = winograd_input_ref(x, (padding[0], padding[2]), out_size)
+    gy = rng.standard_normal(want.shape).astype(np.float32)
+    want_gx = conv2d_ref(gy, np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]),
+                         None, (1, 1), tuple(2 - p for p in padding))
+    m = rng.standard_normal((16, co, v.shape[2])).astype(np.float32)
+    for isa in each_isa():
+        close(_C.winograd_weight_transform(w), winograd_weight_transform(w), isa)
+        close(_C.winograd_input_transform(x, (padding[0], padding[2]), out_size), v, isa)
+        close(_C.winograd_output_transform(m, shape[0], out_size),
+              winograd_output_ref(m, shape[0], out_size), isa)
+        close(winograd.conv2d(x, w, padding), want, f"winograd forward, {isa}")
+        close(winograd.conv2d_input_grad(gy, w, padding), want_gx, f"winograd gx, {isa}")
+
+
+@pytest.mark.parametrize("algo", ["im2col_gemm", "depthwise_direct", "gemm_1x1",
+                                  "winograd_f2x2"])
 def test_forced_algorithms_agree(algo):
     rng = np.random.default_rng(2)
     cases = [((2, 6, 7, 9), (6, 1, 3, 3), 6, 1), ((1, 8, 5, 5), (4, 8, 1, 1), 1, 0),
-             ((1, 4, 6, 6), (8, 2, 3, 3), 2, 1)]
+             ((1, 4, 6, 6), (8, 2, 3, 3), 2, 1), ((2, 3, 5, 7), (4, 3, 3, 3), 1, 1)]
     for xs, ws, groups, pad in cases:
         x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
         w = ty.tensor(rng.standard_normal(ws).astype(np.float32), requires_grad=True)
@@ -85,6 +115,21 @@ def test_forced_algorithms_agree(algo):
         F.conv2d(x, w, padding=pad, groups=groups).sum().backward()  # automatic choice
         close(gx, x.grad.numpy(), f"{algo} input gradient")
         close(gw, w.grad.numpy(), f"{algo} weight gradient")
+
+
+def test_winograd_conv2d_gradients_float64():
+    with conv_ops.force_algorithm("winograd_f2x2"):
+        check_op(lambda x, w, b: F.conv2d(x, w, b, padding=(1, 2)),
+                 lambda x, w, b: conv2d_ref(x, w, b, (1, 1), (1, 1, 2, 2)),
+                 [(2, 2, 4, 5), (3, 2, 3, 3), (3,)])
+
+
+def test_fast_run_times_candidates_once_per_shape():
+    conv_ops.conv_algo.clear_choices()
+    x, w = ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3)
+    F.conv2d(x, w, padding=1)
+    (choice,) = conv_ops.algorithm_choices().values()
+    assert choice in ("winograd_f2x2", "im2col_gemm")
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):
