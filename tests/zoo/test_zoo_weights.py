@@ -75,6 +75,12 @@ def test_pretrained_uses_the_default_entry_and_keeps_a_new_head(tmp_path, monkey
     assert all(np.array_equal(got[k], v) for k, v in state.items() if not k.startswith("fc."))
 
 
+def test_a_file_of_another_arch_is_refused_by_name(tmp_path):
+    _write_pth(tmp_path / "resnet18.pth", weights.random_state_dict("resnet18"))
+    with pytest.raises(Exception, match="layer3.2.conv1.weight"):
+        zoo.resnet34(weights=str(tmp_path / "resnet18.pth"))
+
+
 def test_weights_and_pretrained_together_is_an_error():
     with pytest.raises(ValueError, match="not both"):
         zoo.resnet18(weights="x", pretrained=True)

@@ -10,7 +10,7 @@ from tianyuan import zoo
 
 MODELS = zoo.list_models()
 BIG = {"resnet101", "resnet152", "shufflenet_v2_x2_0", "shufflenet_v1_x2_0_g8"}
-FORWARD_ONLY = {"resnet152"}             # the biggest: shapes and state, no training step
+FORWARD_ONLY = {"resnet101", "resnet152"}   # the biggest: shapes and state, no training step
 TORCHVISION_ARCHS = [n for n in MODELS if n.startswith(("resnet", "mobilenet_v2",
                                                         "shufflenet_v2"))]
 # torchvision's num_params (weights meta) for the default 1000-class builds
@@ -22,7 +22,8 @@ _CACHE = {}
 
 
 def input_shape(name, batch=2):
-    """(batch, 3, 32, 32) for the big models, (batch, 3, 64, 64) otherwise."""
+    """(batch, 3, 32, 32) for the big models, (batch, 3, 64, 64) otherwise (BN in training
+    needs more than 2 images of 1x1 maps at the end, so training uses batch 4)."""
     return (batch, 3, 32, 32) if name in BIG else (batch, 3, 64, 64)
 
 

@@ -102,9 +102,10 @@ def load_into(model, arch, weights=None, pretrained=False):
         model.load_state_dict(state, strict=True)
         return model
     body = {k: v for k, v in state.items() if k not in head}
-    missing, unexpected = model.load_state_dict(body, strict=False)
-    if unexpected or set(missing) - head:
-        model.load_state_dict(body, strict=True)   # raises, naming every key
+    expected = set(model.state_dict(keep_vars=True)) - head
+    if set(body) != expected:
+        model.load_state_dict(body, strict=True)   # raises, naming every key, copies nothing
+    model.load_state_dict(body, strict=False)
     logger.warning("%s: loaded %s without its %d-class classifier; %r is a new %d-class "
                    "head", arch, weights, file_head.shape[0], model.classifier_name,
                    model.num_classes)

@@ -1,0 +1,44 @@
+"""Optional: our models given torchvision's randomly initialised weights give its logits.
+
+Skipped unless torch and torchvision are installed (`pip install .[bench]`).
+"""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from tianyuan import weights, zoo
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+
+def _torchvision_model(arch):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(weights=None)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():   # non-trivial BN statistics and affine terms
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                shape = module.running_mean.shape
+                module.running_mean.copy_(torch.randn(shape, generator=generator) * 0.1)
+                module.running_var.copy_(torch.rand(shape, generator=generator) + 0.5)
+                module.weight.copy_(torch.rand(shape, generator=generator) + 0.5)
+                module.bias.copy_(torch.randn(shape, generator=generator) * 0.1)
+    return model.eval()
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0"])
+def test_same_logits_as_torchvision(arch):
+    theirs_model = _torchvision_model(arch)
+    state = {k: v.detach().cpu().numpy() for k, v in theirs_model.state_dict().items()}
+    ours_model = zoo.get_model(arch).eval()
+    # through the torchvision name map, as a downloaded .pth would go
+    ours_model.load_state_dict(weights.convert_state_dict(state, arch, "torchvision"))
+    x = np.random.default_rng(0).standard_normal((2, 3, 96, 96)).astype(np.float32)
+    with torch.no_grad():
+        theirs = theirs_model(torch.from_numpy(x)).numpy()
+    with ty.no_grad():
+        ours = ours_model(ty.Tensor(x)).numpy()
+    assert ours.shape == theirs.shape == (2, 1000)
+    error = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    assert error < 1e-4, f"{arch}: max relative error {error:.2e}"
