@@ -147,9 +147,11 @@ def sgemm_rate():
 def bench_net(name, batch, repeats, threads, peak):
     counts = collections.Counter(NETS[name]())
     rows, total = [], np.zeros(5)
+    # one framework at a time: a peer's spinning worker threads must not share our cores
+    mine = {layer: ours(layer, batch, repeats) for layer in counts}
+    peer = {layer: torch_times(layer, batch, repeats) for layer in counts}
     for layer, count in counts.items():
-        f, fb = ours(layer, batch, repeats)
-        tf, tfb = torch_times(layer, batch, repeats)
+        (f, fb), (tf, tfb) = mine[layer], peer[layer]
         o = ort_time(layer, batch, repeats, threads)
         gf = flops(layer, batch) / f / 1e9
         rows.append((layer, count, f, fb, tf, tfb, o, gf))
