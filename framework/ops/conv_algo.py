@@ -5,8 +5,12 @@ Algorithms (name: when it applies):
     depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise.cpp
     winograd_f2x2     3x3, stride 1, dilation 1, groups 1, padding <= 2: ops/winograd.py
     im2col_gemm       anything: native im2col + numpy batched matmul
-Where one shape admits several algorithms and none is forced, `choose` times each once on
-the real arrays, keeps the fastest for that shape, and `algorithm_choices()` lists what was
+Where one shape admits several algorithms and none is forced, the default is a fixed rule
+(the first applicable of depthwise_direct, gemm_1x1, im2col_gemm, winograd_f2x2), so a run is
+reproducible bit for bit — a resumed training run must compute what the uninterrupted one
+did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
+times each candidate once on the real arrays and keeps the fastest for that shape; results
+may then differ in the last bits between processes. `algorithm_choices()` lists what was
 chosen (for a model: run it once, then read the list).
 
 Force one for tests or experiments with env TIANYUAN_CONV_ALGO=name or
@@ -23,6 +27,15 @@ ALGORITHMS = ("gemm_1x1", "depthwise_direct", "winograd_f2x2", "im2col_gemm")
 
 _cache = {}     # shape key -> algorithm name
 _forced = [None]
+_fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
+# The fixed rule's preference; winograd last while its transforms are scalar (slower here).
+_RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2")
+
+
+def set_fastrun(enabled):
+    """Time candidate algorithms per shape (True) or use the fixed, reproducible rule."""
+    _fastrun[0] = bool(enabled)
+    _cache.clear()
 
 
 def applicable(x, w, groups, geo):
@@ -60,7 +73,10 @@ def choose(x, w, groups, geo, run=None):
             return name
     key = _key(x, w, groups, geo)
     if key not in _cache:
-        _cache[key] = names[0] if run is None or len(names) == 1 else _fastest(names, run)
+        if _fastrun[0] and run is not None and len(names) > 1:
+            _cache[key] = _fastest(names, run)
+        else:
+            _cache[key] = min(names, key=_RULE_ORDER.index)
     return _cache[key]
 
 

@@ -124,12 +124,26 @@ def test_winograd_conv2d_gradients_float64():
                  [(2, 2, 4, 5), (3, 2, 3, 3), (3,)])
 
 
-def test_fast_run_times_candidates_once_per_shape():
+def test_fast_run_times_candidates_once_per_shape(monkeypatch):
+    timed = []
+    monkeypatch.setattr(conv_ops.conv_algo, "_fastest",
+                        lambda names, run: timed.append(names) or names[-1])
+    conv_ops.conv_algo.set_fastrun(True)
+    try:
+        x, w = ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3)
+        F.conv2d(x, w, padding=1)
+        F.conv2d(x, w, padding=1)
+        (choice,) = conv_ops.algorithm_choices().values()
+    finally:
+        conv_ops.conv_algo.set_fastrun(False)
+    assert len(timed) == 1 and set(timed[0]) == {"winograd_f2x2", "im2col_gemm"}
+    assert choice == timed[0][-1]
+
+
+def test_default_choice_is_a_fixed_rule():
     conv_ops.conv_algo.clear_choices()
-    x, w = ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3)
-    F.conv2d(x, w, padding=1)
-    (choice,) = conv_ops.algorithm_choices().values()
-    assert choice in ("winograd_f2x2", "im2col_gemm")
+    F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)
+    assert list(conv_ops.algorithm_choices().values()) == ["im2col_gemm"]
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):
