@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tianyuan as ty
-from tianyuan import weights, zoo
+from tianyuan import zoo
+from tianyuan.trainers import cli
 
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
@@ -28,12 +29,14 @@ def _torchvision_model(arch):
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0"])
-def test_same_logits_as_torchvision(arch):
+def test_same_logits_as_torchvision(arch, tmp_path):
     theirs_model = _torchvision_model(arch)
-    state = {k: v.detach().cpu().numpy() for k, v in theirs_model.state_dict().items()}
-    ours_model = zoo.get_model(arch).eval()
-    # through the torchvision name map, as a downloaded .pth would go
-    ours_model.load_state_dict(weights.convert_state_dict(state, arch, "torchvision"))
+    # the user's path: torch.save -> `tianyuan weights import` (torch-free reader) -> zoo
+    torch.save(theirs_model.state_dict(), tmp_path / "theirs.pth")
+    out = tmp_path / "ours.safetensors"
+    assert cli.main(["weights", "import", str(tmp_path / "theirs.pth"), "--arch", arch,
+                     "--format", "torchvision", "--out", str(out)]) == 0
+    ours_model = zoo.get_model(arch, weights=str(out)).eval()
     x = np.random.default_rng(0).standard_normal((2, 3, 96, 96)).astype(np.float32)
     with torch.no_grad():
         theirs = theirs_model(torch.from_numpy(x)).numpy()
