@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "int8_cgemm.h"
 #include "int8_ops.h"
 
 #include "bind_common.h"
@@ -59,6 +60,29 @@ void int8_check_packed(const Array<int8_t>& packed, const Array<int32_t>& sums, 
     if (k > 65793) throw std::invalid_argument(std::string(op) + ": K > 65793 may overflow s32");
 }
 
+// Conv layout (int8_cgemm.h): groups * OCg * Kp bytes.
+void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& sums,
+                            int64_t groups, int64_t n, int64_t k) {
+    if (packed.size() != groups * n * int8::round_up(k, int8::kGroup) || sums.size() != groups * n) {
+        throw std::invalid_argument("int8_conv2d: packed weights do not match OC/groups=" +
+                                    std::to_string(n) + " K=" + std::to_string(k));
+    }
+    if (k > 65793) throw std::invalid_argument("int8_conv2d: K > 65793 may overflow s32");
+}
+
+py::tuple int8_pack_conv(const Array<int8_t>& w) {
+    if (w.ndim() != 3) throw std::invalid_argument("int8_pack_conv_weights: w must be (G, N, K)");
+    const int64_t g = w.shape(0), n = w.shape(1), k = w.shape(2);
+    const int64_t size = n * int8::round_up(k, int8::kGroup);
+    Array<int8_t> packed(g * size);
+    Array<int32_t> sums(g * n);
+    for (int64_t i = 0; i < g; ++i) {
+        int8::pack_conv_weights(w.data() + i * n * k, n, k, packed.mutable_data() + i * size,
+                                sums.mutable_data() + i * n);
+    }
+    return py::make_tuple(packed, sums);
+}
+
 py::tuple int8_pack(const Array<int8_t>& w) {
     if (w.ndim() != 3) throw std::invalid_argument("int8_pack_weights: w must be (G, N, K)");
     const int64_t g = w.shape(0), n = w.shape(1), k = w.shape(2);
@@ -107,6 +131,8 @@ int8::PoolGeom int8_pool_geom(const py::array& x, std::pair<int64_t, int64_t> k,
 void bind_int8_gemm(py::module_& m) {
     m.def("int8_pack_weights", &int8_pack, py::arg("w"),
           "w s8 (G, N, K) -> (packed s8, row_sums s32 (G*N,)); layout in int8_gemm.h");
+    m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),
+          "w s8 (G, OC/G, K) -> (packed s8, row_sums s32 (OC,)); layout in int8_cgemm.h");
     m.def("int8_gemm_s32", [](const py::array& x, int zp, const Array<int8_t>& packed,
                               const Array<int32_t>& sums, int64_t n) {
         if (x.ndim() != 2) throw std::invalid_argument("int8_gemm_s32: x must be (M, K)");
@@ -154,8 +180,8 @@ void bind_int8_conv(py::module_& m) {
                             bool relu, bool out_signed, std::pair<int64_t, int64_t> stride,
                             Quad64 pad, std::pair<int64_t, int64_t> dil, int64_t groups) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
-        int8_check_packed(packed, sums, groups, g.oc / groups, std::get<1>(wshape) * g.kh * g.kw,
-                          "int8_conv2d");
+        int8_check_conv_packed(packed, sums, groups, g.oc / groups,
+                               std::get<1>(wshape) * g.kh * g.kw);
         const int8::QIn in = int8_input(x, zp, "int8_conv2d");
         const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed, "int8_conv2d");
         py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});

@@ -1,7 +1,6 @@
-// int8 convolution and linear on packed weights: im2row (or a transpose for 1x1 stride-1
-// convolutions) into u8 rows (P, Kp), the dispatched GEMM into s32 (P, Np), requantization
-// with the zero-point correction folded into the bias, and a transpose back to NCHW.
-// Depthwise convolution runs direct loops instead (one channel's K is tiny).
+// int8 linear on packed weights: the dispatched GEMM into s32 (M, Np) and requantization
+// with the zero-point correction folded into the bias; the generic depthwise convolution
+// (direct loops: one channel's K is tiny). Convolution itself lives in int8_cgemm.cpp.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -14,46 +13,6 @@ namespace {
 
 uint8_t flip_of(const QIn& x) { return x.is_signed ? 0x80 : 0; }
 int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed ? 128 : 0); }
-
-// (cg, H, W) channels of one image/group -> rows (oh*ow, kp); k = (c, i, j) like W's layout.
-void im2row(const uint8_t* x, int64_t cg, const ConvGeom& g, uint8_t flip, uint8_t pad,
-            int64_t kp, uint8_t* rows) {
-#pragma omp parallel for schedule(static) if (g.oh * g.ow * kp > (1 << 16))
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-            uint8_t* row = rows + (oy * g.ow + ox) * kp;
-            int64_t k = 0;
-            for (int64_t c = 0; c < cg; ++c) {
-                const uint8_t* plane = x + c * g.h * g.w;
-                for (int64_t i = 0; i < g.kh; ++i) {
-                    const int64_t iy = oy * g.sh - g.pt + i * g.dh;
-                    for (int64_t j = 0; j < g.kw; ++j, ++k) {
-                        const int64_t ix = ox * g.sw - g.pl + j * g.dw;
-                        const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                        row[k] = in ? static_cast<uint8_t>(plane[iy * g.w + ix] ^ flip) : pad;
-                    }
-                }
-            }
-            std::memset(row + k, 0, static_cast<size_t>(kp - k));
-        }
-    }
-}
-
-// src (rows, cols) with stride lds -> dst (cols, rows) with stride ldd, bytes ^ flip.
-void transpose_u8(const uint8_t* src, int64_t rows, int64_t cols, int64_t lds, uint8_t flip,
-                  uint8_t* dst, int64_t ldd) {
-    constexpr int64_t B = 32;
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-    for (int64_t r0 = 0; r0 < rows; r0 += B) {
-        for (int64_t c0 = 0; c0 < cols; c0 += B) {
-            const int64_t r1 = r0 + B < rows ? r0 + B : rows;
-            const int64_t c1 = c0 + B < cols ? c0 + B : cols;
-            for (int64_t c = c0; c < c1; ++c) {
-                for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c] ^ flip;
-            }
-        }
-    }
-}
 
 // bias - z * row_sums, modulo 2^32: exact whenever the corrected result fits int32.
 std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums, int64_t n,
@@ -116,36 +75,6 @@ void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int3
     rq.bias = b.data();
     rq.step = 1;
     requantize(acc.get(), np, m, n, rq, false, out, n);
-}
-
-void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
-            const int32_t* bias, const Requant& r, uint8_t* out) {
-    const int64_t cg = g.c / g.groups, ocg = g.oc / g.groups;
-    const int64_t kg = cg * g.kh * g.kw, kp = round_up(kg, kGroup), np = round_up(ocg, kPanel);
-    const int64_t p = g.oh * g.ow;
-    const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
-                           g.pb == 0 && g.pl == 0 && g.pr == 0;
-    const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
-    std::vector<uint8_t> rows(static_cast<size_t>(p * kp), 0), q(static_cast<size_t>(p * ocg));
-    const std::unique_ptr<int32_t[]> acc = scratch(p * np);
-    for (int64_t n = 0; n < g.n; ++n) {
-        for (int64_t gi = 0; gi < g.groups; ++gi) {
-            const uint8_t* xg = x.data + (n * g.c + gi * cg) * g.h * g.w;
-            if (pointwise) {
-                transpose_u8(xg, cg, p, p, flip_of(x), rows.data(), kp);
-            } else {
-                im2row(xg, cg, g, flip_of(x), static_cast<uint8_t>(zero_of(x)), kp, rows.data());
-            }
-            gemm_u8s8s32(rows.data(), kp, p, packed + gi * packed_size(ocg, kg), ocg, kg,
-                         acc.get(), np);
-            Requant rq = r;
-            rq.bias = b.data() + gi * ocg;
-            rq.multiplier = r.multiplier + gi * ocg;
-            rq.shift = r.shift + gi * ocg;
-            requantize(acc.get(), np, p, ocg, rq, false, q.data(), ocg);
-            transpose_u8(q.data(), p, ocg, ocg, 0, out + (n * g.oc + gi * ocg) * p, p);
-        }
-    }
 }
 
 namespace {

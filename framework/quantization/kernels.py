@@ -19,7 +19,8 @@ from .reference import _pair, _quad, qrange
 
 
 class PackedWeight:
-    """int8 weights packed for the GEMM (layout in framework/csrc/int8_gemm.h), made once.
+    """int8 weights packed once: (N, K) for the GEMM (layout in framework/csrc/int8_gemm.h),
+    (OC, C/groups, kh, kw) for the convolution (framework/csrc/int8_cgemm.h).
 
     shape: the original weight shape, (N, K) for linear or (OC, C/groups, kh, kw) for conv.
     Depthwise convolutions (C/groups == 1, groups > 1) keep the raw weights.
@@ -36,7 +37,8 @@ class PackedWeight:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
             self.raw = None
-            self.packed, self.row_sums = _C.int8_pack_weights(w.reshape(groups, w.shape[0] // groups, -1))
+            pack = _C.int8_pack_conv_weights if w.ndim == 4 else _C.int8_pack_weights
+            self.packed, self.row_sums = pack(w.reshape(groups, w.shape[0] // groups, -1))
 
     @property
     def out_channels(self):

@@ -21,6 +21,10 @@ CASES = [
     (2, 5, 9, 8, 5, 3, 3, 2, 1, 1, 5),            # depthwise strided
     (1, 4, 8, 8, 8, 5, 5, 1, 2, 1, 4),            # depthwise, channel multiplier 2
     (1, 3, 9, 9, 3, 3, 3, 1, (1, 1, 0, 2), 2, 3),  # depthwise, asymmetric pad, dilation
+    (1, 5, 20, 19, 13, 3, 3, 2, 1, 1, 1),         # several position blocks, channel tail
+    (2, 9, 17, 23, 7, 3, 3, 3, 1, 1, 1),          # stride 3: scalar gather
+    (1, 16, 12, 12, 70, 1, 1, 1, 0, 1, 1),        # 1x1: runs merge across rows
+    (1, 4, 5, 70, 3, 1, 3, (1, 2), (0, 1), 1, 1),  # rows longer than a block
 ]
 
 

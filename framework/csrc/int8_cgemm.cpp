@@ -1,0 +1,208 @@
+// int8 convolution driver (layouts in int8_cgemm.h): pad the input once with the zero
+// point, then per (image, group, block of kPos positions) pack the block's activations and
+// run the weight blocks over it; each tile requantizes and writes NCHW bytes directly.
+// Generic pack and tile here; SIMD twins in int8_cgemm_avx512.cpp / int8_cgemm_vnni.cpp.
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+void pack_conv_weights(const int8_t* w, int64_t oc, int64_t k, int8_t* packed,
+                       int32_t* row_sums) {
+    const int64_t kp = round_up(k, kGroup);
+    std::memset(packed, 0, static_cast<size_t>(oc * kp));
+    for (int64_t j = 0; j < oc; ++j) {
+        const int64_t b = j / kOcBlock, r = j % kOcBlock;
+        const int64_t rb = oc - b * kOcBlock < kOcBlock ? oc - b * kOcBlock : kOcBlock;
+        int8_t* block = packed + b * kOcBlock * kp;
+        int32_t sum = 0;
+        for (int64_t q = 0; q < k; ++q) {
+            block[(q / kGroup) * rb * kGroup + r * kGroup + q % kGroup] = w[j * k + q];
+            sum += w[j * k + q];
+        }
+        row_sums[j] = sum;
+    }
+}
+
+void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
+                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+    for (int64_t q = 0; q < kp; ++q) {
+        uint8_t* dst = buf + (q / kGroup) * kPos * kGroup + q % kGroup;
+        if (q >= k) {
+            for (int64_t p = 0; p < kPos; ++p) dst[p * kGroup] = 0;
+            continue;
+        }
+        const uint8_t* src = xpad + koff[q];
+        for (int64_t i = 0; i < nruns; ++i) {
+            const Run& u = runs[i];
+            for (int64_t t = 0; t < u.len; ++t) dst[(u.dst + t) * kGroup] = src[u.src + t * sw];
+        }
+    }
+}
+
+void cgemm_tile_generic(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
+                        int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
+                        int64_t ldo) {
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t p = 0; p < npos; ++p) {
+            uint32_t acc = 0;  // wraps like vpdpbusd; the corrected sum fits int32
+            for (int64_t g = 0; g < kp / kGroup; ++g) {
+                const uint8_t* a = buf + g * kPos * kGroup + p * kGroup;
+                const int8_t* b = w + g * rows * kGroup + i * kGroup;
+                for (int64_t t = 0; t < kGroup; ++t) {
+                    acc += static_cast<uint32_t>(static_cast<int32_t>(a[t]) * b[t]);
+                }
+            }
+            out[i * ldo + p] = requant_one(static_cast<int32_t>(acc), q.bias[i],
+                                           q.multiplier[i], q.shift[i], r);
+        }
+    }
+}
+
+namespace {
+
+using PackFn = void (*)(const uint8_t*, const int64_t*, int64_t, int64_t, const Run*, int64_t,
+                        int64_t, uint8_t*);
+using TileFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, int64_t,
+                        const RowParams&, const Requant&, uint8_t*, int64_t);
+
+int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed ? 128 : 0); }
+
+// Grow-only per-thread workspaces: no allocation (or page faults) per call once warm.
+uint8_t* workspace(std::vector<uint8_t>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+    return v.data();
+}
+
+// x (N, C, H, W) -> (N, C, Hp, Wp) u8 with the sign bit flipped for s8 and the zero
+// point as padding; x itself when nothing needs changing.
+const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp) {
+    const bool pad = g.pt || g.pb || g.pl || g.pr;
+    if (!pad && !x.is_signed) return x.data;
+    static thread_local std::vector<uint8_t> space;
+    uint8_t* xp = workspace(space, g.n * g.c * hp * wp + 2 * kPos);
+    const uint8_t flip = x.is_signed ? 0x80 : 0, z = static_cast<uint8_t>(zero_of(x));
+#pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
+    for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+        uint8_t* dst = xp + plane * hp * wp;
+        const uint8_t* src = x.data + plane * g.h * g.w;
+        std::memset(dst, z, static_cast<size_t>(g.pt * wp));
+        for (int64_t y = 0; y < g.h; ++y) {
+            uint8_t* row = dst + (g.pt + y) * wp;
+            std::memset(row, z, static_cast<size_t>(g.pl));
+            for (int64_t xx = 0; xx < g.w; ++xx) row[g.pl + xx] = src[y * g.w + xx] ^ flip;
+            std::memset(row + g.pl + g.w, z, static_cast<size_t>(g.pr));
+        }
+        std::memset(dst + (g.pt + g.h) * wp, z, static_cast<size_t>(g.pb * wp));
+    }
+    return xp;
+}
+
+// Output positions [p0, p0 + npos) as runs along input rows; contiguous runs merge.
+int64_t block_runs(const ConvGeom& g, int64_t wp, int64_t p0, int64_t npos, Run* runs) {
+    int64_t nr = 0;
+    for (int64_t p = p0; p < p0 + npos;) {
+        const int64_t oy = p / g.ow, ox = p % g.ow;
+        const int64_t len = g.ow - ox < p0 + npos - p ? g.ow - ox : p0 + npos - p;
+        const int64_t src = oy * g.sh * wp + ox * g.sw;
+        if (nr && runs[nr - 1].src + runs[nr - 1].len * g.sw == src) {
+            runs[nr - 1].len += len;
+        } else {
+            runs[nr++] = {p - p0, src, len};
+        }
+        p += len;
+    }
+    return nr;
+}
+
+// bias - z * row_sums, modulo 2^32: exact whenever the corrected result fits int32.
+std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums, int64_t n,
+                                    int32_t z) {
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        const uint32_t b = bias ? static_cast<uint32_t>(bias[j]) : 0u;
+        out[j] = static_cast<int32_t>(b - static_cast<uint32_t>(z) *
+                                              static_cast<uint32_t>(row_sums[j]));
+    }
+    return out;
+}
+
+struct ConvPlan {
+    const uint8_t* xpad;
+    int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
+    std::vector<int64_t> koff;  // (kg,) offsets of (c, i, j) in a padded group
+    PackFn pack;
+    TileFn tile;
+};
+
+ConvPlan plan(const QIn& x, const ConvGeom& g) {
+    ConvPlan s;
+    s.hp = g.h + g.pt + g.pb;
+    s.wp = g.w + g.pl + g.pr;
+    s.xpad = padded_input(x, g, s.hp, s.wp);
+    s.cg = g.c / g.groups;
+    s.ocg = g.oc / g.groups;
+    s.kg = s.cg * g.kh * g.kw;
+    s.kp = round_up(s.kg, kGroup);
+    s.p = g.oh * g.ow;
+    s.blocks = (s.p + kPos - 1) / kPos;
+    s.koff.resize(static_cast<size_t>(s.kg));
+    for (int64_t c = 0, q = 0; c < s.cg; ++c) {
+        for (int64_t i = 0; i < g.kh; ++i) {
+            for (int64_t j = 0; j < g.kw; ++j, ++q) {
+                s.koff[q] = c * s.hp * s.wp + i * g.dh * s.wp + j * g.dw;
+            }
+        }
+    }
+    // Few position blocks (batch 1, small maps): also split the output channels.
+    const int64_t oblocks = (s.ocg + kOcBlock - 1) / kOcBlock;
+    const int64_t tasks = g.n * g.groups * s.blocks, want = 2 * omp_get_max_threads();
+    s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
+    s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
+    s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
+    const Isa isa = current_isa();
+    s.pack = isa >= Isa::avx512 ? pack_block_avx512 : pack_block_generic;
+    s.tile = isa >= Isa::vnni ? cgemm_tile_vnni : cgemm_tile_generic;
+    return s;
+}
+
+}  // namespace
+
+void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
+            const int32_t* bias, const Requant& r, uint8_t* out) {
+    const ConvPlan s = plan(x, g);
+    const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    const int64_t tasks = g.n * g.groups * s.blocks * s.chunks;
+#pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+        const int64_t ch = t % s.chunks, blk = t / s.chunks % s.blocks;
+        const int64_t gi = t / (s.chunks * s.blocks) % g.groups, n = t / (s.chunks * s.blocks * g.groups);
+        static thread_local std::vector<uint8_t> space;
+        uint8_t* buf = workspace(space, s.kp * kPos);
+        Run runs[kPos + 2];
+        const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
+        const int64_t nr = block_runs(g, s.wp, p0, npos, runs);
+        s.pack(s.xpad + (n * g.c + gi * s.cg) * s.hp * s.wp, s.koff.data(), s.kg, s.kp, runs,
+               nr, g.sw, buf);
+        const int64_t c0 = gi * s.ocg;
+        uint8_t* o = out + (n * g.oc + c0) * s.p + p0;
+        for (int64_t ob = ch * s.ob_per_chunk; ob < (ch + 1) * s.ob_per_chunk; ++ob) {
+            const int64_t j = ob * kOcBlock;
+            if (j >= s.ocg) break;
+            const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
+            const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
+            s.tile(buf, packed + gi * s.ocg * s.kp + j * s.kp, s.kp, rows, npos, q, r,
+                   o + j * s.p, s.p);
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

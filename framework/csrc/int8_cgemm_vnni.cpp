@@ -1,0 +1,121 @@
+// AVX512-VNNI tile of the int8 convolution (layouts in int8_cgemm.h): R output channels
+// x P panels of 16 positions in R*P zmm accumulators (up to 6 x 4). Per k-quad: P loads of
+// the activation block (u8 operand) and R broadcasts of 4 weight bytes (s8 operand); the
+// store requantizes each accumulator with its channel's (bias, m, shift) exactly like
+// reference.requantize and writes 16 output bytes into the NCHW row.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "int8_cgemm.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+inline int32_t load4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+inline __mmask16 lanes(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF)
+                   : static_cast<__mmask16>(n <= 0 ? 0 : (1u << n) - 1);
+}
+
+// 16 accumulators of channel i -> 16 requantized bytes at out (masked to n lanes).
+inline void store16(__m512i acc, const RowParams& q, int64_t i, const Requant& r,
+                    uint8_t* out, int64_t n) {
+    if (n <= 0) return;
+    const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFFll);
+    const __m512i t = _mm512_add_epi32(acc, _mm512_set1_epi32(q.bias[i]));
+    const __m512i m = _mm512_set1_epi32(q.multiplier[i]);
+    const int32_t s = q.shift[i];
+    const __m512i half = _mm512_set1_epi64(int64_t{1} << (s - 1));
+    const __m128i sc = _mm_cvtsi32_si128(s);
+    const __m512i lo = _mm512_set1_epi64(r.lo - r.zero_point);
+    const __m512i hi = _mm512_set1_epi64(r.hi - r.zero_point);
+    __m512i ye = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(t, m), half), sc);
+    __m512i yo = _mm512_sra_epi64(
+        _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), m), half), sc);
+    ye = _mm512_min_epi64(_mm512_max_epi64(ye, lo), hi);
+    yo = _mm512_min_epi64(_mm512_max_epi64(yo, lo), hi);
+    const __m512i y = _mm512_or_si512(_mm512_and_si512(ye, low32), _mm512_slli_epi64(yo, 32));
+    const __m512i b = _mm512_add_epi32(y, _mm512_set1_epi32(r.zero_point));
+    _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(b));
+}
+
+// Named accumulators: GCC keeps arrays of vectors in memory.
+#define TY_ACC(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
+#define TY_DOT(i)                                                              \
+    if (R > i) {                                                               \
+        const __m512i wv = _mm512_set1_epi32(load4(wq + i * kGroup));          \
+        c##i##0 = _mm512_dpbusd_epi32(c##i##0, x0, wv);                        \
+        if (P > 1) c##i##1 = _mm512_dpbusd_epi32(c##i##1, x1, wv);             \
+        if (P > 2) c##i##2 = _mm512_dpbusd_epi32(c##i##2, x2, wv);             \
+        if (P > 3) c##i##3 = _mm512_dpbusd_epi32(c##i##3, x3, wv);             \
+    }
+#define TY_STORE(i)                                                            \
+    if (R > i) {                                                               \
+        uint8_t* oi = out + i * ldo;                                           \
+        store16(c##i##0, q, i, r, oi, npos);                                   \
+        if (P > 1) store16(c##i##1, q, i, r, oi + 16, npos - 16);              \
+        if (P > 2) store16(c##i##2, q, i, r, oi + 32, npos - 32);              \
+        if (P > 3) store16(c##i##3, q, i, r, oi + 48, npos - 48);              \
+    }
+
+template <int R, int P>
+void tile(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t npos, const RowParams& q,
+          const Requant& r, uint8_t* out, int64_t ldo) {
+    const __m512i z = _mm512_setzero_si512();
+    TY_ACC(0) TY_ACC(1) TY_ACC(2) TY_ACC(3) TY_ACC(4) TY_ACC(5)
+    for (int64_t g = 0; g < kp / kGroup; ++g) {
+        const uint8_t* a = buf + g * kPos * kGroup;
+        const int8_t* wq = w + g * R * kGroup;
+        const __m512i x0 = _mm512_loadu_si512(a);
+        const __m512i x1 = P > 1 ? _mm512_loadu_si512(a + 64) : z;
+        const __m512i x2 = P > 2 ? _mm512_loadu_si512(a + 128) : z;
+        const __m512i x3 = P > 3 ? _mm512_loadu_si512(a + 192) : z;
+        TY_DOT(0) TY_DOT(1) TY_DOT(2) TY_DOT(3) TY_DOT(4) TY_DOT(5)
+    }
+    TY_STORE(0) TY_STORE(1) TY_STORE(2) TY_STORE(3) TY_STORE(4) TY_STORE(5)
+}
+
+#undef TY_ACC
+#undef TY_DOT
+#undef TY_STORE
+
+using TileFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, const RowParams&,
+                        const Requant&, uint8_t*, int64_t);
+
+template <int R>
+TileFn pick_panels(int64_t npos) {
+    switch ((npos + 15) / 16) {
+        case 1: return tile<R, 1>;
+        case 2: return tile<R, 2>;
+        case 3: return tile<R, 3>;
+        default: return tile<R, 4>;
+    }
+}
+
+}  // namespace
+
+void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
+                     int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
+                     int64_t ldo) {
+    TileFn fn;
+    switch (rows) {
+        case 1: fn = pick_panels<1>(npos); break;
+        case 2: fn = pick_panels<2>(npos); break;
+        case 3: fn = pick_panels<3>(npos); break;
+        case 4: fn = pick_panels<4>(npos); break;
+        case 5: fn = pick_panels<5>(npos); break;
+        default: fn = pick_panels<6>(npos); break;
+    }
+    fn(buf, w, kp, npos, q, r, out, ldo);
+}
+
+}  // namespace int8
+}  // namespace tianyuan
