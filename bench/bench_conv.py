@@ -12,6 +12,7 @@ rate is printed beside it.
 import argparse
 import collections
 import os
+import sys
 import time
 
 import numpy as np
@@ -144,15 +145,35 @@ def sgemm_rate():
     return 2 * 2048 ** 3 / t / 1e9
 
 
+def peer_times(layers, batch, repeats, threads):
+    """{layer: (torch fwd, torch fwd+bwd, ort fwd or None)}, run in a child process: torch
+    ships its own libgomp.so.1, and sharing one OpenMP runtime (and its wait policy) with us
+    would slow one side or the other; each framework runs with its own defaults."""
+    import torch
+    torch.set_num_threads(threads)
+    return {layer: torch_times(layer, batch, repeats) + (ort_time(layer, batch, repeats, threads),)
+            for layer in layers}
+
+
+def peer_info(threads):
+    import torch
+    return torch.__version__
+
+
+def in_child(fn, *args):
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
 def bench_net(name, batch, repeats, threads, peak):
     counts = collections.Counter(NETS[name]())
     rows, total = [], np.zeros(5)
-    # one framework at a time: a peer's spinning worker threads must not share our cores
+    # one framework at a time: a peer's worker threads must not share our cores
     mine = {layer: ours(layer, batch, repeats) for layer in counts}
-    peer = {layer: torch_times(layer, batch, repeats) for layer in counts}
+    peer = in_child(peer_times, list(counts), batch, repeats, threads)
     for layer, count in counts.items():
-        (f, fb), (tf, tfb) = mine[layer], peer[layer]
-        o = ort_time(layer, batch, repeats, threads)
+        (f, fb), (tf, tfb, o) = mine[layer], peer[layer]
         gf = flops(layer, batch) / f / 1e9
         rows.append((layer, count, f, fb, tf, tfb, o, gf))
         total += count * np.array([f, fb, tf, tfb, o or 0.0])
@@ -184,11 +205,14 @@ def main():
     parser.add_argument("--stat", choices=("median", "min"), default="median")
     args = parser.parse_args()
     STAT[0] = np.median if args.stat == "median" else np.min
-    import torch
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        # numpy's OpenBLAS reads its thread count once, at load: restart with ours
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     import tianyuan as ty
-    torch.set_num_threads(args.threads)
     ty.set_num_threads(args.threads)
-    print(f"tianyuan ISA {ty.current_isa()}, torch {torch.__version__}, {args.threads} threads,"
+    print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "
+          f"{args.threads} threads,"
           f" numpy sgemm {sgemm_rate():.0f} GFLOP/s, OMP_WAIT_POLICY="
           f"{os.environ.get('OMP_WAIT_POLICY')}")
     for batch in (int(b) for b in args.batch.split(",")):

@@ -5,19 +5,27 @@ from .. import dtypes
 from ..tensor import Tensor
 
 
+_IMAGE_DTYPES = frozenset((dtypes.float32, dtypes.float64))
+
+
 def image_tensor(x, op, name="input"):
     """A 4-D (N, C, H, W) floating tensor, or a TypeError/ValueError naming `op` and `name`."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}")
     if x.ndim != 4:
         raise ValueError(f"{op}: {name} must be 4-D (N, C, H, W), got shape {x.shape}")
-    if not dtypes.is_floating(x.dtype) or x.dtype == dtypes.float16:
+    if x.dtype not in _IMAGE_DTYPES:
         raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype} (shape {x.shape})")
     return x
 
 
 def pair(value, name, op, minimum=0):
     """int or (a, b) -> (a, b) of ints >= minimum."""
+    if type(value) is int and value >= minimum:  # fast path: per-call cost of every conv
+        return value, value
+    if (type(value) is tuple and len(value) == 2 and type(value[0]) is type(value[1]) is int
+            and min(value) >= minimum):
+        return value
     if isinstance(value, numbers.Integral):
         value = (value, value)
     try:

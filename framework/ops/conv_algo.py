@@ -53,7 +53,12 @@ def applicable(x, w, groups, geo):
 
 
 def _key(x, w, groups, geo):
-    return (x.shape, w.shape, str(x.dtype), groups, geo.stride, geo.padding, geo.dilation)
+    return (x.shape, w.shape, x.dtype.char, groups, geo.stride, geo.padding, geo.dilation)
+
+
+def rule(x, w, groups, geo, names):
+    """The fixed, reproducible choice among the applicable `names`."""
+    return min(names, key=_RULE_ORDER.index)
 
 
 def forced():
@@ -63,21 +68,23 @@ def forced():
 def choose(x, w, groups, geo, run=None):
     """Name of the algorithm for this convolution. `run(name)` executes one candidate; given,
     several candidates are timed once and the fastest is cached for the shape."""
-    names = applicable(x, w, groups, geo)
     name = forced()
     if name is not None:
         if name not in ALGORITHMS:
             raise ValueError(f"conv2d: unknown algorithm {name!r} (TIANYUAN_CONV_ALGO or "
                              f"force_algorithm); expected one of {', '.join(ALGORITHMS)}")
-        if name in names:
+        if name in applicable(x, w, groups, geo):
             return name
     key = _key(x, w, groups, geo)
-    if key not in _cache:
+    algo = _cache.get(key)  # the hit is the common case: a few microseconds per call matter
+    if algo is None:
+        names = applicable(x, w, groups, geo)
         if _fastrun[0] and run is not None and len(names) > 1:
-            _cache[key] = _fastest(names, run)
+            algo = _fastest(names, run)
         else:
-            _cache[key] = min(names, key=_RULE_ORDER.index)
-    return _cache[key]
+            algo = rule(x, w, groups, geo, names)
+        _cache[key] = algo
+    return algo
 
 
 def _fastest(names, run):
@@ -90,7 +97,7 @@ def _fastest(names, run):
 
 
 def algorithm_choices():
-    """{(x shape, w shape, dtype, groups, stride, padding, dilation): algorithm} so far."""
+    """{(x shape, w shape, dtype char, groups, stride, padding, dilation): algorithm} so far."""
     return dict(_cache)
 
 
