@@ -4,3 +4,4 @@ from .benchmark import benchmark
 from .classification import (card_preprocessing, eval_transform, evaluate_classification,
                              topk_correct)
 from .report import format_table, write_json
+from .quant_report import QuantReport, sensitivity, sqnr_db
