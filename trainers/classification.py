@@ -153,13 +153,15 @@ def prepare_finetune(model, weights=None, num_classes=None, freeze_backbone=Fals
     return list(model.get_submodule(head).parameters())
 
 
-def prepare_qat(model, qconfig="default"):
-    """Convert `model` for quantization-aware training (fused Conv-BN-ReLU, fake quantizers).
-    `qconfig` is a preset name or a QConfig object."""
-    from tianyuan import quantization
-    if not hasattr(quantization, "quantize_qat"):
-        raise NotImplementedError("prepare_qat: tianyuan.quantization.quantize_qat is not "
-                                  "available in this build")
-    if isinstance(qconfig, str) and hasattr(quantization, "get_qconfig"):
-        qconfig = quantization.get_qconfig(qconfig)
-    return quantization.quantize_qat(model, qconfig)
+def prepare_qat(model, qconfig="ema_fakequant"):
+    """Convert `model` for quantization-aware training or calibration (fused Conv-BN-ReLU,
+    observers, fake quantizers). `qconfig`: a QConfig, or the name of a preset
+    `tianyuan.quantization.<name>_qconfig` (ema_fakequant, calibration, lsq, ...)."""
+    from tianyuan import quantization as Q
+    if isinstance(qconfig, str):
+        preset = getattr(Q, f"{qconfig}_qconfig", None)
+        if not isinstance(preset, Q.QConfig):
+            known = sorted(n[:-len("_qconfig")] for n in dir(Q) if n.endswith("_qconfig"))
+            raise ValueError(f"prepare_qat: unknown qconfig {qconfig!r}; presets: {known}")
+        qconfig = preset
+    return Q.quantize_qat(model, qconfig)

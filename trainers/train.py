@@ -27,13 +27,13 @@ from .engine import CheckpointHook, EvalHook, LRSchedulerHook, Trainer, seed_eve
 GROUPS = ("experiment", "model", "data", "optim", "schedule", "quant")
 
 
-def build(cfg):
-    """(trainer, resume flag) for a composed train config."""
+def build(cfg, model=None):
+    """The Trainer for a composed train config (and `model`, else cfg.model's)."""
     seed_everything(cfg.seed)
     if cfg.trainer.num_threads:
         ty.set_num_threads(int(cfg.trainer.num_threads))
     train_loader, val_loader, classes = instantiate(cfg.data, seed=cfg.seed)
-    model = instantiate(cfg.model)
+    model = instantiate(cfg.model) if model is None else model
     tune = cfg.finetune
     prepare_finetune(model, tune.weights, len(classes) if tune.new_head else None,
                      tune.freeze_backbone)

@@ -1,0 +1,51 @@
+"""`tianyuan quantize` on a trained smoke model, `tianyuan bench precision=int8`, and the
+qconfig names the recipes use."""
+import json
+
+import pytest
+
+from tianyuan import quantization as Q
+from tianyuan import zoo
+from tianyuan.trainers import cli
+from tianyuan.trainers.classification import prepare_qat
+from tianyuan.trainers.config import compose, options
+
+
+def test_quantize_prints_report_and_writes_json(shapes_root, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "experiment=smoke_shapesnet", f"data.root={shapes_root}",
+                     f"out_dir={run}", "trainer.max_iters=12", "trainer.eval_every=0",
+                     "trainer.progress=false"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "quant.json"
+    assert cli.main(["quantize", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
+                     f"weights={run}/model_final.safetensors", "method=both", "calib_batches=2",
+                     "qat.iters=3", "trainer.progress=false", f"out_dir={tmp_path}/qat",
+                     "report.repeats=1", "report.batches=[1,2]", "report.sensitivity_images=8",
+                     f"out={out}"]) == 0
+    text = capsys.readouterr().out
+    assert "quantization report" in text and "per-layer sensitivity" in text
+    report = json.load(open(out))
+    assert {"model", "method", "rows", "worst_layers", "sensitivity", "ptq", "qat"} <= set(report)
+    assert [r["model"] for r in report["rows"]] == ["float", "ptq", "qat"]
+    for row in report["rows"]:
+        assert {"top1", "top5", "drop", "ms_batch1", "ms_batch2", "size_kb"} <= set(row)
+    assert report["qat"]["iterations"] == 3 and report["ptq"]["calib_batches"] == 2
+    assert all(r["layer"] and r["sqnr_db"] > 0 for r in report["sensitivity"]["ptq"])
+    assert report["rows"][1]["size_kb"] < report["rows"][0]["size_kb"]
+
+
+def test_bench_int8_runs(tmp_path):
+    assert cli.main(["bench", "model=shapesnet", "precision=int8", "batch=2",
+                     "input_size=[3,32,32]", "repeats=2", f"out={tmp_path}/b.json"]) == 0
+    assert json.load(open(tmp_path / "b.json"))["precision"] == "int8"
+
+
+@pytest.mark.parametrize("config", ["train", "quantize"])
+def test_every_configured_qconfig_is_a_preset(config):
+    for name in options("experiment"):
+        qconfig = compose(config, [f"experiment={name}"]).quant.get("qconfig")
+        if qconfig:
+            assert isinstance(getattr(Q, f"{qconfig}_qconfig"), Q.QConfig), (name, qconfig)
+    with pytest.raises(ValueError, match="ema_fakequant"):
+        prepare_qat(zoo.get_model("resnet18", num_classes=2), "default")

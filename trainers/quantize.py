@@ -1,0 +1,121 @@
+"""`tianyuan quantize`: float -> int8 by post-training calibration (PTQ) and/or quantization-
+aware training (QAT), then the QuantReport (trainers/conf/quantize.yaml).
+
+    tianyuan quantize model=resnet18 weights=r18.safetensors method=ptq data.root=/data/imagenet
+    tianyuan quantize experiment=resnet18_imagenet_qat weights=r18.safetensors method=both \\
+        data.root=/data/imagenet qat.epochs=1
+    tianyuan quantize experiment=smoke_shapesnet_qat weights=runs/smoke_shapesnet/best.safetensors
+
+PTQ: quantize_qat(calib_qconfig) + calibrate on `calib_batches` training batches (evaluation
+preprocessing, shuffled) + quantize. QAT: quantize_qat(quant.qconfig) + the shared trainer
+(train.build) for the QAT schedule + quantize. Prints the table, writes the JSON (`out=`).
+"""
+import copy
+import itertools
+import sys
+import time
+
+import numpy as np
+from omegaconf import open_dict
+
+import tianyuan as ty
+from tianyuan import quantization as Q
+from tianyuan.datasets import DataLoader
+from tianyuan.evaluation import QuantReport, eval_transform, evaluate_classification
+
+from .classification import classification_dataset, prepare_qat
+from .commands import _card, _preprocessing, build_model
+from .config import compose, usage
+from .train import GROUPS, build
+
+METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
+
+
+def ptq(model, batches, qconfig="calibration"):
+    """Post-training quantization: calibrate the observers on `batches`, then int8."""
+    return Q.quantize(Q.calibrate(prepare_qat(model, qconfig), batches))
+
+
+def qat(cfg, model):
+    """Quantization-aware training of a copy of `model` with the shared trainer; returns
+    (int8 model, iterations trained)."""
+    with open_dict(cfg):
+        cfg.trainer.max_epochs, cfg.trainer.max_iters = cfg.qat.epochs, cfg.qat.iters
+        cfg.quant.method = "qat"
+        cfg.finetune.weights, cfg.finetune.new_head = None, False   # the model has its weights
+    trainer = build(cfg, model=copy.deepcopy(model))
+    trainer.train(resume=cfg.trainer.resume)
+    return Q.quantize(trainer.model), trainer.iter
+
+
+def _loaders(cfg, pre):
+    """(calibration loader over the shuffled training split, validation loader), both with
+    the evaluation preprocessing."""
+    data = cfg.data
+    transform = eval_transform(**pre)
+    train = classification_dataset(data.kind, data.root, True, transform, data.get("synthetic"))
+    val = classification_dataset(data.kind, data.root, False, transform, data.get("synthetic"),
+                                 list(getattr(train, "classes", [])) or None)
+    calib = DataLoader(train, data.batch_size, shuffle=True, seed=cfg.seed,
+                       num_workers=data.num_workers)
+    return calib, DataLoader(val, data.val_batch_size or data.batch_size,
+                             num_workers=data.num_workers)
+
+
+def _first_images(loader, n):
+    images = []
+    for batch in loader:
+        images.append(batch["image"])
+        if sum(len(x) for x in images) >= n:
+            break
+    return np.concatenate(images)[:n]
+
+
+def run(cfg):
+    """Quantize as configured; returns the QuantReport (also printed and written to cfg.out)."""
+    if cfg.method not in METHODS:
+        raise ValueError(f"quantize: method must be one of {sorted(METHODS)}, "
+                         f"got {cfg.method!r}")
+    if cfg.num_threads:
+        ty.set_num_threads(int(cfg.num_threads))
+    pre, source = _preprocessing(cfg, _card(cfg.model))
+    calib, val = _loaders(cfg, pre)
+    model = build_model(cfg.model, cfg.weights).eval()
+    int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
+                      "weights": cfg.weights, "method": cfg.method, "data": cfg.data.kind,
+                      "preprocessing": {**pre, "source": source}}
+    if "ptq" in METHODS[cfg.method]:
+        started = time.perf_counter()
+        batches = (batch["image"] for batch in itertools.islice(calib, cfg.calib_batches))
+        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig)
+        info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
+                       "seconds": round(time.perf_counter() - started, 1)}
+    if "qat" in METHODS[cfg.method]:
+        started = time.perf_counter()
+        int8["qat"], iters = qat(cfg, model)
+        info["qat"] = {"iterations": iters, "epochs": cfg.qat.epochs, "lr": cfg.optim.lr,
+                       "qconfig": cfg.quant.qconfig, "out_dir": cfg.out_dir,
+                       "seconds": round(time.perf_counter() - started, 1)}
+
+    def evaluate(m):
+        result = evaluate_classification(m, val, tuple(cfg.topk), progress=False)
+        return {k: v for k, v in result.items() if k.startswith("top")}
+    example = _first_images(val, cfg.report.sensitivity_images)
+    report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
+                                 cfg.report.repeats, worst=cfg.report.worst, info=info)
+    report.save(cfg.out)
+    print(report.table())
+    print(f"written: {cfg.out}")
+    return report
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage("quantize", "quantize", GROUPS))
+        return 0
+    run(compose("quantize", argv))
+    return 0
+
+
+__all__ = ["main", "ptq", "qat", "run"]
