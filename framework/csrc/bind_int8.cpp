@@ -37,7 +37,7 @@ py::array int8_output(bool out_signed, std::vector<py::ssize_t> shape) {
 // Per-channel bias/multiplier/shift of length n; output bounds with relu folded in.
 int8::Requant int8_requant(const Array<int32_t>& bias, const Array<int32_t>& mult,
                            const Array<int32_t>& shift, int64_t n, int zp, bool relu,
-                           bool out_signed, const char* op) {
+                           bool out_signed, const char* op, int out_max = 255) {
     if (bias.size() != n || mult.size() != n || shift.size() != n) {
         throw std::invalid_argument(std::string(op) + ": bias/multiplier/shift need " +
                                     std::to_string(n) + " entries each");
@@ -48,7 +48,9 @@ int8::Requant int8_requant(const Array<int32_t>& bias, const Array<int32_t>& mul
     }
     const int lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
     if (zp < lo || zp > hi) throw std::invalid_argument(std::string(op) + ": bad out zero point");
-    return {bias.data(), mult.data(), shift.data(), 1, zp, relu ? zp : lo, hi, out_signed};
+    // out_max (ReLU6) lowers the upper bound; it never goes below the lower one
+    const int top = out_max < hi ? (out_max > (relu ? zp : lo) ? out_max : (relu ? zp : lo)) : hi;
+    return {bias.data(), mult.data(), shift.data(), 1, zp, relu ? zp : lo, top, out_signed};
 }
 
 void int8_check_packed(const Array<int8_t>& packed, const Array<int32_t>& sums, int64_t groups,
@@ -177,13 +179,15 @@ void bind_int8_conv(py::module_& m) {
     m.def("int8_conv2d", [](const py::array& x, int zp, const Array<int8_t>& packed,
                             const Array<int32_t>& sums, Quad64 wshape, const Array<int32_t>& bias,
                             const Array<int32_t>& mult, const Array<int32_t>& shift, int out_zp,
-                            bool relu, bool out_signed, std::pair<int64_t, int64_t> stride,
-                            Quad64 pad, std::pair<int64_t, int64_t> dil, int64_t groups) {
+                            bool relu, bool out_signed, int out_max,
+                            std::pair<int64_t, int64_t> stride, Quad64 pad,
+                            std::pair<int64_t, int64_t> dil, int64_t groups) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
         int8_check_conv_packed(packed, sums, groups, g.oc / groups,
                                std::get<1>(wshape) * g.kh * g.kw);
         const int8::QIn in = int8_input(x, zp, "int8_conv2d");
-        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed, "int8_conv2d");
+        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
+                                             "int8_conv2d", out_max);
         py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
@@ -193,13 +197,15 @@ void bind_int8_conv(py::module_& m) {
     m.def("int8_depthwise_conv2d", [](const py::array& x, int zp, const Array<int8_t>& w,
                                       const Array<int32_t>& bias, const Array<int32_t>& mult,
                                       const Array<int32_t>& shift, int out_zp, bool relu,
-                                      bool out_signed, std::pair<int64_t, int64_t> stride,
+                                      bool out_signed, int out_max,
+                                      std::pair<int64_t, int64_t> stride,
                                       Quad64 pad, std::pair<int64_t, int64_t> dil) {
         if (w.ndim() != 4) throw std::invalid_argument("int8_depthwise_conv2d: w (OC, 1, kh, kw)");
         const Quad64 ws{w.shape(0), 1, w.shape(2), w.shape(3)};
         const int8::ConvGeom g = int8_geom(x, ws, stride, pad, dil, x.ndim() == 4 ? x.shape(1) : 1);
         const int8::QIn in = int8_input(x, zp, "int8_depthwise_conv2d");
-        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed, "int8_depthwise_conv2d");
+        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
+                                             "int8_depthwise_conv2d", out_max);
         py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;

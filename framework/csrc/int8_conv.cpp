@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "cpu.h"
+#include "int8_cgemm.h"
 #include "int8_ops.h"
 
 namespace tianyuan {
@@ -105,10 +107,47 @@ void depthwise_plane(const uint8_t* x, const int8_t* w, const ConvGeom& g, uint8
     }
 }
 
+// One (image, channel) plane of x padded with the zero point into xp (hp, wp) + slack.
+void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, int64_t wp,
+               uint8_t* xp) {
+    const int64_t hp = g.h + g.pt + g.pb;
+    std::memset(xp, z, static_cast<size_t>(hp * wp + 64));
+    for (int64_t y = 0; y < g.h; ++y) {
+        uint8_t* row = xp + (g.pt + y) * wp + g.pl;
+        for (int64_t i = 0; i < g.w; ++i) row[i] = src[y * g.w + i] ^ flip;
+    }
+}
+
+// SIMD path: per (image, output channel) plane, pad, then the AVX-512 plane kernel.
+void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
+                    const Requant& r, uint8_t* out) {
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
+    const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
+    const int32_t z = zero_of(x);
+#pragma omp parallel for schedule(static) if (g.n * g.oc * p * taps > (1 << 15))
+    for (int64_t t = 0; t < g.n * g.oc; ++t) {
+        const int64_t n = t / g.oc, oc = t % g.oc;
+        static thread_local std::vector<uint8_t> space;
+        if (static_cast<int64_t>(space.size()) < hp * wp + 64) space.resize(hp * wp + 64);
+        pad_plane(x.data + (n * g.c + oc / mult) * g.h * g.w, g, flip_of(x),
+                  static_cast<uint8_t>(z), wp, space.data());
+        int32_t sum = 0;
+        for (int64_t i = 0; i < taps; ++i) sum += w[oc * taps + i];
+        const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(bias[oc]) -
+                                               static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
+        const RowParams q{&b, r.multiplier + oc, r.shift + oc};
+        depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p);
+    }
+}
+
 }  // namespace
 
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                       const Requant& r, uint8_t* out) {
+    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
+        depthwise_simd(x, g, w, bias, r, out);
+        return;
+    }
     const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
     std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
     for (int64_t n = 0; n < g.n; ++n) {

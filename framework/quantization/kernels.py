@@ -110,24 +110,51 @@ def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
                           s, int(out_zero_point), bool(relu), _signed(dtype))
 
 
+class PreparedConv:
+    """An int8 conv with everything but the input fixed once (int32 parameters, geometry),
+    so a call is one native call: `PreparedConv(...)(x, x_zero_point)`.
+
+    out_max: an extra upper clamp (ReLU6: zp + round(6 / s_out)), applied in the kernel.
+    """
+
+    def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride=1,
+                 padding=0, dilation=1, out_max=None):
+        if len(packed.shape) != 4:
+            raise ValueError(f"conv2d: weights must be packed from (OC, C/groups, kh, kw), "
+                             f"got {packed.shape}")
+        b, m, s = _params(packed.shape[0], bias, multiplier, shift)
+        signed = _signed(dtype)
+        top = qrange(dtype)[1] if out_max is None else int(out_max)
+        tail = (int(out_zero_point), bool(relu), signed, top, _pair(stride), _quad(padding),
+                _pair(dilation))
+        self.packed, self.out_channels = packed, packed.shape[0]
+        if packed.depthwise:
+            self._args = (packed.raw, b, m, s) + tail
+            self._fn = _C.int8_depthwise_conv2d
+        else:
+            self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
+                packed.groups,)
+            self._fn = _C.int8_conv2d
+
+    def __call__(self, x, x_zero_point):
+        """x u8/s8 (N, C, H, W) C-contiguous -> (N, OC, OH, OW)."""
+        if x.ndim != 4 or x.shape[1] != self.packed.shape[1] * self.packed.groups:
+            raise ValueError(f"conv2d: input {x.shape} does not match weight "
+                             f"{self.packed.shape} with groups={self.packed.groups}")
+        return self._fn(x, int(x_zero_point), *self._args)
+
+
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
-           stride=1, padding=0, dilation=1):
+           stride=1, padding=0, dilation=1, out_max=None):
     """x u8/s8 (N, C, H, W), packed W (OC, C/groups, kh, kw) -> dtype (N, OC, OH, OW).
 
-    Padding is the activation zero point. 1x1 stride-1 goes straight to the GEMM, other
-    kernels through im2row; depthwise runs direct loops.
+    Padding is the activation zero point. Convolutions run as a channels x positions GEMM
+    whose store requantizes straight into NCHW; depthwise runs direct loops. out_max: an
+    extra upper clamp (ReLU6), as np.minimum after the reference would.
     """
-    x = _input(x)
-    if len(packed.shape) != 4 or x.ndim != 4 or x.shape[1] != packed.shape[1] * packed.groups:
-        raise ValueError(f"conv2d: input {x.shape} does not match weight {packed.shape} with "
-                         f"groups={packed.groups}")
-    b, m, s = _params(packed.shape[0], bias, multiplier, shift)
-    geom = (_pair(stride), _quad(padding), _pair(dilation))
-    args = (int(out_zero_point), bool(relu), _signed(dtype)) + geom
-    if packed.depthwise:
-        return _C.int8_depthwise_conv2d(x, int(x_zero_point), packed.raw, b, m, s, *args)
-    return _C.int8_conv2d(x, int(x_zero_point), packed.packed, packed.row_sums, packed.shape,
-                          b, m, s, *args, packed.groups)
+    conv = PreparedConv(packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride,
+                        padding, dilation, out_max)
+    return conv(_input(x), x_zero_point)
 
 
 def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):

@@ -25,6 +25,9 @@ CASES = [
     (2, 9, 17, 23, 7, 3, 3, 3, 1, 1, 1),          # stride 3: scalar gather
     (1, 16, 12, 12, 70, 1, 1, 1, 0, 1, 1),        # 1x1: runs merge across rows
     (1, 4, 5, 70, 3, 1, 3, (1, 2), (0, 1), 1, 1),  # rows longer than a block
+    (2, 3, 20, 33, 3, 3, 3, 1, 1, 1, 3),          # depthwise SIMD: 16-column steps + tail
+    (1, 5, 19, 37, 5, 3, 3, 2, 1, 1, 5),          # depthwise SIMD stride 2
+    (1, 4, 18, 21, 4, 5, 5, 1, 2, 1, 4),          # depthwise 5x5
 ]
 
 
@@ -51,6 +54,16 @@ def test_conv2d(case, relu, in_dtype, in_zp, out_dtype, out_zp):
     args = (bias, mult, shift, out_zp, relu, out_dtype)
     check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom),
                 lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+@pytest.mark.parametrize("case", [CASES[3], CASES[9], CASES[-2]])
+def test_conv2d_out_max_is_relu6_clamp(case):
+    rng = np.random.default_rng(7)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 20, True, np.uint8)
+    check_quant(lambda: K.conv2d(x, 131, packed, *args, **geom, out_max=90),
+                lambda: np.minimum(R.qconv2d(x, 131, wt, *args, groups=groups, **geom), 90))
 
 
 def test_conv2d_checks_shapes():

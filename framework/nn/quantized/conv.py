@@ -3,7 +3,8 @@ becomes an int8 conv with its weights quantized and packed once, here.
 
 Per call, with s_in the input's scale: bias_q = round(b / (s_in * s_w)) (int32) and the
 requantization multipliers m, shift of ``s_in * s_w / s_out`` are computed once per
-input scale and cached. ReLU clamps at the zero point inside the kernel; ReLU6 also at
+input scale and cached (for convs as a `kernels.PreparedConv`, so a call is one native
+call). ReLU clamps at the zero point inside the kernel; ReLU6 also at
 ``zp + round(6 / s_out)`` (the same as fake-quantizing relu6: rounding is monotone).
 """
 import numpy as np
@@ -84,13 +85,26 @@ class Conv2d(_WeightedModule):
         m.packed = K.pack_weights(m.weight.data, m.groups)
         return m
 
+    def prepared(self, s_in):
+        """The PreparedConv for input scale s_in (made once per scale)."""
+        key = ("conv", float(s_in))
+        if key not in self._cache:
+            bias, mult, shift = self.requant(s_in)
+            top = (relu6_max(self.out_scale, self.out_zero_point, self.out_dtype)
+                   if self.activation == "relu6" else None)
+            self._cache[key] = K.PreparedConv(
+                self.packed, bias, mult, shift, self.out_zero_point,
+                self.activation is not None, self.out_dtype, self.stride, self.padding,
+                self.dilation, out_max=top)
+        return self._cache[key]
+
     def forward(self, x):
         q = qarray_of(x, type(self).__name__)
-        bias, mult, shift = self.requant(q.scale)
-        out = K.conv2d(q, q.zero_point, self.packed, bias, mult, shift, self.out_zero_point,
-                       self.activation is not None, self.out_dtype, self.stride, self.padding,
-                       self.dilation)
-        return self.finish(out)
+        values = q.view(np.ndarray)
+        if not values.flags.c_contiguous:
+            values = np.ascontiguousarray(values)
+        out = self.prepared(q.scale)(values, q.zero_point)
+        return wrap(out, self.out_scale, self.out_zero_point)
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
