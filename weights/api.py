@@ -131,7 +131,8 @@ def _load_safetensors(path):
 def save_weights(state, path, metadata=None):
     """Write `{name: array}` as safetensors with `tianyuan.save` (atomic)."""
     import tianyuan
-    arrays = {k: np.ascontiguousarray(v) for k, v in flatten_qtensors(state).items()}
+    # np.ascontiguousarray would turn 0-d arrays (num_batches_tracked) into shape (1,)
+    arrays = {k: np.asarray(v, order="C") for k, v in flatten_qtensors(state).items()}
     tianyuan.save(arrays, path)
     return path
 

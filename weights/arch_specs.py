@@ -24,6 +24,15 @@ SHUFFLENET_V2 = {  # arch -> stage widths (stages 2-4) and conv5 width; repeats 
     "shufflenet_v2_x0_5": ([48, 96, 192], 1024), "shufflenet_v2_x1_0": ([116, 232, 464], 1024),
     "shufflenet_v2_x1_5": ([176, 352, 704], 1024), "shufflenet_v2_x2_0": ([244, 488, 976], 2048),
 }
+# arch -> (groups, [stem, stage2, stage3, stage4] widths): the zoo's registered V1 variants,
+# whose widths equal Megvii's released tables (megvii-model/ShuffleNet-Series network.py)
+_V1_WIDTHS = {3: {"0_5": [12, 120, 240, 480], "1_0": [24, 240, 480, 960],
+                  "1_5": [24, 360, 720, 1440], "2_0": [48, 480, 960, 1920]},
+              8: {"0_5": [16, 192, 384, 768], "1_0": [24, 384, 768, 1536],
+                  "1_5": [24, 576, 1152, 2304], "2_0": [48, 768, 1536, 3072]}}
+SHUFFLENET_V1 = {f"shufflenet_v1_x{w}_g{g}": (g, widths)
+                 for g, table in _V1_WIDTHS.items() for w, widths in table.items()}
+# (not the generic `shufflenet_v1` builder: its groups/width_mult kwargs change the shapes)
 CLASSIFIER_KEYS = {"fc.weight", "classifier.1.weight"}  # first dim is num_classes
 
 
@@ -119,8 +128,30 @@ def _shufflenet_v2(widths, last, num_classes):
     return spec
 
 
+def _shufflenet_v1(groups, widths, num_classes):
+    spec = OrderedDict()
+    _conv(spec, "conv1.0", widths[0], 3, 3)
+    _bn(spec, "conv1.1", widths[0])
+    in_ch = widths[0]
+    for stage, (n, width) in enumerate(zip([4, 8, 4], widths[1:]), start=2):
+        for i in range(n):
+            prefix, mid = f"stage{stage}.{i}", width // 4
+            branch_out = width - in_ch if i == 0 else width   # stride 2 concats its input
+            first = stage == 2 and i == 0                       # ungrouped: few stem channels
+            _conv(spec, f"{prefix}.conv1", mid, in_ch if first else in_ch // groups, 1)
+            _bn(spec, f"{prefix}.bn1", mid)
+            _conv(spec, f"{prefix}.conv2", mid, 1, 3)           # depthwise
+            _bn(spec, f"{prefix}.bn2", mid)
+            _conv(spec, f"{prefix}.conv3", branch_out, mid // groups, 1)
+            _bn(spec, f"{prefix}.bn3", branch_out)
+            in_ch = width
+    _linear(spec, "fc", num_classes, in_ch)
+    return spec
+
+
 def known_archs():
-    return sorted(RESNETS) + ["mobilenet_v2"] + sorted(SHUFFLENET_V2)
+    return (sorted(RESNETS) + ["mobilenet_v2"] + sorted(SHUFFLENET_V2)
+            + sorted(SHUFFLENET_V1))
 
 
 def state_dict_spec(arch, num_classes=1000):
@@ -131,6 +162,8 @@ def state_dict_spec(arch, num_classes=1000):
         return _mobilenet_v2(num_classes)
     if arch in SHUFFLENET_V2:
         return _shufflenet_v2(*SHUFFLENET_V2[arch], num_classes)
+    if arch in SHUFFLENET_V1:
+        return _shufflenet_v1(*SHUFFLENET_V1[arch], num_classes)
     raise KeyError(f"state_dict_spec: unknown arch {arch!r}; known: {known_archs()}")
 
 

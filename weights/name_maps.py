@@ -1,10 +1,15 @@
 """Name maps: a foreign state dict -> our names and shapes, checked against the arch spec.
 
 Our zoo uses torchvision's names, so the torchvision map is the identity (a leading
-`module.` from DataParallel is dropped). MegEngine Models' ResNet uses the same module
-names; its arrays differ in shape only by singleton axes (BN and bias as (1, C, 1, 1)),
-which are squeezed. Every map ends in `check_against_spec`, which names all unmapped,
-missing and mis-shaped keys in one error.
+`module.` from DataParallel is dropped). MegEngine Models' ResNet
+(official/vision/classification/resnet/model.py) has torchvision's module names; its
+arrays differ in shape only (BN running stats and conv biases (1, C, 1, 1), grouped conv
+weights (G, O/G, I/G, kh, kw)), which `_fit_shape` undoes. Its quantization ResNet
+(official/quantization/models/resnet.py, fused `conv_bn_relu1.conv`/`.bn` names) is
+renamed to ours. Megvii-layout ShuffleNets (`first_conv.*`, from MegEngine or
+ShuffleNet-Series files) go through megvii_maps.py, which also permutes channels.
+Every map ends in `check_against_spec`, which names all unmapped, missing and
+mis-shaped keys in one error.
 
 >>> ours = convert_state_dict(torch_state, "resnet50", "torchvision")
 """
@@ -13,7 +18,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V2, state_dict_spec
+from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V1, SHUFFLENET_V2, state_dict_spec
+from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
+                          megvii_shufflenet_v2)
 
 
 class NameMapError(KeyError):
@@ -27,18 +34,37 @@ def _torchvision(state, arch):
     return OrderedDict((re.sub(r"^module\.", "", k), v) for k, v in state.items())
 
 
+# MegEngine's quantization ResNet fuses conv+bn into one module: `<m>.conv`, `<m>.bn`.
+_QUANT_RESNET = [(r"^conv_bn_relu1\.conv\.", "conv1."), (r"^conv_bn_relu1\.bn\.", "bn1."),
+                 (r"\.conv_bn(?:_relu)?(\d)\.conv\.", r".conv\1."),
+                 (r"\.conv_bn(?:_relu)?(\d)\.bn\.", r".bn\1."),
+                 (r"\.downsample\.conv\.", ".downsample.0."),
+                 (r"\.downsample\.bn\.", ".downsample.1.")]
+
+
 def _megengine_resnet(state, arch):
     if arch not in RESNETS:
-        raise NameMapError(f"megengine name map: {arch} is not a ResNet")
-    return _torchvision(state, arch)  # same module names; shapes fixed in _fit_shape
+        raise NameMapError(f"megengine name map: {arch} is not a ResNet or a ShuffleNet; "
+                           f"MegEngine maps exist for {sorted(RESNETS)}, "
+                           f"{sorted(SHUFFLENET_V2)} and {sorted(SHUFFLENET_V1)}")
+    state = _torchvision(state, arch)  # same module names; shapes fixed in _fit_shape
+    if "conv_bn_relu1.conv.weight" not in state:
+        return state
+    out = OrderedDict()
+    for key, value in state.items():
+        for pattern, repl in _QUANT_RESNET:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
 
 
-def _megengine_shufflenet(state, arch):
-    raise NameMapError(
-        f"megengine name map: {arch} from MegEngine Models is not supported. Its ShuffleNetV2 "
-        "(first_conv/features/conv_last/classifier, channel split by even/odd index before "
-        "each block) orders channels differently from torchvision's (chunk, then shuffle "
-        "after each block), so its weights need channel permutations, not only renames.")
+def _megvii(converter):
+    def convert(state, arch):
+        try:
+            return converter(state, arch)
+        except LayoutError as error:
+            raise NameMapError(str(error)) from None
+    return convert
 
 
 NAME_MAPS = {
@@ -48,12 +74,21 @@ NAME_MAPS = {
 }
 
 
-def name_map_for(source, arch):
-    """The function mapping `source`'s names for `arch` to ours."""
-    if source == "megengine":
-        return _megengine_shufflenet if arch in SHUFFLENET_V2 else _megengine_resnet
+def name_map_for(source, arch, state=None):
+    """The function mapping `source`'s names for `arch` to ours.
+
+    ShuffleNets in Megvii's layout (MegEngine `.pkl`, or ShuffleNet-Series `.pth`, whose
+    names start with `first_conv.`) get the Megvii converters whatever the container.
+    """
     if source not in NAME_MAPS:
         raise NameMapError(f"no name map for source {source!r}; known: {sorted(NAME_MAPS)}")
+    megvii = source == "megengine" or (state is not None and is_megvii_layout(state))
+    if megvii and arch in SHUFFLENET_V2:
+        return _megvii(megvii_shufflenet_v2)
+    if megvii and arch in SHUFFLENET_V1:
+        return _megvii(megvii_shufflenet_v1)
+    if source == "megengine":
+        return _megengine_resnet
     return NAME_MAPS[source]
 
 
@@ -72,7 +107,7 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     filled with 0. `num_classes` defaults to what the file's classifier says.
     """
     state = unwrap_checkpoint(state)
-    mapped = name_map_for(source, arch)(state, arch)
+    mapped = name_map_for(source, arch, state)(state, arch)
     if num_classes is None:
         num_classes = _infer_num_classes(mapped)
     spec = state_dict_spec(arch, num_classes)

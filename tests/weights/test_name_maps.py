@@ -98,9 +98,9 @@ def test_megengine_resnet_map(tmp_path):
     assert set(out) == set(state_dict_spec("resnet18"))
 
 
-def test_megengine_shufflenet_refused_with_reason():
-    with pytest.raises(NameMapError, match="channel"):
-        convert_state_dict({}, "shufflenet_v2_x1_0", "megengine")
+def test_megengine_shufflenet_needs_the_megvii_layout():
+    with pytest.raises(NameMapError, match="first_conv"):
+        convert_state_dict({}, "shufflenet_v2_x0_5", "megengine")
 
 
 def _as_pth_records(state):
