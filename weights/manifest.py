@@ -17,6 +17,10 @@ TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"
 TV_SOURCE = "torchvision 0.29.1 model docs (REFERENCE.md 1a/1b)"
 MGE_SOURCE = "MegEngine Models README (REFERENCE.md)"
+# URLs of the entries below as the @hub.pretrained decorators in MegEngine/Models give them:
+# official/vision/classification/resnet/model.py @46382e35 and shufflenet/model.py @0cefa00c;
+# metrics from resnet/README.md @134ad00c and shufflenet/README.md @d67b5efe.
+MGE_README = "MegEngine Models official/vision/classification/{resnet,shufflenet}/README.md"
 
 # Preprocessing presets: pixels scaled by 1/pixel_scale, then (x - mean) / std.
 TV_V1 = {"resize": 256, "crop": 224, "interpolation": "bilinear", "antialias": True,
@@ -69,16 +73,21 @@ def _tv_q(name, arch, file, top1, top5, parent, pre=TV_V1, notes=""):
                        None if hyphen else tag, notes)
 
 
-def _mge(name, arch, file, top1, top5=None, converter="megengine", parent=None, notes=""):
+def _mge(name, arch, file, top1, top5=None, converter="megengine", parent=None, notes="",
+         source=MGE_SOURCE):
     metrics = {"top1": top1} if top5 is None else {"top1": top1, "top5": top5}
     tag = file[:-len(".pkl")].rsplit("_", 1)[-1]
     tag = tag if len(tag) == 8 and all(c in "0123456789abcdef" for c in tag) else None
     return WeightEntry(name, arch, (MEGENGINE + file,), None, "none", "megengine", converter,
-                       MGE, metrics, MGE_SOURCE, parent, tag, notes)
+                       MGE, metrics, source, parent, tag, notes)
 
 
 _LEGACY = "2017 legacy-format release of the V1 weights (a loader test vector)"
 _QUANT = "int8 weights; needs the int8 zoo model (loads as flattened integer arrays for now)"
+_MGE_SNET_WIDE = ("MegEngine/Megvii ShuffleNetV2: stage 2's first unit has branch_proj 24 -> 24 "
+                  "and branch_main 24 -> {main} channels where ours has two of {half}; not "
+                  "convertible to our (torchvision-layout) model, download only")
+_MGE_SNET_TAG = "file name's accuracy tag ({tag}) differs from the README's top-1"
 _MGE_Q = ("MegEngine official/quantization model (fused ConvBn names); downloadable, "
           "no name map yet")
 
@@ -133,8 +142,29 @@ ENTRIES = [
     _tv_q("shufflenet_v2_x1_5_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x1_5",
           "shufflenetv2_x1_5_fbgemm-d7401f05.pth", 72.052, 90.700,
           "shufflenet_v2_x1_5.imagenet_torchvision", TV_V2, notes=_QUANT),
+    _mge("resnet18.imagenet_megengine", "resnet18", "resnet18_naiveaug_70312_78a63ca6.pkl",
+         70.312, 89.430, source=MGE_README),
+    _mge("resnet34.imagenet_megengine", "resnet34", "resnet34_naiveaug_73960_fd9d869d.pkl",
+         73.960, 91.630, source=MGE_README),
     _mge("resnet50.imagenet_megengine", "resnet50", "resnet50_fbaug_76254_4e14b7d1.pkl",
          76.254, 93.056),
+    _mge("resnet101.imagenet_megengine", "resnet101", "resnet101_fbaug_77944_b7932921.pkl",
+         77.944, 93.844, source=MGE_README),
+    _mge("resnet152.imagenet_megengine", "resnet152", "resnet152_fbaug_78582_7551aff3.pkl",
+         78.582, 94.130, source=MGE_README),
+    _mge("shufflenet_v2_x0_5.imagenet_megengine", "shufflenet_v2_x0_5",
+         "snetv2_x0_5_60750_c28db1a2.pkl", 60.696, 82.190, source=MGE_README,
+         notes="converted by channel permutation (megvii_maps.py); "
+               + _MGE_SNET_TAG.format(tag="60.750")),
+    _mge("shufflenet_v2_x1_0.imagenet_megengine", "shufflenet_v2_x1_0",
+         "snetv2_x1_0_69369_daf9dba0.pkl", 69.372, 88.764, converter=None, source=MGE_README,
+         notes=_MGE_SNET_WIDE.format(main=92, half=58)),
+    _mge("shufflenet_v2_x1_5.imagenet_megengine", "shufflenet_v2_x1_5",
+         "snetv2_x1_5_72775_38ac4273.pkl", 72.806, 90.792, converter=None, source=MGE_README,
+         notes=_MGE_SNET_WIDE.format(main=152, half=88)),
+    _mge("shufflenet_v2_x2_0.imagenet_megengine", "shufflenet_v2_x2_0",
+         "snetv2_x2_0_75115_497d4601.pkl", 75.074, 92.278, converter=None, source=MGE_README,
+         notes=_MGE_SNET_WIDE.format(main=220, half=122)),
     _mge("resnet18.imagenet_megengine_quant_float", "resnet18", "resnet18_normal_69824.pkl",
          69.824, converter=None, notes=_MGE_Q),
     _mge("resnet18_int8.imagenet_megengine_qat", "resnet18", "resnet18_qat_69754.pkl", 69.754,

@@ -143,3 +143,13 @@ def test_v1_spec_matches_the_zoo_model(arch):
     spec = weights.state_dict_spec(arch)
     assert set(state) == set(spec)
     assert all(state[k].shape == shape for k, (shape, _) in spec.items())
+
+
+def test_manifest_megengine_shufflenet_entries():
+    small = weights.get_entry("shufflenet_v2_x0_5.imagenet_megengine")
+    assert small.converter == "megengine" and small.sha256_kind == "none"
+    assert small.urls[0].endswith("/snetv2_x0_5_60750_c28db1a2.pkl")
+    for name in ("shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0"):
+        entry = weights.get_entry(f"{name}.imagenet_megengine")
+        assert entry.converter is None and "not convertible" in entry.notes
+        assert weights.default_entry(name).format == "torchvision"
