@@ -22,7 +22,8 @@ bias-free `classifier.0`; ours are torchvision's. A rename is not enough:
   reorder the middle channels (conv1 rows, dw conv, conv3 columns) to absorb it.
   MegEngine Models' own ShuffleNetV1 is another network (see `_MEGENGINE_V1`).
 
->>> ours = megvii_shufflenet_v2(load_megengine("snetv2_x0_5_60750_c28db1a2.pkl"), "shufflenet_v2_x0_5")
+>>> state = load_megengine("snetv2_x0_5_60750_c28db1a2.pkl")
+>>> ours = megvii_shufflenet_v2(state, "shufflenet_v2_x0_5")
 """
 import re
 from collections import OrderedDict
