@@ -5,7 +5,7 @@
 //   V = B^T d B, B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]]   -> v (16, C, T)
 //   Y = A^T M A, A^T = [[1,1,1,0],[0,1,-1,-1]]                         -> out (N, Co, oh, ow)
 // T = N * th * tw tiles, th = ceil(oh / 2), tw = ceil(ow / 2), tile t = (n * th + ty) * tw + tx.
-// Generic C++ (OpenMP over planes). Numpy twin: framework/ops/conv_ref.py (winograd_*_ref).
+// Drivers: winograd_impl.h, built generic, AVX2 and AVX-512 (OpenMP over planes). Numpy twin: framework/ops/conv_ref.py (winograd_*_ref).
 #pragma once
 
 #include <cstdint>
@@ -32,5 +32,13 @@ void winograd_input_transform(const T* x, const WinogradGeometry& g, T* v);
 // m (16, Co, T) -> out (N, Co, oh, ow); `co` output channels (g.c is ignored).
 template <typename T>
 void winograd_output_transform(const T* m, const WinogradGeometry& g, int64_t co, T* out);
+
+// float32 builds of the same drivers with the ISA's flags (winograd_avx2.cpp, _avx512.cpp).
+void winograd_weight_avx2(const float* w, int64_t co, int64_t c, float* u);
+void winograd_input_avx2(const float* x, const WinogradGeometry& g, float* v);
+void winograd_output_avx2(const float* m, const WinogradGeometry& g, int64_t co, float* out);
+void winograd_weight_avx512(const float* w, int64_t co, int64_t c, float* u);
+void winograd_input_avx512(const float* x, const WinogradGeometry& g, float* v);
+void winograd_output_avx512(const float* m, const WinogradGeometry& g, int64_t co, float* out);
 
 }  // namespace tianyuan

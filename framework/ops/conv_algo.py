@@ -6,8 +6,8 @@ Algorithms (name: when it applies):
     winograd_f2x2     3x3, stride 1, dilation 1, groups 1, padding <= 2: ops/winograd.py
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
-(the first applicable of depthwise_direct, gemm_1x1, im2col_gemm, winograd_f2x2), so a run is
-reproducible bit for bit — a resumed training run must compute what the uninterrupted one
+by shape (`rule`: winograd_f2x2 where `winograd_wins`, else the first applicable of
+depthwise_direct, gemm_1x1, im2col_gemm), so a run is reproducible bit for bit — a resumed training run must compute what the uninterrupted one
 did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
 times each candidate once on the real arrays and keeps the fastest for that shape; results
 may then differ in the last bits between processes. `algorithm_choices()` lists what was
@@ -28,8 +28,10 @@ ALGORITHMS = ("gemm_1x1", "depthwise_direct", "winograd_f2x2", "im2col_gemm")
 _cache = {}     # shape key -> algorithm name
 _forced = [None]
 _fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
-# The fixed rule's preference; winograd last while its transforms are scalar (slower here).
+# The fixed rule's preference; winograd_f2x2 is taken first where winograd_wins says so.
 _RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2")
+WINO_MIN_TILES = 32
+WINO_MIN_CHANNELS = 16
 
 
 def set_fastrun(enabled):
@@ -57,8 +59,22 @@ def _key(x, w, groups, geo):
 
 
 def rule(x, w, groups, geo, names):
-    """The fixed, reproducible choice among the applicable `names`."""
+    """The fixed, reproducible choice among the applicable `names`: the first in _RULE_ORDER,
+    except that winograd_f2x2 wins where it measured faster (winograd_wins)."""
+    if "winograd_f2x2" in names and winograd_wins(x, w, geo):
+        return "winograd_f2x2"
     return min(names, key=_RULE_ORDER.index)
+
+
+def winograd_wins(x, w, geo):
+    """Shapes where F(2x2, 3x3) beat im2col + GEMM (1 thread, Zen 5, bench/bench_conv.py):
+    forward 0.43-0.73x for 64-512 channels once the GEMMs have >= WINO_MIN_TILES columns; at
+    7x7 batch 1 (16 tiles) the per-call weight transform (16 Co C floats) costs more than the
+    saved multiplies (5x slower), and below WINO_MIN_CHANNELS channels both are ~equal."""
+    n, c, h, wd = x.shape
+    oh, ow = geo.out_size(h, wd)
+    tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
+    return tiles >= WINO_MIN_TILES and min(c, w.shape[0]) >= WINO_MIN_CHANNELS
 
 
 def forced():

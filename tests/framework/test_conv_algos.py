@@ -71,8 +71,11 @@ def test_depthwise_conv2d_gradients_float64():
 
 
 # (x shape, Co, padding (t, b, l, r)): odd sizes, 1x1 images, asymmetric padding
+# (1, 1, 3, 2051): a row of more than kWinoStage tiles takes the unstaged path;
+# (1, 3, 37, 70): 19 x 35 tiles, several staged chunks per plane, odd lane tails
 WINOGRAD = [((2, 3, 5, 7), 4, (1, 1, 1, 1)), ((1, 17, 1, 1), 5, (1, 1, 1, 1)),
-            ((1, 2, 8, 9), 3, (0, 2, 2, 0)), ((3, 5, 4, 3), 18, (2, 1, 0, 1))]
+            ((1, 2, 8, 9), 3, (0, 2, 2, 0)), ((3, 5, 4, 3), 18, (2, 1, 0, 1)),
+            ((1, 1, 3, 2051), 2, (1, 1, 1, 1)), ((1, 3, 37, 70), 21, (1, 0, 2, 1))]
 
 
 @pytest.mark.parametrize("shape,co,padding", WINOGRAD)
@@ -142,8 +145,12 @@ def test_fast_run_times_candidates_once_per_shape(monkeypatch):
 
 def test_default_choice_is_a_fixed_rule():
     conv_ops.conv_algo.clear_choices()
-    F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)
-    assert list(conv_ops.algorithm_choices().values()) == ["im2col_gemm"]
+    F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)  # 8 channels: im2col
+    F.conv2d(ty.randn(1, 16, 12, 12), ty.randn(16, 16, 3, 3), padding=1)  # 36 tiles: winograd
+    F.conv2d(ty.randn(1, 16, 7, 7), ty.randn(16, 16, 3, 3), padding=1)  # 16 tiles: im2col
+    F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 3, 3), padding=1)  # 32 tiles: winograd
+    assert list(conv_ops.algorithm_choices().values()) == [
+        "im2col_gemm", "winograd_f2x2", "im2col_gemm", "winograd_f2x2"]
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):
