@@ -56,10 +56,12 @@ void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t ro
 
 // Depthwise, one channel plane: xp (Hp, Wp) padded with the zero point (u8, sign bit
 // flipped for s8) and readable 64 bytes past its end; q holds the channel's bias (already
-// minus z * sum(w)), multiplier and shift; out (oh, ow). Strides (any, 1 or 2).
+// minus z * sum(w)), multiplier and shift; out (oh, ow); scratch >= oh * wp + 64 bytes.
+// Strides (any, 1 or 2).
 struct ConvGeom;
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-                            const RowParams& q, const Requant& r, uint8_t* out);
+                            const RowParams& q, const Requant& r, uint8_t* out,
+                            uint8_t* scratch);
 
 }  // namespace int8
 }  // namespace tianyuan

@@ -110,11 +110,17 @@ void depthwise_plane(const uint8_t* x, const int8_t* w, const ConvGeom& g, uint8
 // One (image, channel) plane of x padded with the zero point into xp (hp, wp) + slack.
 void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, int64_t wp,
                uint8_t* xp) {
-    const int64_t hp = g.h + g.pt + g.pb;
+    // locals: stores through uint8_t* may alias g, which would stop vectorisation
+    const int64_t h = g.h, w = g.w, top = g.pt, left = g.pl, hp = g.h + g.pt + g.pb;
     std::memset(xp, z, static_cast<size_t>(hp * wp + 64));
-    for (int64_t y = 0; y < g.h; ++y) {
-        uint8_t* row = xp + (g.pt + y) * wp + g.pl;
-        for (int64_t i = 0; i < g.w; ++i) row[i] = src[y * g.w + i] ^ flip;
+    for (int64_t y = 0; y < h; ++y) {
+        uint8_t* row = xp + (top + y) * wp + left;
+        const uint8_t* in = src + y * w;
+        if (!flip) {
+            std::memcpy(row, in, static_cast<size_t>(w));
+            continue;
+        }
+        for (int64_t i = 0; i < w; ++i) row[i] = in[i] ^ flip;
     }
 }
 
@@ -127,8 +133,9 @@ void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int3
 #pragma omp parallel for schedule(static) if (g.n * g.oc * p * taps > (1 << 15))
     for (int64_t t = 0; t < g.n * g.oc; ++t) {
         const int64_t n = t / g.oc, oc = t % g.oc;
-        static thread_local std::vector<uint8_t> space;
-        if (static_cast<int64_t>(space.size()) < hp * wp + 64) space.resize(hp * wp + 64);
+        static thread_local std::vector<uint8_t> space;  // padded plane, then output scratch
+        const int64_t need = hp * wp + 64 + g.oh * wp + 64;
+        if (static_cast<int64_t>(space.size()) < need) space.resize(static_cast<size_t>(need));
         pad_plane(x.data + (n * g.c + oc / mult) * g.h * g.w, g, flip_of(x),
                   static_cast<uint8_t>(z), wp, space.data());
         int32_t sum = 0;
@@ -136,7 +143,8 @@ void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int3
         const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(bias[oc]) -
                                                static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
         const RowParams q{&b, r.multiplier + oc, r.shift + oc};
-        depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p);
+        depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
+                               space.data() + hp * wp + 64);
     }
 }
 

@@ -3,7 +3,7 @@
 // lanes are s32), then the channel's requantization, exactly reference.requantize, and a
 // 16-byte store into the NCHW row. The input plane is pre-padded with the zero point
 // (and sign-flipped for s8), so the window needs no bounds checks; the zero-point term
-// z * sum(w) is folded into the bias by the caller. Strides 1 and 2 only.
+// z * sum(w) is folded into the bias by the caller. Column stride 1 or 2.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -49,20 +49,72 @@ inline __m512i load16(const uint8_t* p) {
     return _mm512_and_si512(words, _mm512_set1_epi32(0xFF));
 }
 
-template <int S>
-void plane(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-           const RowParams& q, const Requant& r, uint8_t* out) {
-    const int64_t taps = g.kh * g.kw;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-        const uint8_t* top = xp + oy * g.sh * wp;
-        for (int64_t x0 = 0; x0 < g.ow; x0 += 16) {
-            __m512i acc = _mm512_setzero_si512();
-            for (int64_t t = 0; t < taps; ++t) {
-                const uint8_t* p = top + (t / g.kw) * g.dh * wp + (t % g.kw) * g.dw + x0 * S;
-                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(load16<S>(p),
-                                                               _mm512_set1_epi32(w[t])));
+// The kernel taps as broadcast s32 vectors, kept in registers by the fixed-size windows.
+struct Taps {
+    __m512i v[25];
+};
+
+inline Taps broadcast_taps(const int8_t* w, int64_t n) {
+    Taps t;
+    for (int64_t i = 0; i < n && i < 25; ++i) t.v[i] = _mm512_set1_epi32(w[i]);
+    return t;
+}
+
+// Sum over the window of 16 outputs whose top-left taps are p, p + S, ...; KH = KW = 0:
+// sizes from g (taps then read from w, any size).
+template <int KH, int KW, int S>
+inline __m512i window16(const uint8_t* p, int64_t wp, const int8_t* w, const Taps& t,
+                        const ConvGeom& g) {
+    __m512i acc = _mm512_setzero_si512();
+    if (KH == 0) {
+        for (int64_t i = 0; i < g.kh; ++i) {
+            for (int64_t j = 0; j < g.kw; ++j) {
+                const __m512i x = load16<S>(p + i * g.dh * wp + j * g.dw);
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(x, _mm512_set1_epi32(w[i * g.kw + j])));
             }
-            store16(acc, q, r, out + oy * g.ow + x0, g.ow - x0);
+        }
+        return acc;
+    }
+    const int64_t dy = g.dh * wp, dx = g.dw;
+#pragma GCC unroll 25
+    for (int i = 0; i < KH * KW; ++i) {
+        const __m512i x = load16<S>(p + (i / KW) * dy + (i % KW) * dx);
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(x, t.v[i]));
+    }
+    return acc;
+}
+
+// Column stride S: row by row, 16 outputs a step.
+template <int KH, int KW, int S>
+void rows(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
+          const RowParams& q, const Requant& r, uint8_t* out) {
+    const Taps t = broadcast_taps(w, KH * KW);
+    const int64_t oh = g.oh, ow = g.ow, sh = g.sh;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        const uint8_t* top = xp + oy * sh * wp;
+        for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+            store16(window16<KH, KW, S>(top + S * x0, wp, w, t, g), q, r, out + oy * ow + x0,
+                    ow - x0);
+        }
+    }
+}
+
+// Stride 1: the padded plane read as one flat row, so 16-lane steps run across row ends
+// (small planes fill the lanes); output f = oy * wp + ox, columns ox >= ow are dropped
+// when the rows are copied out of `flat` (oh * wp + 16 bytes).
+template <int KH, int KW>
+void flat_s1(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
+             const RowParams& q, const Requant& r, uint8_t* out, uint8_t* flat) {
+    const Taps t = broadcast_taps(w, KH * KW);
+    const int64_t nf = (g.oh - 1) * wp + g.ow;
+    for (int64_t f = 0; f < nf; f += 16) {
+        store16(window16<KH, KW, 1>(xp + f, wp, w, t, g), q, r, flat + f, nf - f);
+    }
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t x0 = 0; x0 < g.ow; x0 += 64) {
+            const __mmask64 k = g.ow - x0 >= 64 ? ~0ull : (1ull << (g.ow - x0)) - 1;
+            _mm512_mask_storeu_epi8(out + oy * g.ow + x0, k,
+                                    _mm512_maskz_loadu_epi8(k, flat + oy * wp + x0));
         }
     }
 }
@@ -70,12 +122,18 @@ void plane(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
 }  // namespace
 
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-                            const RowParams& q, const Requant& r, uint8_t* out) {
-    if (g.sw == 1) {
-        plane<1>(xp, wp, w, g, q, r, out);
-    } else {
-        plane<2>(xp, wp, w, g, q, r, out);
+                            const RowParams& q, const Requant& r, uint8_t* out,
+                            uint8_t* scratch) {
+    const int64_t k = g.kh == g.kw && (g.kh == 3 || g.kh == 5) ? g.kh : 0;
+    if (g.sw == 1 && g.sh == 1) {
+        if (k == 3) return flat_s1<3, 3>(xp, wp, w, g, q, r, out, scratch);
+        if (k == 5) return flat_s1<5, 5>(xp, wp, w, g, q, r, out, scratch);
+        return flat_s1<0, 0>(xp, wp, w, g, q, r, out, scratch);
     }
+    if (g.sw == 1) return rows<0, 0, 1>(xp, wp, w, g, q, r, out);
+    if (k == 3) return rows<3, 3, 2>(xp, wp, w, g, q, r, out);
+    if (k == 5) return rows<5, 5, 2>(xp, wp, w, g, q, r, out);
+    rows<0, 0, 2>(xp, wp, w, g, q, r, out);
 }
 
 }  // namespace int8
