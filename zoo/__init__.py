@@ -6,8 +6,9 @@
 ['conv1', 'bn1', 'relu']
 """
 from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidual, MobileNetV2,
-                             ResNet, ShuffleNetV1, ShuffleNetV2, ShuffleUnitV1, ShuffleUnitV2,
-                             mobilenet_v2, resnet18, resnet34, resnet50, resnet101, resnet152,
+                             ResNet, ShapesNet, ShuffleNetV1, ShuffleNetV2, ShuffleUnitV1,
+                             ShuffleUnitV2, mobilenet_v2, resnet18, resnet34, resnet50, resnet101,
+                             resnet152, shapesnet,
                              shufflenet_v1, shufflenet_v1_x0_5_g3, shufflenet_v1_x0_5_g8,
                              shufflenet_v1_x1_0_g3, shufflenet_v1_x1_0_g8,
                              shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,

@@ -15,7 +15,7 @@ def test_output_shape(name):
     shape = input_shape(name, batch=1 if name in BIG else 2)
     with ty.no_grad():
         out = cached(name)(batch(shape)[0])
-    assert out.shape == (shape[0], 1000)
+    assert out.shape == (shape[0], zoo.model_card(name)["num_classes"])
     assert np.isfinite(out.numpy()).all()
 
 

@@ -3,6 +3,7 @@ from .common import Classifier
 from .mobilenet_v2 import InvertedResidual, MobileNetV2, mobilenet_v2
 from .resnet import (BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50, resnet101,
                      resnet152)
+from .shapesnet import ShapesNet, shapesnet
 from .shufflenet_v1 import (ShuffleNetV1, ShuffleUnitV1, shufflenet_v1, shufflenet_v1_x0_5_g3,
                             shufflenet_v1_x0_5_g8, shufflenet_v1_x1_0_g3, shufflenet_v1_x1_0_g8,
                             shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8, shufflenet_v1_x2_0_g3,
