@@ -175,31 +175,73 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
 
 }  // namespace
 
+namespace {
+
+// Weight blocks [ob0, ob1) of group gi over one packed activation block.
+void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
+               const std::vector<int32_t>& b, const Requant& r, const uint8_t* buf, int64_t n,
+               int64_t gi, int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out) {
+    const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
+    const int64_t c0 = gi * s.ocg;
+    uint8_t* o = out + (n * g.oc + c0) * s.p + p0;
+    for (int64_t ob = ob0; ob < ob1; ++ob) {
+        const int64_t j = ob * kOcBlock;
+        if (j >= s.ocg) break;
+        const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
+        const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
+        s.tile(buf, packed + gi * s.ocg * s.kp + j * s.kp, s.kp, rows, npos, q, r,
+               o + j * s.p, s.p);
+    }
+}
+
+// Activation block blk of (n, gi), k-quads [q0, q1) only.
+void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t n, int64_t gi, int64_t blk,
+               int64_t q0, int64_t q1, uint8_t* buf) {
+    Run runs[kPos + 2];
+    const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
+    const int64_t nr = block_runs(g, s.wp, p0, npos, runs);
+    const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
+    s.pack(s.xpad + (n * g.c + gi * s.cg) * s.hp * s.wp, s.koff.data() + k0, kend - k0,
+           (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
+}
+
+}  // namespace
+
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out) {
     const ConvPlan s = plan(x, g);
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
-    const int64_t tasks = g.n * g.groups * s.blocks * s.chunks;
-#pragma omp parallel for schedule(static) if (tasks > 1)
-    for (int64_t t = 0; t < tasks; ++t) {
-        const int64_t ch = t % s.chunks, blk = t / s.chunks % s.blocks;
-        const int64_t gi = t / (s.chunks * s.blocks) % g.groups, n = t / (s.chunks * s.blocks * g.groups);
-        static thread_local std::vector<uint8_t> space;
-        uint8_t* buf = workspace(space, s.kp * kPos);
-        Run runs[kPos + 2];
-        const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
-        const int64_t nr = block_runs(g, s.wp, p0, npos, runs);
-        s.pack(s.xpad + (n * g.c + gi * s.cg) * s.hp * s.wp, s.koff.data(), s.kg, s.kp, runs,
-               nr, g.sw, buf);
-        const int64_t c0 = gi * s.ocg;
-        uint8_t* o = out + (n * g.oc + c0) * s.p + p0;
-        for (int64_t ob = ch * s.ob_per_chunk; ob < (ch + 1) * s.ob_per_chunk; ++ob) {
-            const int64_t j = ob * kOcBlock;
-            if (j >= s.ocg) break;
-            const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
-            const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
-            s.tile(buf, packed + gi * s.ocg * s.kp + j * s.kp, s.kp, rows, npos, q, r,
-                   o + j * s.p, s.p);
+    const int64_t blocks = g.n * g.groups * s.blocks, quads = s.kp / kGroup;
+    if (s.chunks == 1) {  // enough position blocks: each task packs its own
+#pragma omp parallel for schedule(static) if (blocks > 1)
+        for (int64_t t = 0; t < blocks; ++t) {
+            static thread_local std::vector<uint8_t> space;
+            uint8_t* buf = workspace(space, s.kp * kPos);
+            const int64_t blk = t % s.blocks, gi = t / s.blocks % g.groups, n = t / (s.blocks * g.groups);
+            pack_part(s, g, n, gi, blk, 0, quads, buf);
+            run_tiles(s, g, packed, b, r, buf, n, gi, blk, 0, s.ob_per_chunk, out);
+        }
+        return;
+    }
+    // Few blocks (batch 1, small maps): pack them all once, split along k, then split
+    // the output channels into chunks over the shared packed blocks.
+    static thread_local std::vector<uint8_t> shared;
+    uint8_t* all = workspace(shared, blocks * s.kp * kPos);
+    const int64_t parts = s.chunks, per = (quads + parts - 1) / parts;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < blocks * parts; ++t) {
+            const int64_t bt = t / parts, q0 = t % parts * per, q1 = q0 + per < quads ? q0 + per : quads;
+            const int64_t blk = bt % s.blocks, gi = bt / s.blocks % g.groups, n = bt / (s.blocks * g.groups);
+            if (q0 < q1) pack_part(s, g, n, gi, blk, q0, q1, all + bt * s.kp * kPos);
+        }
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < blocks * s.chunks; ++t) {
+            const int64_t ch = t % s.chunks, bt = t / s.chunks;
+            const int64_t blk = bt % s.blocks, gi = bt / s.blocks % g.groups, n = bt / (s.blocks * g.groups);
+            run_tiles(s, g, packed, b, r, all + bt * s.kp * kPos, n, gi, blk,
+                      ch * s.ob_per_chunk, (ch + 1) * s.ob_per_chunk, out);
         }
     }
 }
