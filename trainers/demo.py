@@ -56,13 +56,13 @@ def journey(out, progress=True):
 def summary(result):
     rows = {row["model"]: row for row in result["rows"]}
     float_, qat = rows["float"], rows["qat"]
+    phases = ", ".join(f"{k} {v:.1f}s" for k, v in result["seconds"].items() if k != "total")
     lines = [format_table(result["rows"], SUMMARY, title="\nfloat vs int8 (top1 %, drop in "
                           "points, median ms, KiB, dB)"),
              f"int8 (QAT) vs float: {float_['ms_batch1'] / qat['ms_batch1']:.2f}x at batch 1, "
              f"{float_['ms_batch16'] / qat['ms_batch16']:.2f}x at batch 16, "
              f"{float_['size_kb'] / qat['size_kb']:.1f}x smaller",
-             f"wall time {result['seconds']['total']:.1f}s "
-             f"({', '.join(f'{k} {v:.1f}s' for k, v in result['seconds'].items() if k != 'total')})"]
+             f"wall time {result['seconds']['total']:.1f}s ({phases})"]
     return "\n".join(lines)
 
 

@@ -1,0 +1,201 @@
+"""Whole classification models at 224x224: our fp32 and int8 inference latency and fp32
+training images/s, against PyTorch (torchvision models; int8 through
+torchvision.models.quantization, x86/fbgemm engine) and ONNX Runtime fp32 (the torchvision
+model exported), as ratios ours / peer (time: < 1 is faster; training: images/s ratio, > 1 is
+faster). Peers are skipped (shown "-") when not installed or without the architecture.
+
+    /root/benchvenv/bin/python bench/bench_models.py --models resnet18,mobilenet_v2 --batches 1
+
+Latency: median of --repeats runs after a warm-up (evaluation.benchmark for ours, the same
+rule for the peers). Int8: post-training calibration on two random batches, then convert
+(ours: quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the
+accuracy of int8 is `tianyuan quantize`'s. Training: SGD steps on random data at
+--train-batch, images/s from the median step. Peers run in a child process, one framework at
+a time (torch ships its own OpenMP runtime).
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+MODELS = ["resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0", "shufflenet_v1_x1_0_g3"]
+SHAPE = (3, 224, 224)
+
+
+def median_ms(fn, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
+
+
+def random_batch(batch, seed=0):
+    return np.random.default_rng(seed).standard_normal((batch, *SHAPE)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ ours
+def ours(name, batches, repeats, train_batch, train_steps):
+    import tianyuan as ty
+    import tianyuan.functional as F
+    from tianyuan import optim, zoo
+    from tianyuan import quantization as Q
+    from tianyuan.evaluation import benchmark
+    model = zoo.get_model(name).eval()
+    int8 = Q.quantize(Q.calibrate(Q.quantize_qat(model, Q.calibration_qconfig),
+                                  [random_batch(2, s) for s in range(2)]))
+    out = {}
+    for batch in batches:
+        out[("fp32", batch)] = benchmark(model, batch, SHAPE, repeats, 2)["latency_ms"]
+        out[("int8", batch)] = benchmark(int8, batch, SHAPE, repeats, 2)["latency_ms"]
+    model.train()
+    opt = optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x = ty.tensor(random_batch(train_batch))
+    y = ty.tensor(np.arange(train_batch) % 1000)
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out["train"] = 1000.0 * train_batch / median_ms(step, train_steps, warmup=1)
+    return out
+
+
+# ------------------------------------------------------------------ peers
+def torch_int8_model(name, torch):
+    """torchvision's quantizable twin, fused, calibrated, converted; None if it has none."""
+    try:
+        from torchvision.models import quantization as tvq
+    except ImportError:
+        return None
+    builder = getattr(tvq, name, None)
+    if builder is None:
+        return None
+    engines = torch.backends.quantized.supported_engines
+    engine = "x86" if "x86" in engines else "fbgemm"
+    torch.backends.quantized.engine = engine
+    model = builder(weights=None, quantize=False).eval()
+    model.fuse_model()
+    model.qconfig = torch.ao.quantization.get_default_qconfig(engine)
+    torch.ao.quantization.prepare(model, inplace=True)
+    with torch.inference_mode():
+        for seed in range(2):
+            model(torch.from_numpy(random_batch(2, seed)))
+    return torch.ao.quantization.convert(model)
+
+
+def ort_session(model, torch, threads):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+    torch.onnx.export(model, torch.from_numpy(random_batch(1)), path, input_names=["x"],
+                      dynamic_axes={"x": {0: "n"}}, dynamo=False)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def peers(name, batches, repeats, train_batch, train_steps, threads):
+    """{(kind, batch): ms, "train": images/s} of torch fp32/int8 and ORT fp32 (missing: absent)."""
+    try:
+        import torch
+        import torchvision
+    except ImportError:
+        return {}
+    torch.set_num_threads(threads)
+    builder = getattr(torchvision.models, name, None)
+    if builder is None:
+        return {}
+    model, int8 = builder(weights=None).eval(), torch_int8_model(name, torch)
+    session = ort_session(model, torch, threads)
+    out = {}
+    with torch.inference_mode():
+        for batch in batches:
+            x = torch.from_numpy(random_batch(batch))
+            out[("torch_fp32", batch)] = median_ms(lambda: model(x), repeats)
+            if int8 is not None:
+                out[("torch_int8", batch)] = median_ms(lambda: int8(x), repeats)
+            if session is not None:
+                feed = {"x": x.numpy()}
+                out[("ort_fp32", batch)] = median_ms(lambda: session.run(None, feed), repeats)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x, y = torch.from_numpy(random_batch(train_batch)), torch.arange(train_batch) % 1000
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out["train"] = 1000.0 * train_batch / median_ms(step, train_steps, warmup=1)
+    return out
+
+
+def in_child(fn, *args):
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+# ------------------------------------------------------------------ table
+def rows_for(name, batches, mine, peer):
+    def ratio(a, b):
+        return round(a / b, 2) if a and b else "-"
+    rows = []
+    for batch in batches:
+        f, q = mine[("fp32", batch)], mine[("int8", batch)]
+        tf, tq, of = (peer.get((k, batch)) for k in ("torch_fp32", "torch_int8", "ort_fp32"))
+        rows.append({"model": name, "batch": batch, "fp32_ms": round(f, 2),
+                     "torch_fp32_ms": round(tf, 2) if tf else "-", "vs_torch": ratio(f, tf),
+                     "ort_fp32_ms": round(of, 2) if of else "-", "vs_ort": ratio(f, of),
+                     "int8_ms": round(q, 2), "torch_int8_ms": round(tq, 2) if tq else "-",
+                     "int8_vs_torch": ratio(q, tq), "int8_vs_our_fp32": ratio(q, f)})
+    rows[0].update({"train_img_s": round(mine["train"], 1),
+                    "torch_train_img_s": round(peer["train"], 1) if "train" in peer else "-",
+                    "train_vs_torch": ratio(mine["train"], peer.get("train"))})
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--train-batch", type=int, default=8)
+    parser.add_argument("--train-steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    args = parser.parse_args()
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        # numpy's OpenBLAS reads its thread count once, at load: restart with ours
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    import tianyuan as ty
+    from tianyuan.evaluation.report import format_table, write_json
+    ty.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",")]
+    rows = []
+    for name in args.models.split(","):
+        mine = ours(name, batches, args.repeats, args.train_batch, args.train_steps)
+        peer = in_child(peers, name, batches, args.repeats, args.train_batch, args.train_steps,
+                        args.threads)
+        rows += rows_for(name, batches, mine, peer)
+        print(format_table(rows[-len(batches):]), flush=True)
+    print(format_table(rows, title=f"\nmodels at 224x224, {args.threads} threads, ISA "
+                       f"{ty.current_isa()}; ms = median latency; vs_* = our time / peer time; "
+                       "train_vs_torch = our images/s / torch's"))
+    if args.json:
+        write_json(args.json, rows)
+
+
+if __name__ == "__main__":
+    main()
