@@ -214,7 +214,9 @@ def main():
     print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "
           f"{args.threads} threads,"
           f" numpy sgemm {sgemm_rate():.0f} GFLOP/s, OMP_WAIT_POLICY="
-          f"{os.environ.get('OMP_WAIT_POLICY')}")
+          f"{os.environ.get('OMP_WAIT_POLICY')}, OPENBLAS_CORETYPE="
+          f"{os.environ.get('OPENBLAS_CORETYPE')} (Haswell = AVX2 kernels; SkylakeX ~1.8x faster "
+          f"sgemm on Zen 5)")
     for batch in (int(b) for b in args.batch.split(",")):
         for name in args.nets.split(","):
             bench_net(name, batch, args.repeats, args.threads, args.peak)
