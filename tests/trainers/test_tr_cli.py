@@ -29,16 +29,15 @@ def test_train_smoke_learns_then_eval_and_bench(tmp_path, capsys):
     assert json.load(open(tmp_path / "bench.json"))["images_per_s"] > 0
 
 
-def test_train_resnet18_two_steps(shapes_root, tmp_path):
-    """The zoo ResNet-18 (CIFAR stem) through the command: two steps, finite loss."""
-    pytest.importorskip("tianyuan.zoo")
-    status = cli.main(["train", "experiment=smoke_resnet18", f"out_dir={tmp_path}",
-                       f"data.root={shapes_root}", "model.num_classes=10", "data.image_size=16",
-                       "data.batch_size=4", "trainer.max_iters=2", "trainer.eval_every=0",
-                       "trainer.progress=false", "data.val_batch_size=50"])
+def test_smoke_resnet18_learns(tmp_path):
+    """The zoo ResNet-18 (CIFAR stem) through the command, the whole smoke recipe (250 steps
+    at 16x16, ~45 s on 2 cores): clearly above chance (25 %, 4 classes) on held-out images."""
+    status = cli.main(["train", "experiment=smoke_resnet18", f"out_dir={tmp_path}/run",
+                       f"data.root={tmp_path}/shapes", "trainer.eval_every=0",
+                       "trainer.progress=false"])
     assert status == 0
-    result = json.load(open(tmp_path / "results.json"))
-    assert result["iterations"] == 2 and result["train_loss"] == result["train_loss"]
+    result = json.load(open(tmp_path / "run" / "results.json"))
+    assert result["iterations"] == 250 and result["val_top1"] >= 50.0, result
 
 
 def test_help_lists_commands_and_experiments(capsys):
