@@ -15,7 +15,7 @@ SUBCOMMANDS = {
     "eval": ("tianyuan.trainers.commands", "eval_main",
              "top-1/top-5: model=NAME weights=FILE data.root=DIR"),
     "quantize": ("tianyuan.trainers.quantize", "main",
-                 "int8 by PTQ and/or QAT + accuracy-loss report: model=NAME weights=FILE "
+                 "int8 (PTQ, QAT) + accuracy-loss table: model=NAME weights=FILE "
                  "method=ptq|qat|both"),
     "bench": ("tianyuan.trainers.commands", "bench_main",
               "latency, images/s, peak memory: model=NAME precision=fp32 batch=1"),

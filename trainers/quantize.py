@@ -4,7 +4,8 @@ aware training (QAT), then the QuantReport (trainers/conf/quantize.yaml).
     tianyuan quantize model=resnet18 weights=r18.safetensors method=ptq data.root=/data/imagenet
     tianyuan quantize experiment=resnet18_imagenet_qat weights=r18.safetensors method=both \\
         data.root=/data/imagenet qat.epochs=1
-    tianyuan quantize experiment=smoke_shapesnet_qat weights=runs/smoke_shapesnet/best.safetensors
+    tianyuan quantize experiment=shapesnet_shapes_qat \\
+        weights=runs/shapesnet_shapes/model_final.safetensors
 
 PTQ: quantize_qat(calib_qconfig) + calibrate on `calib_batches` training batches (evaluation
 preprocessing, shuffled) + quantize. QAT: quantize_qat(quant.qconfig) + the shared trainer
