@@ -113,3 +113,31 @@ def test_sigkill_subprocess_then_resume(reference, shapes_root, tmp_path):
     resumed = _fresh(shapes_root, str(tmp_path))
     resumed.train(resume=True)
     assert_same_state(resumed.model.state_dict(), reference.model.state_dict())
+
+
+def _resnet18(out, root):
+    """smoke_resnet18 shrunk to 24 images (batch 4: 6 steps an epoch, 2 epochs), AdamW."""
+    from tianyuan.trainers.config import compose
+    return build(compose("train", [
+        "experiment=smoke_resnet18", f"data.root={root}", f"out_dir={out}",
+        "data.synthetic.num_per_class=6", "data.synthetic.val_per_class=2", "data.batch_size=4",
+        "trainer.max_epochs=2", "trainer.checkpoint_every=5", "trainer.eval_every=0",
+        "trainer.progress=false"]))
+
+
+def test_smoke_resnet18_crash_then_resume_is_bit_identical(tmp_path):
+    """The zoo ResNet-18 smoke recipe (AdamW state, BN buffers) resumes bit-identically."""
+    root = str(tmp_path / "shapes")
+    reference = _resnet18(str(tmp_path / "ref"), root)
+    reference.train()
+    crashing = _resnet18(str(tmp_path / "run"), root)
+    crashing.hooks.append(_At(11, _raise))
+    crashing.hooks[-1].trainer = crashing
+    with pytest.raises(_Crash):
+        crashing.train()
+    latest = find_latest(str(tmp_path / "run" / "checkpoints"))
+    assert latest.endswith("ckpt_00000010.safetensors")   # mid epoch 2
+    resumed = _resnet18(str(tmp_path / "run"), root)
+    resumed.train(resume=True)
+    assert resumed.iter == reference.iter == 12
+    assert_same_state(resumed.model.state_dict(), reference.model.state_dict())
