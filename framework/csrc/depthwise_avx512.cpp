@@ -132,7 +132,9 @@ inline void forward_inner16(const float* x, const float* w, float b, const Conv2
 void forward_row(const float* x, const float* w, float b, const Conv2dGeometry& g, int64_t oy,
                  const TapRange* ranges, float* orow) {
     const int64_t ow = g.out_w();
-    const int64_t inner_lo = ranges[g.kw - 1].lo, inner_hi = ranges[0].hi;  // every tap valid
+    // columns where every tap is inside the row: tap 0 reaches furthest left, tap kw-1
+    // furthest right
+    const int64_t inner_lo = ranges[0].lo, inner_hi = ranges[g.kw - 1].hi;
     for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
         const int64_t n = ow - ox0 < 16 ? ow - ox0 : 16;
         if (g.sw == 1 && n == 16 && ox0 >= inner_lo && ox0 + 16 <= inner_hi) {
