@@ -1,15 +1,19 @@
 """DataLoader internals: loading one batch, the worker process loop, shared-memory transport.
 
-A batch goes back to the main process as a pickled tree in which every numpy array is
+A batch goes back to the main process as a small tree in which every numpy array is
 replaced by a reference (offset, shape, dtype) into one shared-memory segment per batch.
-The worker creates and fills the segment; the main process copies it out, closes and
-unlinks it. Segment names are derived from the task's serial number, so the main process
+The tree travels through the worker's own pipe (Connection.send, written synchronously by
+the worker: no feeder thread that a fork could leave holding a lock, so a result cannot be
+stranded in a worker's buffer). The worker creates and fills the segment; the main process
+copies it out, closes and unlinks it. Segment names are derived from the task's serial number, so the main process
 can unlink the segments of tasks that never came back (dead worker, abandoned epoch).
 """
+import contextlib
 import os
 import pickle
 import queue
 import random
+import sys
 import traceback
 from multiprocessing import shared_memory
 
@@ -147,32 +151,54 @@ def unlink_quietly(name):
 
 
 def _error_message(serial, error):
-    """The pickled ("error", ...) message; falls back to RuntimeError if the type won't pickle."""
+    """The ("error", ...) message; the type falls back to RuntimeError if it won't pickle."""
     original = error.original if isinstance(error, FetchError) else error
     index = error.index if isinstance(error, FetchError) else None
     text = "".join(traceback.format_exception(type(original), original, original.__traceback__))
+    kind = type(original)
     try:
-        kind = pickle.loads(pickle.dumps(type(original)))
+        pickle.dumps(kind)
     except Exception:
         kind = RuntimeError
-    return pickle.dumps(("error", serial, index, kind, str(original), text))
+    return ("error", serial, index, kind, str(original), text)
 
 
-def _run_task(dataset, task, collate_fn, prefix):
+def _run_task(dataset, task, collate_fn, prefix, results):
+    """Load one batch and send its message (or the error's) through `results`."""
     serial, seed_key, indices = task
     try:
         batch, skipped = fetch_batch(dataset, indices, collate_fn, seed_key)
         tree, size = pack(batch, segment_name(prefix, serial))
         try:
-            return pickle.dumps(("ok", serial, tree, size, skipped))
+            results.send(("ok", serial, tree, size, skipped))  # pickles before writing a byte
         except Exception:
             unlink_quietly(segment_name(prefix, serial))
             raise
     except Exception as error:
-        return _error_message(serial, error)
+        results.send(_error_message(serial, error))
 
 
-def worker_loop(dataset, index_queue, result_queue, collate_fn, worker_id, num_workers, seed,
+@contextlib.contextmanager
+def opencv_pool_stopped():
+    """Fork workers inside this block: OpenCV's thread pool is stopped while they start.
+
+    Forked right after an OpenCV parallel call, a child inherits the pool's mutex held by a
+    thread that does not exist there, and its cv2.setNumThreads waits forever (182 of 200
+    forks hung here, OpenCV 4 pthreads backend). One thread stops the pool; the parent's
+    count is restored afterwards and the pool restarts at its next parallel call."""
+    cv2 = sys.modules.get("cv2")
+    if cv2 is None:
+        yield
+        return
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
+
+
+def worker_loop(dataset, index_queue, results, collate_fn, worker_id, num_workers, seed,
                 worker_init_fn, prefix):
     """Runs in the worker process until it receives None (or its parent dies)."""
     global _worker_info
@@ -186,7 +212,7 @@ def worker_loop(dataset, index_queue, result_queue, collate_fn, worker_id, num_w
         if worker_init_fn is not None:
             worker_init_fn(worker_id)
     except Exception as error:
-        result_queue.put(_error_message(-1, error))
+        results.send(_error_message(-1, error))
         return
     while True:
         try:
@@ -197,4 +223,4 @@ def worker_loop(dataset, index_queue, result_queue, collate_fn, worker_id, num_w
             continue
         if task is None:
             return
-        result_queue.put(_run_task(dataset, task, collate_fn, prefix))
+        _run_task(dataset, task, collate_fn, prefix, results)

@@ -14,14 +14,12 @@
 import atexit
 import multiprocessing
 import os
-import pickle
-import queue
 import signal
 import time
 import uuid
 import warnings
 import weakref
-from multiprocessing import resource_tracker
+from multiprocessing import connection, resource_tracker
 
 import numpy as np
 
@@ -144,21 +142,28 @@ class _WorkerPool:
         context = multiprocessing.get_context(loader.start_method)
         resource_tracker.ensure_running()  # one tracker shared by the workers (fork inherits)
         self.prefix = f"ty{os.getpid() % 100000}{uuid.uuid4().hex[:6]}"
-        self.results = context.Queue()
-        self.index_queues, self.processes = [], []
+        self.index_queues, self.readers, self.processes = [], [], []
         self.serial, self.next_worker, self.healthy = 0, 0, True
         self.outstanding = {}   # serial -> (worker, batch number, indices, owning run)
         self.run_id = 0
         _LIVE_POOLS.add(self)
+        with _worker.opencv_pool_stopped():
+            self._start_workers(context)
+
+    def _start_workers(self, context):
+        loader = self.loader
         for worker_id in range(loader.num_workers):
             index_queue = context.Queue()
+            reader, writer = context.Pipe(duplex=False)
             process = context.Process(
                 target=_worker.worker_loop, daemon=True,
-                args=(loader.dataset, index_queue, self.results, loader.collate_fn, worker_id,
+                args=(loader.dataset, index_queue, writer, loader.collate_fn, worker_id,
                       loader.num_workers, loader.seed + worker_id, loader.worker_init_fn,
                       self.prefix))
             process.start()
+            writer.close()  # the worker holds the only write end: its death reads as EOF
             self.index_queues.append(index_queue)
+            self.readers.append(reader)
             self.processes.append(process)
 
     def alive(self):
@@ -200,20 +205,36 @@ class _WorkerPool:
         """(batch number, (batch, skipped)) of the next result of the current run."""
         started = time.monotonic()
         while True:
-            try:
-                message = pickle.loads(self.results.get(timeout=_POLL_S))
-            except queue.Empty:
-                self._check_workers()
-                waited = time.monotonic() - started
-                if self.loader.timeout and waited > self.loader.timeout:
-                    self.healthy = False
-                    raise TimeoutError(f"DataLoader: no batch from the workers in {waited:.1f} s "
-                                       f"(timeout={self.loader.timeout}); waiting for "
-                                       f"{self._waiting_for()}")
+            ready = connection.wait(self.readers, timeout=_POLL_S)
+            for reader in ready:
+                found = self._accept(self._read(reader))
+                if found is not None:
+                    return found
+            if ready:
                 continue
-            found = self._accept(message)
-            if found is not None:
-                return found
+            self._check_workers()
+            waited = time.monotonic() - started
+            if self.loader.timeout and waited > self.loader.timeout:
+                self.healthy = False
+                raise TimeoutError(f"DataLoader: no batch from the workers in {waited:.1f} s "
+                                   f"(timeout={self.loader.timeout}); waiting for "
+                                   f"{self._waiting_for()}")
+
+    def _read(self, reader):
+        """One message from a worker's pipe (Connection.recv: multiprocessing's own transport
+        between this process and the workers it forked, as in multiprocessing.Queue)."""
+        try:
+            return reader.recv()
+        except EOFError:
+            worker = self.readers.index(reader)
+            self.processes[worker].join(1.0)  # it closed its end: it is exiting
+            self._check_workers()
+            self.healthy = False
+            raise RuntimeError(f"DataLoader worker {worker} closed its result pipe while alive")
+        except Exception as error:
+            self.healthy = False
+            raise DataLoaderWorkerError(f"DataLoader: a worker's message could not be decoded "
+                                        f"here: {type(error).__name__}: {error}") from error
 
     def _accept(self, message):
         kind, serial = message[0], message[1]
@@ -251,7 +272,7 @@ class _WorkerPool:
 
     def shutdown(self):
         """Stop the workers, then unlink the segments of every task that never came back."""
-        if self.results is None:
+        if self.readers is None:
             return
         for index_queue in self.index_queues:
             try:
@@ -268,21 +289,27 @@ class _WorkerPool:
         for serial in list(self.outstanding):
             _worker.unlink_quietly(_worker.segment_name(self.prefix, serial))
         self.outstanding.clear()
-        for q in self.index_queues + [self.results]:
+        for q in self.index_queues:
             q.cancel_join_thread()
             q.close()
-        self.processes, self.index_queues, self.results = [], [], None
+        for reader in self.readers:
+            reader.close()
+        self.processes, self.index_queues, self.readers = [], [], None
         _LIVE_POOLS.discard(self)
 
     def _drain(self):
-        while True:
-            try:
-                message = pickle.loads(self.results.get(timeout=0.05))
-            except (queue.Empty, OSError, EOFError, ValueError):
-                return
-            if message[0] == "ok":
-                self.outstanding.pop(message[1], None)
-                _worker.unlink_quietly(_worker.segment_name(self.prefix, message[1]))
+        """Read what the stopped workers had sent, unlinking the segments it names."""
+        for reader in self.readers:
+            while True:
+                try:
+                    if not reader.poll(0.05):
+                        break
+                    message = reader.recv()
+                except Exception:   # EOF, a closed pipe, an undecodable message
+                    break
+                if message[0] == "ok":
+                    self.outstanding.pop(message[1], None)
+                    _worker.unlink_quietly(_worker.segment_name(self.prefix, message[1]))
 
 
 def _rebuild_error(message, info):

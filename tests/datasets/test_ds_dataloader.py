@@ -132,3 +132,31 @@ def test_init_failure_is_reported():
 
     with pytest.raises(KeyError, match="worker_init_fn"):
         list(DataLoader(Faulty(num=4), batch_size=2, num_workers=1, worker_init_fn=init))
+
+
+def test_workers_start_right_after_opencv_parallel_work():
+    # forked just after an OpenCV parallel call, a worker used to wait forever in
+    # cv2.setNumThreads (inherited pool mutex); without the fix 9 of 10 rounds hang
+    import cv2
+    image = np.random.default_rng(0).integers(0, 255, (600, 600, 3), np.uint8)
+    threads = cv2.getNumThreads()
+    for _ in range(4):
+        cv2.GaussianBlur(cv2.resize(image, (300, 300)), (5, 5), 1)
+        batches = list(DataLoader(Faulty(num=4), batch_size=2, num_workers=1, timeout=10))
+        assert [b["label"].tolist() for b in batches] == [[0, 1], [2, 3]]
+    assert cv2.getNumThreads() == threads   # the parent's setting is restored
+
+
+def test_empty_index_lists_keep_batch_numbers():
+    # the trainer's exact resume hands the loader empty batches for the ones already done
+    class SkipTwo:
+        def __iter__(self):
+            yield from ([], [], [4, 5], [6, 7])
+
+        def __len__(self):
+            return 4
+
+    for workers in (0, 1, 2):
+        loader = DataLoader(Faulty(num=8), batch_sampler=SkipTwo(), num_workers=workers,
+                            timeout=10)
+        assert [b["label"].tolist() for b in loader] == [[4, 5], [6, 7]], workers

@@ -69,9 +69,7 @@ class _Noisy:
         return {"image": np.array([index, get_rng().random()]), "label": index}
 
 
-# workers=1 hung once (parent waiting on a batch the skipped-empty bookkeeping never sent;
-# the worker idle): kept out of the suite until the DataLoader's empty-batch path is fixed.
-@pytest.mark.parametrize("workers", [0])
+@pytest.mark.parametrize("workers", [0, 1, 2])
 def test_skip_first_keeps_batch_numbers(workers):
     loader = DataLoader(_Noisy(), batch_size=3, shuffle=True, seed=5, num_workers=workers,
                         drop_last=True)
