@@ -12,5 +12,6 @@ PYBIND11_MODULE(_C, m) {
     bind_depthwise(m);
     bind_norm(m);
     bind_winograd(m);
+    bind_conv_gemm(m);
     bind_int8(m);
 }

@@ -91,6 +91,8 @@ class Conv2d(Function):
         geo, groups = self.geo, self.groups
         if algo == "depthwise_direct":
             return _C.depthwise_conv2d(x, w, b, geo.stride, geo.padding, geo.dilation)
+        if algo == "gemm_direct":
+            return _C.conv2d_gemm(x, w, None, b, geo.stride, geo.padding, geo.dilation)
         if algo == "winograd_f2x2":
             out = winograd.conv2d(x, w, geo.padding)
             return out if b is None else out + b.reshape(1, -1, 1, 1)

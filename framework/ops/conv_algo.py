@@ -4,10 +4,13 @@ Algorithms (name: when it applies):
     gemm_1x1          1x1 kernel, stride 1, no padding: the input already is the column matrix
     depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise.cpp
     winograd_f2x2     3x3, stride 1, dilation 1, groups 1, padding <= 2: ops/winograd.py
+    gemm_direct       groups 1, float32: our GEMM with panels packed from the image, no
+                      im2col matrix, bias in the store (framework/csrc/conv_gemm.cpp)
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
-by shape (`rule`: winograd_f2x2 where `winograd_wins`, else the first applicable of
-depthwise_direct, gemm_1x1, im2col_gemm), so a run is reproducible bit for bit — a resumed training run must compute what the uninterrupted one
+by shape (`rule`: winograd_f2x2 where `winograd_wins`, gemm_direct where `gemm_direct_wins`,
+else the first applicable of depthwise_direct, gemm_1x1, im2col_gemm), so a run is
+reproducible bit for bit — a resumed training run must compute what the uninterrupted one
 did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
 times each candidate once on the real arrays and keeps the fastest for that shape; results
 may then differ in the last bits between processes. `algorithm_choices()` lists what was
@@ -21,16 +24,20 @@ import contextlib
 import os
 import time
 
+import numpy as np
+
+from .. import _C
 from . import winograd
 
-ALGORITHMS = ("gemm_1x1", "depthwise_direct", "winograd_f2x2", "im2col_gemm")
+ALGORITHMS = ("gemm_1x1", "depthwise_direct", "winograd_f2x2", "gemm_direct", "im2col_gemm")
 
 _cache = {}     # shape key -> algorithm name
 _forced = [None]
 _fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
 # The fixed rule's preference; winograd_f2x2 is taken first where winograd_wins says so.
-_RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2")
+_RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2", "gemm_direct")
 WINO_MIN_TILES = 32
+GEMM_DIRECT_MAX_DEPTH = 160
 WINO_MIN_CHANNELS = 16
 
 
@@ -50,6 +57,8 @@ def applicable(x, w, groups, geo):
         names.append("gemm_1x1")
     if winograd.applies(w, groups, geo):
         names.append("winograd_f2x2")
+    if groups == 1 and x.dtype == np.float32 and w.dtype == np.float32:
+        names.append("gemm_direct")
     names.append("im2col_gemm")
     return names
 
@@ -60,10 +69,22 @@ def _key(x, w, groups, geo):
 
 def rule(x, w, groups, geo, names):
     """The fixed, reproducible choice among the applicable `names`: the first in _RULE_ORDER,
-    except that winograd_f2x2 wins where it measured faster (winograd_wins)."""
+    except that winograd_f2x2 and gemm_direct win where they measured faster (*_wins)."""
     if "winograd_f2x2" in names and winograd_wins(x, w, geo):
         return "winograd_f2x2"
+    if "gemm_direct" in names and gemm_direct_wins(x, w, geo):
+        return "gemm_direct"
     return min(names, key=_RULE_ORDER.index)
+
+
+def gemm_direct_wins(x, w, geo):
+    """Few reduction rows (C * kh * kw <= GEMM_DIRECT_MAX_DEPTH), not pointwise, with the
+    AVX-512 kernel: the stems (3 channels, 3x3 or 7x7) ran 1.3-1.6x faster than im2col + GEMM
+    at 2 threads (their im2col matrix is 9-49x the image); with deeper reductions the panel
+    packing and tail panels cost more than the skipped column matrix saves."""
+    depth = w.shape[1] * w.shape[2] * w.shape[3]
+    return (depth <= GEMM_DIRECT_MAX_DEPTH and not geo.pointwise
+            and _C.current_isa() in ("avx512", "vnni", "amx"))
 
 
 def winograd_wins(x, w, geo):

@@ -69,6 +69,20 @@ def conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1
     return out
 
 
+def conv_epilogue_ref(y, scale=None, shift=None, act=0):
+    """act(scale * y + shift) per channel of y (N, C, H, W): the store of _C.conv2d_gemm
+    (act 0 none, 1 ReLU, 2 ReLU6), in y's dtype."""
+    if scale is not None:
+        y = y * scale.reshape(1, -1, 1, 1)
+    if shift is not None:
+        y = y + shift.reshape(1, -1, 1, 1)
+    if act >= 1:
+        y = np.maximum(y, 0)
+    if act == 2:
+        y = np.minimum(y, 6)
+    return y
+
+
 def conv_transpose2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
                          dilation=(1, 1), groups=1):
     """Direct transposed convolution: every input pixel scatters weight * value into the output."""

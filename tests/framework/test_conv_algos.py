@@ -9,7 +9,7 @@ from helpers import check_op
 from tianyuan import _C
 from tianyuan.ops import conv as conv_ops
 from tianyuan.ops import winograd
-from tianyuan.ops.conv_ref import (conv2d_ref, depthwise_backward_input_ref,
+from tianyuan.ops.conv_ref import (conv2d_ref, conv_epilogue_ref, depthwise_backward_input_ref,
                                    depthwise_backward_weight_ref, depthwise_conv2d_ref,
                                    winograd_input_ref, winograd_output_ref,
                                    winograd_weight_transform)
@@ -68,6 +68,48 @@ def test_depthwise_kernels_match_numpy_twins_on_every_isa(shape, kernel, stride,
         close(_C.depthwise_conv2d_backward_weight(x, gy, kernel, *geo), want_gw, f"gw, {isa}")
 
 
+# (x shape, Co, kernel, stride, padding (t, b, l, r), dilation): panels of 32 positions that
+# straddle rows, tails, Co not a multiple of 12, reductions past one 128-row block, pointwise
+# (read in place), 1x1 images, stride 2 and 3, dilation, asymmetric padding
+GEMM_DIRECT = [
+    ((2, 5, 9, 11), 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 37, 40), 13, (3, 3), (2, 2), (0, 2, 1, 0), (1, 2)),
+    ((2, 20, 7, 7), 25, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((1, 30, 5, 6), 30, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((3, 1, 1, 1), 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 23, 29), 24, (7, 7), (3, 2), (3, 3, 3, 3), (1, 1)),
+    ((2, 16, 9, 8), 12, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape,co,kernel,stride,padding,dilation", GEMM_DIRECT)
+def test_gemm_direct_matches_numpy_twin_on_every_isa(shape, co, kernel, stride, padding,
+                                                      dilation):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((co, shape[1]) + kernel).astype(np.float32)
+    scale, shift = rng.standard_normal((2, co)).astype(np.float32)
+    y = conv2d_ref(x, w, None, stride, padding, dilation)
+    for isa in each_isa():
+        close(_C.conv2d_gemm(x, w, None, None, stride, padding, dilation), y, f"plain, {isa}")
+        for act in (0, 1, 2):
+            close(_C.conv2d_gemm(x, w, scale, shift, stride, padding, dilation, act),
+                  conv_epilogue_ref(y, scale, shift, act), f"act {act}, {isa}")
+
+
+def test_gemm_direct_binding_rejects_bad_arguments():
+    x, w = np.zeros((1, 4, 5, 5), np.float32), np.zeros((2, 4, 3, 3), np.float32)
+    geo = ((1, 1), (1, 1, 1, 1), (1, 1))
+    with pytest.raises(ValueError, match="same C"):
+        _C.conv2d_gemm(x, np.zeros((2, 3, 3, 3), np.float32), None, None, *geo)
+    with pytest.raises(ValueError, match=r"scale must be \(2,\)"):
+        _C.conv2d_gemm(x, w, np.ones(3, np.float32), None, *geo)
+    with pytest.raises(ValueError, match="float32"):
+        _C.conv2d_gemm(x.astype(np.float64), w, None, None, *geo)
+    with pytest.raises(ValueError, match="act must be"):
+        _C.conv2d_gemm(x, w, None, None, *geo, 3)
+
+
 def test_depthwise_conv2d_gradients_float64():
     # float64 runs the generic kernels: finite differences check the whole primitive
     check_op(lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=(1, 2), groups=3),
@@ -105,7 +147,7 @@ def test_winograd_matches_direct_convolution_on_every_isa(shape, co, padding):
 
 
 @pytest.mark.parametrize("algo", ["im2col_gemm", "depthwise_direct", "gemm_1x1",
-                                  "winograd_f2x2"])
+                                  "winograd_f2x2", "gemm_direct"])
 def test_forced_algorithms_agree(algo):
     rng = np.random.default_rng(2)
     cases = [((2, 6, 7, 9), (6, 1, 3, 3), 6, 1), ((1, 8, 5, 5), (4, 8, 1, 1), 1, 0),
@@ -144,18 +186,22 @@ def test_fast_run_times_candidates_once_per_shape(monkeypatch):
         (choice,) = conv_ops.algorithm_choices().values()
     finally:
         conv_ops.conv_algo.set_fastrun(False)
-    assert len(timed) == 1 and set(timed[0]) == {"winograd_f2x2", "im2col_gemm"}
+    assert len(timed) == 1 and set(timed[0]) == {"winograd_f2x2", "gemm_direct",
+                                                "im2col_gemm"}
     assert choice == timed[0][-1]
 
 
 def test_default_choice_is_a_fixed_rule():
     conv_ops.conv_algo.clear_choices()
-    F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)  # 8 channels: im2col
+    F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)  # 8 channels: stem-like
     F.conv2d(ty.randn(1, 16, 12, 12), ty.randn(16, 16, 3, 3), padding=1)  # 36 tiles: winograd
-    F.conv2d(ty.randn(1, 16, 7, 7), ty.randn(16, 16, 3, 3), padding=1)  # 16 tiles: im2col
+    F.conv2d(ty.randn(1, 18, 7, 7), ty.randn(16, 18, 3, 3), padding=1)  # 16 tiles: im2col
     F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 3, 3), padding=1)  # 32 tiles: winograd
+    F.conv2d(ty.randn(1, 3, 16, 16), ty.randn(8, 3, 7, 7), stride=2, padding=3)  # 7x7 stem
+    # the stems' GEMM without a column matrix is taken where its AVX-512 kernel runs
+    stem = "gemm_direct" if ty.current_isa() in ("avx512", "vnni", "amx") else "im2col_gemm"
     assert list(conv_ops.algorithm_choices().values()) == [
-        "im2col_gemm", "winograd_f2x2", "im2col_gemm", "winograd_f2x2"]
+        stem, "winograd_f2x2", "im2col_gemm", "winograd_f2x2", stem]
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):

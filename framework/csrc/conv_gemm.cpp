@@ -1,0 +1,173 @@
+// Direct GEMM convolution (conv_gemm.h): panel packing from the image, the OpenMP driver,
+// the generic register-block kernel and the ISA dispatch.
+#include "conv_gemm.h"
+
+#include <omp.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "cpu.h"
+
+namespace tianyuan {
+namespace {
+
+constexpr int64_t kNr = kConvGemmNr, kMr = kConvGemmMr, kKc = kConvGemmKc;
+constexpr int64_t kGroup = 8;  // panels per work item (their output tile stays in L2)
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kParallelMacs = 1 << 20;
+
+struct Segment {            // panel lanes [lane, lane + len) lie in output row oy from ox
+    int64_t oy, ox, lane, len;
+};
+
+int64_t row_segments(int64_t p0, int64_t nvalid, int64_t ow, Segment* seg) {
+    int64_t count = 0;
+    for (int64_t lane = 0; lane < nvalid;) {
+        const int64_t p = p0 + lane, ox = p % ow;
+        const int64_t len = ow - ox < nvalid - lane ? ow - ox : nvalid - lane;
+        seg[count++] = {p / ow, ox, lane, len};
+        lane += len;
+    }
+    return count;
+}
+
+// d[t] = row[(ox0 + t) * sw + off] for t < len, 0 where that column is outside [0, w).
+void gather_segment(const float* row, int64_t w, int64_t ox0, int64_t len, int64_t sw,
+                    int64_t off, float* d) {
+    int64_t lo = 0, hi = len;  // lanes whose column is inside the row
+    while (lo < hi && (ox0 + lo) * sw + off < 0) ++lo;
+    while (hi > lo && (ox0 + hi - 1) * sw + off >= w) --hi;
+    for (int64_t t = 0; t < lo; ++t) d[t] = 0.0f;
+    const float* src = row + (ox0 + lo) * sw + off;  // inside the row when lo < hi
+    if (sw == 1) {
+        for (int64_t t = lo; t < hi; ++t) d[t] = src[t - lo];
+    } else {
+        for (int64_t t = lo; t < hi; ++t) d[t] = src[(t - lo) * sw];
+    }
+    for (int64_t t = hi; t < len; ++t) d[t] = 0.0f;
+}
+
+// panel[kk][lane] = X_n[k0 + kk][p0 + lane] for kk < kc, lanes >= nvalid zero.
+void pack_panel(const float* xn, const Conv2dGeometry& g, int64_t p0, int64_t nvalid,
+                int64_t k0, int64_t kc, float* panel) {
+    Segment seg[kNr];
+    const int64_t nseg = row_segments(p0, nvalid, g.out_w(), seg);
+    const int64_t khw = g.kh * g.kw;
+    int64_t c = k0 / khw, i = (k0 % khw) / g.kw, j = k0 % g.kw;  // row k = (c * kh + i) * kw + j
+    for (int64_t kk = 0; kk < kc; ++kk, ++j) {
+        if (j == g.kw) {
+            j = 0;
+            if (++i == g.kh) i = 0, ++c;
+        }
+        const float* plane = xn + c * g.h * g.w;
+        float* dst = panel + kk * kNr;
+        for (int64_t s = 0; s < nseg; ++s) {
+            float* d = dst + seg[s].lane;
+            const int64_t iy = seg[s].oy * g.sh - g.pt + i * g.dh;
+            if (iy < 0 || iy >= g.h) {
+                for (int64_t t = 0; t < seg[s].len; ++t) d[t] = 0.0f;
+                continue;
+            }
+            gather_segment(plane + iy * g.w, g.w, seg[s].ox, seg[s].len, g.sw,
+                           j * g.dw - g.pl, d);
+        }
+        for (int64_t lane = nvalid; lane < kNr; ++lane) dst[lane] = 0.0f;
+    }
+}
+
+inline float finish(float v, const float* scale, const float* shift, int64_t r, int act) {
+    if (scale) v *= scale[r];
+    if (shift) v += shift[r];
+    if (act >= 1 && v < 0.0f) v = 0.0f;
+    if (act == 2 && v > 6.0f) v = 6.0f;
+    return v;
+}
+
+void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc, float* out,
+                    int64_t ldc, int64_t mr, int64_t nvalid, bool first, bool last,
+                    const float* scale, const float* shift, int act) {
+    float acc[kMr][kNr];
+    for (int64_t r = 0; r < mr; ++r)
+        for (int64_t l = 0; l < kNr; ++l) acc[r][l] = first || l >= nvalid ? 0.0f : out[r * ldc + l];
+    for (int64_t k = 0; k < kc; ++k) {
+        const float* bk = b + k * ldb;
+        for (int64_t r = 0; r < mr; ++r) {
+            const float ar = a[k * kMr + r];
+            for (int64_t l = 0; l < nvalid; ++l) acc[r][l] += ar * bk[l];
+        }
+    }
+    for (int64_t r = 0; r < mr; ++r)
+        for (int64_t l = 0; l < nvalid; ++l)
+            out[r * ldc + l] = last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
+}
+
+// packed[cb][k][r] = w[cb * kMr + r][k], rows past co zero.
+void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* packed) {
+    float* dst = packed + cb * depth * kMr;
+    for (int64_t k = 0; k < depth; ++k)
+        for (int64_t r = 0; r < kMr; ++r) {
+            const int64_t row = cb * kMr + r;
+            dst[k * kMr + r] = row < co ? w[row * depth + k] : 0.0f;
+        }
+}
+
+}  // namespace
+
+void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
+                       const ConvEpilogue& epi, float* out) {
+    const ConvGemmKernel kernel =
+        current_isa() >= Isa::avx512 ? conv_gemm_kernel_avx512() : kernel_generic;
+    const int64_t positions = g.out_h() * g.out_w(), depth = g.c * g.kh * g.kw;
+    const int64_t panels = (positions + kNr - 1) / kNr, co_blocks = (co + kMr - 1) / kMr;
+    const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
+                           g.pb == 0 && g.pl == 0 && g.pr == 0;
+    const int64_t groups = (panels + kGroup - 1) / kGroup, per_split = g.n * groups;
+    const int64_t threads = omp_get_max_threads();
+    // split the channel blocks too when images x panel groups cannot keep every thread busy
+    int64_t splits = (2 * threads + per_split - 1) / per_split;
+    splits = splits < 1 ? 1 : (splits > co_blocks ? co_blocks : splits);
+    const int64_t items = per_split * splits, in_plane = g.c * g.h * g.w;
+    const bool parallel = g.n * co * positions * depth >= kParallelMacs && threads > 1;
+    std::vector<float> packed_w(static_cast<size_t>(co_blocks * depth * kMr));
+#pragma omp parallel if (parallel)
+    {
+#pragma omp for schedule(static)
+        for (int64_t cb = 0; cb < co_blocks; ++cb) pack_weights(w, co, depth, cb, packed_w.data());
+        alignas(64) float panel[kKc * kNr];
+#pragma omp for schedule(static)
+        for (int64_t item = 0; item < items; ++item) {
+            const int64_t split = item % splits, group = (item / splits) % groups;
+            const int64_t n = item / splits / groups;
+            const int64_t cb0 = split * co_blocks / splits, cb1 = (split + 1) * co_blocks / splits;
+            const int64_t pn0 = group * kGroup;
+            const int64_t pn1 = pn0 + kGroup < panels ? pn0 + kGroup : panels;
+            const float* xn = x + n * in_plane;
+            // k outermost: the weights' k-slice of these channel blocks stays in L2 while the
+            // group's panels pass over it
+            for (int64_t k0 = 0; k0 < depth; k0 += kKc) {
+                const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
+                for (int64_t pn = pn0; pn < pn1; ++pn) {
+                    const int64_t p0 = pn * kNr;
+                    const int64_t nvalid = positions - p0 < kNr ? positions - p0 : kNr;
+                    const float* b = xn + k0 * positions + p0;  // pointwise: x in place
+                    int64_t ldb = positions;
+                    if (!pointwise) {
+                        pack_panel(xn, g, p0, nvalid, k0, kc, panel);
+                        b = panel;
+                        ldb = kNr;
+                    }
+                    for (int64_t cb = cb0; cb < cb1; ++cb) {
+                        const int64_t r0 = cb * kMr, mr = co - r0 < kMr ? co - r0 : kMr;
+                        kernel(packed_w.data() + (cb * depth + k0) * kMr, b, ldb, kc,
+                               out + (n * co + r0) * positions + p0, positions, mr, nvalid,
+                               k0 == 0, k0 + kc == depth, epi.scale ? epi.scale + r0 : nullptr,
+                               epi.shift ? epi.shift + r0 : nullptr, epi.act);
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace tianyuan
