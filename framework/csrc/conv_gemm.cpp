@@ -17,9 +17,7 @@ constexpr int64_t kGroup = 8;  // panels per work item (their output tile stays 
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kParallelMacs = 1 << 20;
 
-struct Segment {            // panel lanes [lane, lane + len) lie in output row oy from ox
-    int64_t oy, ox, lane, len;
-};
+using Segment = ConvGemmSegment;
 
 int64_t row_segments(int64_t p0, int64_t nvalid, int64_t ow, Segment* seg) {
     int64_t count = 0;
@@ -49,10 +47,8 @@ void gather_segment(const float* row, int64_t w, int64_t ox0, int64_t len, int64
 }
 
 // panel[kk][lane] = X_n[k0 + kk][p0 + lane] for kk < kc, lanes >= nvalid zero.
-void pack_panel(const float* xn, const Conv2dGeometry& g, int64_t p0, int64_t nvalid,
-                int64_t k0, int64_t kc, float* panel) {
-    Segment seg[kNr];
-    const int64_t nseg = row_segments(p0, nvalid, g.out_w(), seg);
+void pack_generic(const float* xn, const Conv2dGeometry& g, const Segment* seg, int64_t nseg,
+                  int64_t nvalid, int64_t k0, int64_t kc, float* panel) {
     const int64_t khw = g.kh * g.kw;
     int64_t c = k0 / khw, i = (k0 % khw) / g.kw, j = k0 % g.kw;  // row k = (c * kh + i) * kw + j
     for (int64_t kk = 0; kk < kc; ++kk, ++j) {
@@ -116,8 +112,9 @@ void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* 
 
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out) {
-    const ConvGemmKernel kernel =
-        current_isa() >= Isa::avx512 ? conv_gemm_kernel_avx512() : kernel_generic;
+    const bool avx512 = current_isa() >= Isa::avx512;
+    const ConvGemmKernel kernel = avx512 ? conv_gemm_kernel_avx512() : kernel_generic;
+    const ConvGemmPack pack = avx512 ? conv_gemm_pack_avx512() : pack_generic;
     const int64_t positions = g.out_h() * g.out_w(), depth = g.c * g.kh * g.kw;
     const int64_t panels = (positions + kNr - 1) / kNr, co_blocks = (co + kMr - 1) / kMr;
     const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
@@ -153,7 +150,9 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
                     const float* b = xn + k0 * positions + p0;  // pointwise: x in place
                     int64_t ldb = positions;
                     if (!pointwise) {
-                        pack_panel(xn, g, p0, nvalid, k0, kc, panel);
+                        Segment seg[kNr];
+                        const int64_t nseg = row_segments(p0, nvalid, g.out_w(), seg);
+                        pack(xn, g, seg, nseg, nvalid, k0, kc, panel);
                         b = panel;
                         ldb = kNr;
                     }

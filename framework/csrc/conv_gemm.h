@@ -43,6 +43,18 @@ using ConvGemmKernel = void (*)(const float* a, const float* b, int64_t ldb, int
                                 float* out, int64_t ldc, int64_t mr, int64_t nvalid, bool first,
                                 bool last, const float* scale, const float* shift, int act);
 
+// Panel lanes [lane, lane + len) lie in output row oy, from column ox.
+struct ConvGemmSegment {
+    int64_t oy, ox, lane, len;
+};
+
+// Packs rows [k0, k0 + kc) of X_n (xn: one image) for the panel whose lanes `seg` describe
+// (nvalid lanes in all) into panel[kk * kNr + lane]; lanes >= nvalid are zero.
+using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
+                              const ConvGemmSegment* seg, int64_t nseg, int64_t nvalid,
+                              int64_t k0, int64_t kc, float* panel);
+
 ConvGemmKernel conv_gemm_kernel_avx512();
+ConvGemmPack conv_gemm_pack_avx512();
 
 }  // namespace tianyuan

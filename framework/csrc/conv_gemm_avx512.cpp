@@ -4,6 +4,8 @@
 // loads and stores (masked-off lanes never fault).
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "conv_gemm.h"
 
 namespace tianyuan {
@@ -63,8 +65,87 @@ void kernel(const float* a, const float* b, int64_t ldb, int64_t kc, float* out,
     kBlocks[mr - 1](a, b, ldb, kc, out, ldc, nvalid, first, last, scale, shift, act);
 }
 
+// Lanes [lo, hi) of a 32-lane panel row as two 16-lane masks.
+inline void lane_masks(int64_t lo, int64_t hi, __mmask16* m0, __mmask16* m1) {
+    const uint32_t bits = hi <= lo ? 0u : (uint32_t(hi >= 32 ? ~0ull : (1ull << hi) - 1) &
+                                          ~uint32_t((1ull << lo) - 1));
+    *m0 = __mmask16(bits & 0xFFFF);
+    *m1 = __mmask16(bits >> 16);
+}
+
+// The reads of one panel row for one kernel tap (i, j): per segment whose input row exists,
+// the in-image lanes as masks and where lane 0 would read, relative to the channel's plane.
+// They do not depend on the channel, so a panel computes them once per tap.
+struct TapReads {
+    int64_t offset[kConvGemmNr];
+    __mmask16 m0[kConvGemmNr], m1[kConvGemmNr];
+    int64_t count;
+};
+
+// Lane L of a segment reads column ix = (ox + L - lane) * sw + off of input row iy.
+void plan_tap(const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg, int64_t i,
+              int64_t j, TapReads* t) {
+    const int64_t off = j * g.dw - g.pl;
+    t->count = 0;
+    for (int64_t s = 0; s < nseg; ++s) {
+        const int64_t iy = seg[s].oy * g.sh - g.pt + i * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const int64_t base = (seg[s].ox - seg[s].lane) * g.sw + off;  // ix = L * sw + base
+        int64_t first = seg[s].lane, last = seg[s].lane + seg[s].len;
+        while (first < last && first * g.sw + base < 0) ++first;
+        while (last > first && (last - 1) * g.sw + base >= g.w) --last;
+        if (first >= last) continue;
+        lane_masks(first, last, &t->m0[t->count], &t->m1[t->count]);
+        t->offset[t->count++] = iy * g.w + base;
+    }
+}
+
+// One panel row from one channel's plane: a masked load per segment (stride 1; masked-off
+// lanes never fault, so lane 0's address may lie outside the plane) or a masked gather.
+inline void pack_row(const float* plane, const TapReads& t, int64_t sw, float* dst) {
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+    if (sw == 1) {
+        for (int64_t s = 0; s < t.count; ++s) {
+            lo = _mm512_mask_loadu_ps(lo, t.m0[s], plane + t.offset[s]);
+            hi = _mm512_mask_loadu_ps(hi, t.m1[s], plane + t.offset[s] + 16);
+        }
+    } else {
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                               15);
+        const __m512i idx0 = _mm512_mullo_epi32(iota, _mm512_set1_epi32(int(sw)));
+        const __m512i idx1 = _mm512_add_epi32(idx0, _mm512_set1_epi32(int(16 * sw)));
+        for (int64_t s = 0; s < t.count; ++s) {
+            const float* at = plane + t.offset[s];
+            if (t.m0[s]) lo = _mm512_mask_i32gather_ps(lo, t.m0[s], idx0, at, 4);
+            if (t.m1[s]) hi = _mm512_mask_i32gather_ps(hi, t.m1[s], idx1, at, 4);
+        }
+    }
+    _mm512_store_ps(dst, lo);
+    _mm512_store_ps(dst + 16, hi);
+}
+
+constexpr int64_t kMaxTaps = 49;  // wider kernels plan each row as it comes
+
+void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg,
+          int64_t /*nvalid: lanes outside every segment stay zero*/, int64_t k0, int64_t kc,
+          float* panel) {
+    const int64_t khw = g.kh * g.kw, plane_size = g.h * g.w;
+    const bool planned = khw <= kMaxTaps;
+    TapReads taps[kMaxTaps];
+    if (planned)
+        for (int64_t t = 0; t < khw; ++t) plan_tap(g, seg, nseg, t / g.kw, t % g.kw, &taps[t]);
+    int64_t c = k0 / khw, tap = k0 % khw;  // row k = c * kh * kw + tap
+    for (int64_t kk = 0; kk < kc; ++kk, ++tap) {
+        if (tap == khw) tap = 0, ++c;
+        TapReads now;
+        if (!planned) plan_tap(g, seg, nseg, tap / g.kw, tap % g.kw, &now);
+        pack_row(xn + c * plane_size, planned ? taps[tap] : now, g.sw, panel + kk * kConvGemmNr);
+    }
+}
+
 }  // namespace
 
 ConvGemmKernel conv_gemm_kernel_avx512() { return kernel; }
+ConvGemmPack conv_gemm_pack_avx512() { return pack; }
 
 }  // namespace tianyuan

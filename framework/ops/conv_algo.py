@@ -78,12 +78,14 @@ def rule(x, w, groups, geo, names):
 
 
 def gemm_direct_wins(x, w, geo):
-    """Few reduction rows (C * kh * kw <= GEMM_DIRECT_MAX_DEPTH), not pointwise, with the
-    AVX-512 kernel: the stems (3 channels, 3x3 or 7x7) ran 1.3-1.6x faster than im2col + GEMM
-    at 2 threads (their im2col matrix is 9-49x the image); with deeper reductions the panel
-    packing and tail panels cost more than the skipped column matrix saves."""
+    """Few reduction rows (C * kh * kw <= GEMM_DIRECT_MAX_DEPTH) of a kernel wider than 1x1,
+    with the AVX-512 kernel. Measured at 2 threads (Xeon, AVX-512; bench/bench_conv.py shapes):
+    the stems (3 channels, 3x3 and 7x7, im2col matrix 9-49x the image) ran 1.3-2.0x faster
+    than im2col + OpenBLAS at batch 1 and 16; 64-channel 3x3 at 56x56 was even with winograd;
+    deeper reductions (128+ channels) ran 1.2-2.4x slower (weights streamed from L2 per
+    panel, 49-position maps fill 2 panels of 32), and 1x1 stride 2 was even."""
     depth = w.shape[1] * w.shape[2] * w.shape[3]
-    return (depth <= GEMM_DIRECT_MAX_DEPTH and not geo.pointwise
+    return (depth <= GEMM_DIRECT_MAX_DEPTH and w.shape[2] * w.shape[3] > 1
             and _C.current_isa() in ("avx512", "vnni", "amx"))
 
 
