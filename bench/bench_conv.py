@@ -12,10 +12,11 @@ rate is printed beside it.
 import argparse
 import collections
 import os
-import sys
 import time
 
 import numpy as np
+
+from blas_env import restart_with_blas_threads
 
 # (cin, cout, k, stride, pad, groups, in_size)
 Layer = collections.namedtuple("Layer", "cin cout k s p g hw")
@@ -205,10 +206,7 @@ def main():
     parser.add_argument("--stat", choices=("median", "min"), default="median")
     args = parser.parse_args()
     STAT[0] = np.median if args.stat == "median" else np.min
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        # numpy's OpenBLAS reads its thread count once, at load: restart with ours
-        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    restart_with_blas_threads(args.threads)
     import tianyuan as ty
     ty.set_num_threads(args.threads)
     print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "

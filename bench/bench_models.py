@@ -15,11 +15,12 @@ a time (torch ships its own OpenMP runtime).
 """
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
+
+from blas_env import restart_with_blas_threads
 
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0", "shufflenet_v1_x1_0_g3"]
 SHAPE = (3, 224, 224)
@@ -175,10 +176,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        # numpy's OpenBLAS reads its thread count once, at load: restart with ours
-        os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    restart_with_blas_threads(args.threads)
     import tianyuan as ty
     from tianyuan.evaluation.report import format_table, write_json
     ty.set_num_threads(args.threads)

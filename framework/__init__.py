@@ -12,6 +12,11 @@ import os as _os
 # cores numpy's BLAS threads need for the GEMMs between our kernels: conv2d fwd+bwd
 # (64, 32, 16, 16) x (64, 32, 3, 3) takes 24 ms spinning, 14 ms passive, on 2 cores.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
+# taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
+# core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is
+# first imported, so it takes effect where tianyuan (or its command) is imported first.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from . import _native  # noqa: E402
 from ._native import available_isas, current_isa, get_num_threads, set_isa, set_num_threads

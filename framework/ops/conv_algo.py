@@ -8,7 +8,7 @@ Algorithms (name: when it applies):
                       im2col matrix, bias in the store (framework/csrc/conv_gemm.cpp)
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
-by shape (`rule`: winograd_f2x2 where `winograd_wins`, gemm_direct where `gemm_direct_wins`,
+by shape (`rule`: gemm_direct where `gemm_direct_wins`, winograd_f2x2 where `winograd_wins`,
 else the first applicable of depthwise_direct, gemm_1x1, im2col_gemm), so a run is
 reproducible bit for bit — a resumed training run must compute what the uninterrupted one
 did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
@@ -37,7 +37,9 @@ _fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
 # The fixed rule's preference; winograd_f2x2 is taken first where winograd_wins says so.
 _RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2", "gemm_direct")
 WINO_MIN_TILES = 32
-GEMM_DIRECT_MAX_DEPTH = 160
+GEMM_DIRECT_STEM_DEPTH = 160
+GEMM_DIRECT_MIN_POSITIONS = 784
+GEMM_DIRECT_MAX_DEPTH = 1152
 WINO_MIN_CHANNELS = 16
 
 
@@ -69,24 +71,30 @@ def _key(x, w, groups, geo):
 
 def rule(x, w, groups, geo, names):
     """The fixed, reproducible choice among the applicable `names`: the first in _RULE_ORDER,
-    except that winograd_f2x2 and gemm_direct win where they measured faster (*_wins)."""
-    if "winograd_f2x2" in names and winograd_wins(x, w, geo):
-        return "winograd_f2x2"
+    except that gemm_direct, then winograd_f2x2, win where they measured faster (*_wins)."""
     if "gemm_direct" in names and gemm_direct_wins(x, w, geo):
         return "gemm_direct"
+    if "winograd_f2x2" in names and winograd_wins(x, w, geo):
+        return "winograd_f2x2"
     return min(names, key=_RULE_ORDER.index)
 
 
 def gemm_direct_wins(x, w, geo):
-    """Few reduction rows (C * kh * kw <= GEMM_DIRECT_MAX_DEPTH) of a kernel wider than 1x1,
-    with the AVX-512 kernel. Measured at 2 threads (Xeon, AVX-512; bench/bench_conv.py shapes):
-    the stems (3 channels, 3x3 and 7x7, im2col matrix 9-49x the image) ran 1.3-2.0x faster
-    than im2col + OpenBLAS at batch 1 and 16; 64-channel 3x3 at 56x56 was even with winograd;
-    deeper reductions (128+ channels) ran 1.2-2.4x slower (weights streamed from L2 per
-    panel, 49-position maps fill 2 panels of 32), and 1x1 stride 2 was even."""
+    """With the AVX-512 kernel, not pointwise, and either few reduction rows
+    (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call
+    (N * out_h * out_w >= GEMM_DIRECT_MIN_POSITIONS) over at most GEMM_DIRECT_MAX_DEPTH rows
+    (<= 128 channels at 3x3). Measured at 2 threads on a 2-core AVX-512 Xeon (bench_conv
+    shapes, OPENBLAS_THREAD_TIMEOUT=4): ResNet-18's stem 2.9x faster than im2col + OpenBLAS at
+    batch 16, 64 channels at 56x56 1.7x faster than winograd, 128 at 28x28 even with it;
+    256+ channels at 14x14 and 7x7 lost to winograd / im2col (weights streamed from L2 per
+    panel; 49-position maps fill 2 panels of 32), and so did batch-1 maps under 28x28."""
+    if _C.current_isa() not in ("avx512", "vnni", "amx") or geo.pointwise:
+        return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
-    return (depth <= GEMM_DIRECT_MAX_DEPTH and w.shape[2] * w.shape[3] > 1
-            and _C.current_isa() in ("avx512", "vnni", "amx"))
+    oh, ow = geo.out_size(*x.shape[2:])
+    positions = x.shape[0] * oh * ow
+    return depth <= GEMM_DIRECT_STEM_DEPTH or (positions >= GEMM_DIRECT_MIN_POSITIONS
+                                               and depth <= GEMM_DIRECT_MAX_DEPTH)
 
 
 def winograd_wins(x, w, geo):

@@ -1,0 +1,15 @@
+"""numpy's OpenBLAS reads its settings once, when numpy is first imported: a benchmark that
+wants them restarts itself with them in the environment before doing anything else."""
+import os
+import sys
+
+
+def restart_with_blas_threads(threads):
+    """Re-exec this script unless OpenBLAS runs `threads` threads whose workers sleep at once
+    after each call (OPENBLAS_THREAD_TIMEOUT=4, as `import tianyuan` sets when it comes
+    first): spinning workers would take a core from our OpenMP kernels."""
+    wanted = {"OPENBLAS_NUM_THREADS": str(threads), "OPENBLAS_THREAD_TIMEOUT": "4"}
+    if all(os.environ.get(k) == v for k, v in wanted.items()):
+        return
+    os.environ.update(wanted)
+    os.execv(sys.executable, [sys.executable] + sys.argv)
