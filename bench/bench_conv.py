@@ -80,7 +80,8 @@ STAT = [np.median]  # --stat min: the least-disturbed run, for a machine shared 
 
 
 def median_time(fn, repeats):
-    fn()  # warm-up: algorithm choice, allocations
+    for _ in range(3):  # warm-up: algorithm choice, and the process's first big allocations
+        fn()            # (a fresh 51 MB output took 4x longer the first few times here)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

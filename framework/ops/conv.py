@@ -117,10 +117,13 @@ class Conv2d(Function):
         need_x, need_w = self.needs_input_grad[0], self.needs_input_grad[1]
         if self.algo == "depthwise_direct":
             return self._depthwise_backward(g, need_x, need_w)
-        wino_x = need_x and self.algo == "winograd_f2x2"
-        need_x = need_x and not wino_x
+        gx = None
+        if need_x and self.algo == "winograd_f2x2":
+            gx = winograd.conv2d_input_grad(g, w, geo.padding)
+        elif need_x and self.algo == "gemm_direct":
+            gx = _direct_input_grad(g, w, geo)
+        need_x = need_x and gx is None
         wg = w.reshape(groups, w.shape[0] // groups, -1)
-        gx = winograd.conv2d_input_grad(g, w, geo.padding) if wino_x else None
         gx = np.empty_like(x) if need_x else gx
         gw = np.zeros_like(wg) if need_w else None
         chunks = batch_chunks(x.shape[0], geo.column_bytes(*x.shape[1:], x.itemsize))
@@ -145,6 +148,23 @@ class Conv2d(Function):
         if self.has_bias:
             grads += (g.sum(axis=(0, 2, 3)) if self.needs_input_grad[2] else None,)
         return grads
+
+
+def _direct_input_grad(g, w, geo):
+    """Input gradient of a stride-1 convolution as a convolution itself (gemm_direct): g
+    (N, Co, oh, ow) with the flipped, transposed kernel (C, Co, kh, kw) and padding
+    dilation * (k - 1) - p per side gives (N, C, H, W). None where that does not apply
+    (strided, or padding beyond the kernel's reach) or would not be faster."""
+    (kh, kw), (pt, pb, pl, pr), (dh, dw) = geo.kernel, geo.padding, geo.dilation
+    if geo.stride != (1, 1) or max(pt, pb) > dh * (kh - 1) or max(pl, pr) > dw * (kw - 1):
+        return None
+    flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    padding = (dh * (kh - 1) - pt, dh * (kh - 1) - pb, dw * (kw - 1) - pl, dw * (kw - 1) - pr)
+    adjoint = _Geometry(geo.kernel, (1, 1), padding, geo.dilation)
+    if not conv_algo.gemm_direct_wins(g, flipped, adjoint):
+        return None
+    return _C.conv2d_gemm(np.ascontiguousarray(g), flipped, None, None, (1, 1), padding,
+                          geo.dilation)
 
 
 class ConvTranspose2d(Function):

@@ -110,6 +110,29 @@ def test_gemm_direct_binding_rejects_bad_arguments():
         _C.conv2d_gemm(x, w, None, None, *geo, 3)
 
 
+@pytest.mark.parametrize("xs,ws,padding,dilation", [
+    ((2, 5, 9, 11), (7, 5, 3, 3), 1, 1), ((1, 4, 10, 9), (6, 4, 3, 3), (2, 1), 2),
+    ((2, 3, 8, 8), (5, 3, 5, 5), 2, 1), ((1, 2, 6, 7), (3, 2, 3, 3), 0, 1)])
+def test_gemm_direct_input_gradient_is_the_adjoint_convolution(xs, ws, padding, dilation,
+                                                              monkeypatch):
+    # stride 1: the input gradient runs as a convolution of the output gradient with the
+    # flipped, transposed kernel (conv._direct_input_grad); compared with im2col's col2im
+    monkeypatch.setattr(conv_ops.conv_algo, "gemm_direct_wins", lambda x, w, geo: True)
+    rng = np.random.default_rng(4)
+    x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
+    w = ty.tensor(rng.standard_normal(ws).astype(np.float32))
+    grads = {}
+    for isa in each_isa():
+        for algo in ("im2col_gemm", "gemm_direct"):
+            x.grad = None
+            with conv_ops.force_algorithm(algo):
+                y = F.conv2d(x, w, padding=padding, dilation=dilation)
+                (y * ty.tensor(np.arange(y.numpy().size, dtype=np.float32).reshape(y.shape)
+                               / y.numpy().size)).sum().backward()
+            grads[algo] = x.grad.numpy()
+        close(grads["gemm_direct"], grads["im2col_gemm"], f"input gradient, {isa}")
+
+
 def test_depthwise_conv2d_gradients_float64():
     # float64 runs the generic kernels: finite differences check the whole primitive
     check_op(lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=(1, 2), groups=3),
