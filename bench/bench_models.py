@@ -7,13 +7,15 @@ faster). Peers are skipped (shown "-") when not installed or without the archite
     /root/benchvenv/bin/python bench/bench_models.py --models resnet18,mobilenet_v2 --batches 1
 
 Latency: median of --repeats runs after a warm-up (evaluation.benchmark for ours, the same
-rule for the peers). Int8: post-training calibration on two random batches, then convert
+rule for the peers). Our fp32 inference runs the model fused (quantization.fuse with its
+fuse_groups: each conv + frozen BN + activation as one convolution), as `tianyuan bench` does. Int8: post-training calibration on two random batches, then convert
 (ours: quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the
 accuracy of int8 is `tianyuan quantize`'s. Training: SGD steps on random data at
 --train-batch, images/s from the median step. Peers run in a child process, one framework at
 a time (torch ships its own OpenMP runtime).
 """
 import argparse
+import copy
 import os
 import tempfile
 import time
@@ -51,9 +53,10 @@ def ours(name, batches, repeats, train_batch, train_steps):
     model = zoo.get_model(name).eval()
     int8 = Q.quantize(Q.calibrate(Q.quantize_qat(model, Q.calibration_qconfig),
                                   [random_batch(2, s) for s in range(2)]))
+    inference = Q.fuse(copy.deepcopy(model), model.fuse_groups())  # conv + BN + act fused
     out = {}
     for batch in batches:
-        out[("fp32", batch)] = benchmark(model, batch, SHAPE, repeats, 2)["latency_ms"]
+        out[("fp32", batch)] = benchmark(inference, batch, SHAPE, repeats, 2)["latency_ms"]
         out[("int8", batch)] = benchmark(int8, batch, SHAPE, repeats, 2)["latency_ms"]
     model.train()
     opt = optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)

@@ -98,6 +98,9 @@ def bench(cfg):
         model = _int8(model, cfg)
     elif cfg.precision != "fp32":
         raise ValueError(f"bench: precision must be fp32 or int8, got {cfg.precision!r}")
+    elif cfg.get("fuse", True) and hasattr(model, "fuse_groups"):
+        from tianyuan import quantization as Q
+        model = Q.fuse(model, model.fuse_groups())  # conv + BN + act as one kernel in eval
     stats = benchmark(model, cfg.batch, tuple(cfg.input_size), cfg.repeats, cfg.warmup)
     result = {"model": cfg.model.get("name", cfg.model._target_), "precision": cfg.precision,
               **stats}

@@ -8,6 +8,6 @@ from .activation import (dropout, hsigmoid, hswish, leaky_relu, log_softmax, rel
 from .loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
                    sigmoid_focal_loss, smooth_l1_loss)
 from .normalization import batch_norm, linear
-from .conv import conv2d, conv_transpose2d
+from .conv import conv2d, conv2d_affine_act, conv_transpose2d
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .vision import channel_shuffle, interpolate

@@ -4,8 +4,12 @@
 >>> F.conv2d(ty.randn(2, 3, 8, 8), ty.randn(16, 3, 3, 3), padding=1).shape
 (2, 16, 8, 8)
 """
+import numpy as np
+
+from ..autograd import is_grad_enabled
 from ..ops import conv as C
 from ..ops.conv_ref import conv_out_size
+from ..tensor import Tensor, as_tensor
 from ._args import image_tensor, padding4, pair
 
 
@@ -36,7 +40,47 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     padding: int, (ph, pw), (top, bottom, left, right), 'valid' or 'same' (stride 1; the
     odd pixel goes to the bottom/right). groups == C with Co = k*C is depthwise.
     """
-    op = "conv2d"
+    stride, pads, dilation = _conv2d_geometry(x, weight, bias, stride, padding, dilation, groups,
+                                              "conv2d")
+    args = (x, weight) if bias is None else (x, weight, bias)
+    return C.Conv2d.apply(*args, stride=stride, padding=pads, dilation=dilation, groups=groups)
+
+
+_ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
+
+
+def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, padding=0,
+                      dilation=1, groups=1):
+    """Inference only (no autograd): act(scale * conv2d(x, weight) + shift) per output
+    channel, with scale and shift (Co,) or None and act None, 'relu' or 'relu6' — a frozen
+    conv + batch norm + activation, as one kernel where the convolution runs on gemm_direct.
+
+    >>> y = F.conv2d_affine_act(x, w, bn_scale, bn_shift, "relu", padding=1)  # doctest: +SKIP
+    """
+    op = "conv2d_affine_act"
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"{op}: act must be None, 'relu' or 'relu6', got {act!r}")
+    if is_grad_enabled() and any(t.requires_grad for t in (x, weight) if isinstance(t, Tensor)):
+        raise RuntimeError(f"{op}: inference only; run it under tianyuan.no_grad() (input "
+                           f"{x.shape}, weight {weight.shape})")
+    x, weight = as_tensor(x), as_tensor(weight)
+    stride, pads, dilation = _conv2d_geometry(x, weight, None, stride, padding, dilation, groups,
+                                              op)
+    vectors = []
+    for v, name in ((scale, "scale"), (shift, "shift")):
+        if v is not None:
+            v = np.ascontiguousarray(v.numpy() if isinstance(v, Tensor) else v, x.dtype)
+            if v.shape != (weight.shape[0],):
+                raise ValueError(f"{op}: {name} must have shape ({weight.shape[0]},), got "
+                                 f"{v.shape} (weight {weight.shape})")
+        vectors.append(v)
+    out = C.conv2d_inference(x.numpy(), weight.numpy(), *vectors, _ACTIVATIONS[act], stride,
+                             pads, dilation, groups)
+    return Tensor(out)
+
+
+def _conv2d_geometry(x, weight, bias, stride, padding, dilation, groups, op):
+    """Checked (stride, (top, bottom, left, right) padding, dilation) of a 2-D convolution."""
     image_tensor(x, op)
     _check_weight_bias(x, weight, bias, op)
     stride, dilation = pair(stride, "stride", op, 1), pair(dilation, "dilation", op, 1)
@@ -63,8 +107,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ValueError(f"{op}: kernel ({kh}, {kw}) with dilation {dilation} does not fit the "
                          f"padded input: input {x.shape}, padding (top, bottom, left, right) "
                          f"{pads}, weight {weight.shape}")
-    args = (x, weight) if bias is None else (x, weight, bias)
-    return C.Conv2d.apply(*args, stride=stride, padding=pads, dilation=dilation, groups=groups)
+    return stride, pads, dilation
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,

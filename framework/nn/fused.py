@@ -8,6 +8,10 @@ parts in order. Their names are the parts' short names, so the QAT and int8 twin
 
 >>> fused = ConvBnReLU2d(Conv2d(3, 8, 3), BatchNorm2d(8), ReLU())
 """
+import numpy as np
+
+from .. import functional as F
+from ..autograd import is_grad_enabled
 from .container import Sequential
 
 SHORT_NAMES = {"Conv2d": "Conv", "BatchNorm2d": "Bn", "ReLU": "ReLU", "ReLU6": "ReLU6",
@@ -26,7 +30,10 @@ def fused_name(names):
 
 
 class Fused(Sequential):
-    """Children 0 (conv/linear), then 1, 2 (BN and/or activation), run in order."""
+    """Children 0 (conv/linear), then 1, 2 (BN and/or activation), run in order — except a
+    conv group in eval mode under no_grad, which runs as one convolution with the frozen BN
+    folded into a per-channel scale and shift and the activation in its store
+    (F.conv2d_affine_act)."""
 
     parts = ()
 
@@ -35,6 +42,42 @@ class Fused(Sequential):
         if got != self.parts:
             raise TypeError(f"{type(self).__name__}: expected modules {self.parts}, got {got}")
         super().__init__(*modules)
+
+    def forward(self, x):
+        if self.training or is_grad_enabled() or self.parts[0] != "Conv2d":
+            return super().forward(x)
+        folded = _frozen_affine(self)
+        if folded is None:   # a BN without running statistics normalises by the batch
+            return super().forward(x)
+        conv = self[0]
+        return F.conv2d_affine_act(x, conv.weight, *folded, stride=conv.stride,
+                                   padding=conv.padding, dilation=conv.dilation,
+                                   groups=conv.groups)
+
+
+_ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
+
+
+def _frozen_affine(fused):
+    """(scale or None, shift or None, act) of conv bias + eval BN + activation, float64 math;
+    None when the BN has no running statistics."""
+    conv, parts = fused[0], fused.parts
+    scale = shift = None
+    if conv.bias is not None:
+        shift = conv.bias.numpy().astype(np.float64)
+    if "BatchNorm2d" in parts:
+        bn = fused[parts.index("BatchNorm2d")]
+        if bn.running_mean is None:
+            return None
+        scale = 1.0 / np.sqrt(bn.running_var.numpy().astype(np.float64) + bn.eps)
+        if bn.weight is not None:
+            scale = scale * bn.weight.numpy()
+        shift = -bn.running_mean.numpy() * scale + (0.0 if shift is None else shift * scale)
+        if bn.bias is not None:
+            shift = shift + bn.bias.numpy()
+    dtype = conv.weight.dtype
+    return (None if scale is None else scale.astype(dtype),
+            None if shift is None else shift.astype(dtype), _ACTS.get(parts[-1]))
 
 
 def _fused_class(*parts):

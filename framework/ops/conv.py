@@ -76,6 +76,32 @@ class _Geometry:
         return c * self.kernel[0] * self.kernel[1] * oh * ow * itemsize
 
 
+def _forward(algo, x, w, b, geo, groups):
+    """Convolution of numpy arrays with algorithm `algo` (one of conv_algo.ALGORITHMS)."""
+    if algo == "depthwise_direct":
+        return _C.depthwise_conv2d(x, w, b, geo.stride, geo.padding, geo.dilation)
+    if algo == "gemm_direct":
+        return _C.conv2d_gemm(x, w, None, b, geo.stride, geo.padding, geo.dilation)
+    if algo == "winograd_f2x2":
+        out = winograd.conv2d(x, w, geo.padding)
+        return out if b is None else out + b.reshape(1, -1, 1, 1)
+    n, c, h, wd = x.shape
+    co = w.shape[0]
+    oh, ow = geo.out_size(h, wd)
+    wg = w.reshape(groups, co // groups, -1)  # (G, Co/G, C/G*K)
+    if algo == "gemm_1x1":
+        # (G, Co/G, C/G) @ (n, G, C/G, L): no column copy at all
+        out = np.matmul(wg, x.reshape(n, groups, c // groups, h * wd)).reshape(n, co, oh, ow)
+    else:
+        out = np.empty((n, co, oh, ow), x.dtype)
+        for sl in batch_chunks(n, geo.column_bytes(c, h, wd, x.itemsize)):
+            y = np.matmul(wg, geo.im2col(x[sl], groups))  # (G, Co/G, nb*L)
+            out[sl] = from_columns(y, y.shape[-1] // (oh * ow), (co, oh, ow))
+    if b is not None:
+        out += b.reshape(1, co, 1, 1)
+    return out
+
+
 class Conv2d(Function):
     """Cross-correlation with groups (depthwise when groups == C); bias optional."""
 
@@ -88,29 +114,7 @@ class Conv2d(Function):
         return run(self.algo)
 
     def _run(self, algo, x, w, b):
-        geo, groups = self.geo, self.groups
-        if algo == "depthwise_direct":
-            return _C.depthwise_conv2d(x, w, b, geo.stride, geo.padding, geo.dilation)
-        if algo == "gemm_direct":
-            return _C.conv2d_gemm(x, w, None, b, geo.stride, geo.padding, geo.dilation)
-        if algo == "winograd_f2x2":
-            out = winograd.conv2d(x, w, geo.padding)
-            return out if b is None else out + b.reshape(1, -1, 1, 1)
-        n, c, h, wd = x.shape
-        co = w.shape[0]
-        oh, ow = geo.out_size(h, wd)
-        wg = w.reshape(groups, co // groups, -1)  # (G, Co/G, C/G*K)
-        if algo == "gemm_1x1":
-            # (G, Co/G, C/G) @ (n, G, C/G, L): no column copy at all
-            out = np.matmul(wg, x.reshape(n, groups, c // groups, h * wd)).reshape(n, co, oh, ow)
-        else:
-            out = np.empty((n, co, oh, ow), x.dtype)
-            for sl in batch_chunks(n, geo.column_bytes(c, h, wd, x.itemsize)):
-                y = np.matmul(wg, geo.im2col(x[sl], groups))  # (G, Co/G, nb*L)
-                out[sl] = from_columns(y, y.shape[-1] // (oh * ow), (co, oh, ow))
-        if b is not None:
-            out += b.reshape(1, co, 1, 1)
-        return out
+        return _forward(algo, x, w, b, self.geo, self.groups)
 
     def backward(self, g):
         x, w, geo, groups = self.x, self.w, self.geo, self.groups
@@ -165,6 +169,22 @@ def _direct_input_grad(g, w, geo):
         return None
     return _C.conv2d_gemm(np.ascontiguousarray(g), flipped, None, None, (1, 1), padding,
                           geo.dilation)
+
+
+def conv2d_inference(x, w, scale, shift, act, stride, padding, dilation, groups):
+    """act(scale * conv2d(x, w) + shift) per output channel, numpy in and out, no autograd:
+    a frozen conv + batch norm + activation. gemm_direct applies scale, shift and act in its
+    store; the other algorithms run with the scale folded into w and shift as the bias, then
+    clamp in place. act: 0 none, 1 ReLU, 2 ReLU6."""
+    geo = _Geometry(w.shape[2:], stride, padding, dilation)
+    algo = conv_algo.choose(x, w, groups, geo)
+    if algo == "gemm_direct":
+        return _C.conv2d_gemm(x, w, scale, shift, geo.stride, geo.padding, geo.dilation, act)
+    w = w if scale is None else w * scale.reshape(-1, 1, 1, 1).astype(w.dtype)
+    out = _forward(algo, x, w, shift, geo, groups)
+    if act:
+        np.clip(out, 0, 6 if act == 2 else None, out=out)
+    return out
 
 
 class ConvTranspose2d(Function):
