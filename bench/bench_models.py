@@ -8,15 +8,17 @@ faster). Peers are skipped (shown "-") when not installed or without the archite
 
 Latency: median of --repeats runs after a warm-up (evaluation.benchmark for ours, the same
 rule for the peers). Our fp32 inference runs the model fused (quantization.fuse with its
-fuse_groups: each conv + frozen BN + activation as one convolution), as `tianyuan bench` does. Int8: post-training calibration on two random batches, then convert
-(ours: quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the
-accuracy of int8 is `tianyuan quantize`'s. Training: SGD steps on random data at
---train-batch, images/s from the median step. Peers run in a child process, one framework at
-a time (torch ships its own OpenMP runtime).
+fuse_groups: each conv + frozen BN + activation as one convolution), as `tianyuan bench`
+does. Int8: post-training calibration on two random batches, then convert (ours:
+quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the accuracy of
+int8 is `tianyuan quantize`'s. Training: SGD steps on random data at --train-batch, images/s
+from the median step. Peers run in a child process, one framework at a time (torch ships its
+own OpenMP runtime).
 """
 import argparse
 import copy
 import os
+import sys
 import tempfile
 import time
 
@@ -101,8 +103,13 @@ def ort_session(model, torch, threads):
     except ImportError:
         return None
     path = os.path.join(tempfile.mkdtemp(), "model.onnx")
-    torch.onnx.export(model, torch.from_numpy(random_batch(1)), path, input_names=["x"],
-                      dynamic_axes={"x": {0: "n"}}, dynamo=False)
+    try:
+        torch.onnx.export(model, torch.from_numpy(random_batch(1)), path, input_names=["x"],
+                          dynamic_axes={"x": {0: "n"}}, dynamo=False)
+    except Exception as error:  # torch's exporter needs the onnx package besides onnxruntime
+        print(f"ONNX Runtime column skipped: export failed ({type(error).__name__}: {error}); "
+              "pip install onnx", file=sys.stderr)
+        return None
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])

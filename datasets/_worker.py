@@ -1,12 +1,13 @@
 """DataLoader internals: loading one batch, the worker process loop, shared-memory transport.
 
-A batch goes back to the main process as a small tree in which every numpy array is
-replaced by a reference (offset, shape, dtype) into one shared-memory segment per batch.
-The tree travels through the worker's own pipe (Connection.send, written synchronously by
-the worker: no feeder thread that a fork could leave holding a lock, so a result cannot be
-stranded in a worker's buffer). The worker creates and fills the segment; the main process
-copies it out, closes and unlinks it. Segment names are derived from the task's serial number, so the main process
-can unlink the segments of tasks that never came back (dead worker, abandoned epoch).
+A batch goes back to the main process as a small tree in which every numpy array is replaced
+by a reference (offset, shape, dtype) into one shared-memory segment per batch. The tree
+travels through the worker's own pipe (Connection.send, written synchronously by the worker:
+no feeder thread that a fork could leave holding a lock, so a result cannot be stranded in a
+worker's buffer). The worker creates and fills the segment; the main process copies it out,
+closes and unlinks it. Segment names are derived from the task's serial number, so the main
+process can unlink the segments of tasks that never came back (dead worker, abandoned
+epoch).
 """
 import contextlib
 import os

@@ -85,7 +85,8 @@ void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc, flo
                     const float* scale, const float* shift, int act) {
     float acc[kMr][kNr];
     for (int64_t r = 0; r < mr; ++r)
-        for (int64_t l = 0; l < kNr; ++l) acc[r][l] = first || l >= nvalid ? 0.0f : out[r * ldc + l];
+        for (int64_t l = 0; l < kNr; ++l)
+            acc[r][l] = first || l >= nvalid ? 0.0f : out[r * ldc + l];
     for (int64_t k = 0; k < kc; ++k) {
         const float* bk = b + k * ldb;
         for (int64_t r = 0; r < mr; ++r) {
@@ -108,64 +109,82 @@ void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* 
         }
 }
 
+// What every work item of one call shares: the ISA's kernel and packer, sizes, the split.
+struct Plan {
+    ConvGemmKernel kernel;
+    ConvGemmPack pack;
+    const float* x;
+    const float* packed_w;     // (co_blocks, depth, kMr)
+    const ConvEpilogue* epi;
+    float* out;
+    const Conv2dGeometry* g;
+    int64_t co, positions, depth, panels, co_blocks, groups, splits;
+    bool pointwise;
+};
+
+// Work item = (image, group of kGroup panels, share of the channel blocks). k outermost: the
+// weights' k-slice of these channel blocks stays in L2 while the group's panels pass over it.
+void run_item(const Plan& p, int64_t item, float* panel) {
+    const int64_t split = item % p.splits, group = (item / p.splits) % p.groups;
+    const int64_t n = item / p.splits / p.groups;
+    const int64_t cb0 = split * p.co_blocks / p.splits;
+    const int64_t cb1 = (split + 1) * p.co_blocks / p.splits;
+    const int64_t pn0 = group * kGroup, pn1 = pn0 + kGroup < p.panels ? pn0 + kGroup : p.panels;
+    const float* xn = p.x + n * p.g->c * p.g->h * p.g->w;
+    for (int64_t k0 = 0; k0 < p.depth; k0 += kKc) {
+        const int64_t kc = p.depth - k0 < kKc ? p.depth - k0 : kKc;
+        for (int64_t pn = pn0; pn < pn1; ++pn) {
+            const int64_t p0 = pn * kNr, nvalid = p.positions - p0 < kNr ? p.positions - p0 : kNr;
+            const float* b = xn + k0 * p.positions + p0;  // pointwise: x read in place
+            int64_t ldb = p.positions;
+            if (!p.pointwise) {
+                Segment seg[kNr];
+                const int64_t nseg = row_segments(p0, nvalid, p.g->out_w(), seg);
+                p.pack(xn, *p.g, seg, nseg, nvalid, k0, kc, panel);
+                b = panel;
+                ldb = kNr;
+            }
+            for (int64_t cb = cb0; cb < cb1; ++cb) {
+                const int64_t r0 = cb * kMr, mr = p.co - r0 < kMr ? p.co - r0 : kMr;
+                p.kernel(p.packed_w + (cb * p.depth + k0) * kMr, b, ldb, kc,
+                         p.out + (n * p.co + r0) * p.positions + p0, p.positions, mr, nvalid,
+                         k0 == 0, k0 + kc == p.depth, p.epi->scale ? p.epi->scale + r0 : nullptr,
+                         p.epi->shift ? p.epi->shift + r0 : nullptr, p.epi->act);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out) {
     const bool avx512 = current_isa() >= Isa::avx512;
-    const ConvGemmKernel kernel = avx512 ? conv_gemm_kernel_avx512() : kernel_generic;
-    const ConvGemmPack pack = avx512 ? conv_gemm_pack_avx512() : pack_generic;
-    const int64_t positions = g.out_h() * g.out_w(), depth = g.c * g.kh * g.kw;
-    const int64_t panels = (positions + kNr - 1) / kNr, co_blocks = (co + kMr - 1) / kMr;
-    const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
-                           g.pb == 0 && g.pl == 0 && g.pr == 0;
-    const int64_t groups = (panels + kGroup - 1) / kGroup, per_split = g.n * groups;
-    const int64_t threads = omp_get_max_threads();
+    Plan p{avx512 ? conv_gemm_kernel_avx512() : kernel_generic,
+           avx512 ? conv_gemm_pack_avx512() : pack_generic, x, nullptr, &epi, out, &g, co};
+    p.positions = g.out_h() * g.out_w();
+    p.depth = g.c * g.kh * g.kw;
+    p.panels = (p.positions + kNr - 1) / kNr;
+    p.co_blocks = (co + kMr - 1) / kMr;
+    p.groups = (p.panels + kGroup - 1) / kGroup;
+    p.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
+                  g.pl == 0 && g.pr == 0;
+    const int64_t threads = omp_get_max_threads(), per_split = g.n * p.groups;
     // split the channel blocks too when images x panel groups cannot keep every thread busy
-    int64_t splits = (2 * threads + per_split - 1) / per_split;
-    splits = splits < 1 ? 1 : (splits > co_blocks ? co_blocks : splits);
-    const int64_t items = per_split * splits, in_plane = g.c * g.h * g.w;
-    const bool parallel = g.n * co * positions * depth >= kParallelMacs && threads > 1;
-    std::vector<float> packed_w(static_cast<size_t>(co_blocks * depth * kMr));
+    p.splits = (2 * threads + per_split - 1) / per_split;
+    p.splits = p.splits < 1 ? 1 : (p.splits > p.co_blocks ? p.co_blocks : p.splits);
+    std::vector<float> packed_w(static_cast<size_t>(p.co_blocks * p.depth * kMr));
+    p.packed_w = packed_w.data();
+    const int64_t items = per_split * p.splits;
+    const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
 #pragma omp parallel if (parallel)
     {
 #pragma omp for schedule(static)
-        for (int64_t cb = 0; cb < co_blocks; ++cb) pack_weights(w, co, depth, cb, packed_w.data());
+        for (int64_t cb = 0; cb < p.co_blocks; ++cb)
+            pack_weights(w, co, p.depth, cb, packed_w.data());
         alignas(64) float panel[kKc * kNr];
 #pragma omp for schedule(static)
-        for (int64_t item = 0; item < items; ++item) {
-            const int64_t split = item % splits, group = (item / splits) % groups;
-            const int64_t n = item / splits / groups;
-            const int64_t cb0 = split * co_blocks / splits, cb1 = (split + 1) * co_blocks / splits;
-            const int64_t pn0 = group * kGroup;
-            const int64_t pn1 = pn0 + kGroup < panels ? pn0 + kGroup : panels;
-            const float* xn = x + n * in_plane;
-            // k outermost: the weights' k-slice of these channel blocks stays in L2 while the
-            // group's panels pass over it
-            for (int64_t k0 = 0; k0 < depth; k0 += kKc) {
-                const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
-                for (int64_t pn = pn0; pn < pn1; ++pn) {
-                    const int64_t p0 = pn * kNr;
-                    const int64_t nvalid = positions - p0 < kNr ? positions - p0 : kNr;
-                    const float* b = xn + k0 * positions + p0;  // pointwise: x in place
-                    int64_t ldb = positions;
-                    if (!pointwise) {
-                        Segment seg[kNr];
-                        const int64_t nseg = row_segments(p0, nvalid, g.out_w(), seg);
-                        pack(xn, g, seg, nseg, nvalid, k0, kc, panel);
-                        b = panel;
-                        ldb = kNr;
-                    }
-                    for (int64_t cb = cb0; cb < cb1; ++cb) {
-                        const int64_t r0 = cb * kMr, mr = co - r0 < kMr ? co - r0 : kMr;
-                        kernel(packed_w.data() + (cb * depth + k0) * kMr, b, ldb, kc,
-                               out + (n * co + r0) * positions + p0, positions, mr, nvalid,
-                               k0 == 0, k0 + kc == depth, epi.scale ? epi.scale + r0 : nullptr,
-                               epi.shift ? epi.shift + r0 : nullptr, epi.act);
-                    }
-                }
-            }
-        }
+        for (int64_t item = 0; item < items; ++item) run_item(p, item, panel);
     }
 }
 
