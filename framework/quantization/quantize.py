@@ -53,9 +53,11 @@ def fuse(model, groups):
         if cls is None or len(group) < 2:
             raise ValueError(f"fuse: cannot fuse group {group} "
                              f"({[type(m).__name__ for m in modules]})")
-        _set(model, group[0], cls(*modules))
+        fused = cls(*modules)
+        fused.training = modules[0].training  # an eval model stays in eval mode
+        _set(model, group[0], fused)
         for name in group[1:]:
-            _set(model, name, nn.Identity())
+            _set(model, name, nn.Identity().train(fused.training))
     return model
 
 
