@@ -8,10 +8,9 @@ parts in order. Their names are the parts' short names, so the QAT and int8 twin
 
 >>> fused = ConvBnReLU2d(Conv2d(3, 8, 3), BatchNorm2d(8), ReLU())
 """
-import numpy as np
-
 from .. import functional as F
 from ..autograd import is_grad_enabled
+from ..functional.normalization import _eval_affine
 from .container import Sequential
 
 SHORT_NAMES = {"Conv2d": "Conv", "BatchNorm2d": "Bn", "ReLU": "ReLU", "ReLU6": "ReLU6",
@@ -59,25 +58,21 @@ _ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
 
 
 def _frozen_affine(fused):
-    """(scale or None, shift or None, act) of conv bias + eval BN + activation, float64 math;
-    None when the BN has no running statistics."""
+    """(scale or None, shift or None, act) of conv bias + eval BN + activation: the BN's
+    eval affine (F.batch_norm's own) with the conv bias moved through it; None when the BN
+    has no running statistics."""
     conv, parts = fused[0], fused.parts
-    scale = shift = None
-    if conv.bias is not None:
-        shift = conv.bias.numpy().astype(np.float64)
+    scale = None
+    shift = None if conv.bias is None else conv.bias.numpy()
     if "BatchNorm2d" in parts:
         bn = fused[parts.index("BatchNorm2d")]
         if bn.running_mean is None:
             return None
-        scale = 1.0 / np.sqrt(bn.running_var.numpy().astype(np.float64) + bn.eps)
-        if bn.weight is not None:
-            scale = scale * bn.weight.numpy()
-        shift = -bn.running_mean.numpy() * scale + (0.0 if shift is None else shift * scale)
-        if bn.bias is not None:
-            shift = shift + bn.bias.numpy()
-    dtype = conv.weight.dtype
-    return (None if scale is None else scale.astype(dtype),
-            None if shift is None else shift.astype(dtype), _ACTS.get(parts[-1]))
+        scale, bn_shift = (t.numpy() for t in _eval_affine(
+            conv.weight, bn.running_mean.numpy(), bn.running_var.numpy(), bn.weight, bn.bias,
+            bn.eps, type(fused).__name__))
+        shift = bn_shift if shift is None else bn_shift + scale * shift
+    return scale, shift, _ACTS.get(parts[-1])
 
 
 def _fused_class(*parts):
