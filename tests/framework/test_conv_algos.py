@@ -252,3 +252,13 @@ def test_depthwise_binding_rejects_bad_arguments():
     with pytest.raises(ValueError, match="depthwise_conv2d: bias must be"):
         _C.depthwise_conv2d(x, np.zeros((4, 1, 3, 3), np.float32), np.zeros(3, np.float32),
                             (1, 1), (0,) * 4, (1, 1))
+
+
+def test_pointwise_rule_by_batch_and_map_size():
+    conv_ops.conv_algo.clear_choices()
+    w = ty.randn(16, 32, 1, 1)
+    F.conv2d(ty.randn(1, 32, 14, 14), w)   # batch 1: numpy's GEMM, no packing
+    F.conv2d(ty.randn(2, 32, 14, 14), w)   # a batch of 14x14 maps: x read in place
+    F.conv2d(ty.randn(2, 32, 7, 7), w)     # a batch of small maps: one GEMM, batch folded
+    direct = "gemm_direct" if ty.current_isa() in ("avx512", "vnni", "amx") else "gemm_1x1"
+    assert list(conv_ops.algorithm_choices().values()) == ["gemm_1x1", direct, "im2col_gemm"]
