@@ -233,8 +233,9 @@ class _WorkerPool:
             raise RuntimeError(f"DataLoader worker {worker} closed its result pipe while alive")
         except Exception as error:
             self.healthy = False
-            raise DataLoaderWorkerError(f"DataLoader: a worker's message could not be decoded "
-                                        f"here: {type(error).__name__}: {error}") from error
+            raise DataLoaderWorkerError(
+                f"DataLoader: a message from worker {self.readers.index(reader)} could not be "
+                f"decoded here: {type(error).__name__}: {error}") from error
 
     def _accept(self, message):
         kind, serial = message[0], message[1]

@@ -9,10 +9,9 @@
 // shift a frozen batch norm folds into the store, so conv + BN + activation is one pass.
 // Blocking: a panel of kNr output positions by kKc reduction rows is packed (it stays in L1)
 // and every kMr-row block of output channels runs over it; w is repacked once per call as
-// (Co/kMr, K, kMr) so a block's weights are one stream (rows of w K floats apart alias in
-// L1 when K * 4 is a multiple of 4 KiB's halves). Pointwise convolutions read x in place.
-// Numpy twin:
-// framework/ops/conv_ref.py (conv2d_ref) followed by the epilogue.
+// (Co/kMr, K, kMr) so a block's weights are one stream (12 rows of w read in place, K * 4
+// bytes apart, fell into two L1 sets at K = 4608). Pointwise convolutions read x in place.
+// Numpy twin: framework/ops/conv_ref.py, conv2d_ref followed by conv_epilogue_ref.
 #pragma once
 
 #include <cstdint>
