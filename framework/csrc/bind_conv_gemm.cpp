@@ -46,6 +46,33 @@ py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::
     return std::move(out);
 }
 
+py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_any, Pair kernel,
+                                  Pair stride, Quad padding, Pair dilation) {
+    if (!x_any.dtype().is(py::dtype::of<float>()) || !gy_any.dtype().is(py::dtype::of<float>()))
+        throw py::value_error("conv2d_gemm_weight_grad: x and gy must be float32");
+    F32 x = F32::ensure(x_any), gy = F32::ensure(gy_any);
+    if (x.ndim() != 4 || gy.ndim() != 4)
+        throw py::value_error("conv2d_gemm_weight_grad: need x (N, C, H, W) and gy (N, Co, "
+                              "out_h, out_w)");
+    const Conv2dGeometry g = make_geometry("conv2d_gemm_weight_grad", x.shape(0), x.shape(1),
+                                           x.shape(2), x.shape(3), kernel, stride, padding,
+                                           dilation);
+    if (gy.shape(0) != g.n || gy.shape(2) != g.out_h() || gy.shape(3) != g.out_w())
+        throw py::value_error("conv2d_gemm_weight_grad: gy must be (" + std::to_string(g.n) +
+                              ", Co, " + std::to_string(g.out_h()) + ", " +
+                              std::to_string(g.out_w()) + ") for this x and geometry, got (" +
+                              std::to_string(gy.shape(0)) + ", " + std::to_string(gy.shape(1)) +
+                              ", " + std::to_string(gy.shape(2)) + ", " +
+                              std::to_string(gy.shape(3)) + ")");
+    const int64_t co = gy.shape(1);
+    F32 gw({co, g.c, g.kh, g.kw});
+    {
+        py::gil_scoped_release release;
+        conv_gemm_weight_grad(x.data(), gy.data(), co, g, gw.mutable_data());
+    }
+    return std::move(gw);
+}
+
 }  // namespace
 
 void bind_conv_gemm(py::module_& m) {
@@ -54,6 +81,10 @@ void bind_conv_gemm(py::module_& m) {
           py::arg("act") = 0,
           "act(scale * conv2d(x, w) + shift) per output channel, groups 1, float32; scale and "
           "shift (Co,) or None; act 0 none, 1 ReLU, 2 ReLU6; padding (top, bottom, left, right)");
+    m.def("conv2d_gemm_weight_grad", &conv2d_gemm_weight_grad, py::arg("x"), py::arg("gy"),
+          py::arg("kernel"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+          "Weight gradient (Co, C, kh, kw) of conv2d(x, w) (groups 1, float32) for output "
+          "gradient gy, no im2col matrix; padding (top, bottom, left, right)");
 }
 
 }  // namespace bind

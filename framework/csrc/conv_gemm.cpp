@@ -157,6 +157,14 @@ void run_item(const Plan& p, int64_t item, float* panel) {
 
 }  // namespace
 
+ConvGemmPack conv_gemm_pack() {
+    return current_isa() >= Isa::avx512 ? conv_gemm_pack_avx512() : pack_generic;
+}
+
+int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg) {
+    return row_segments(p0, nvalid, ow, seg);
+}
+
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out) {
     const bool avx512 = current_isa() >= Isa::avx512;

@@ -55,5 +55,38 @@ using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
 
 ConvGemmKernel conv_gemm_kernel_avx512();
 ConvGemmPack conv_gemm_pack_avx512();
+// The packer of the current ISA, and the row segments of the panel of nvalid lanes from
+// position p0 of an output of width ow (returns their count, at most kNr).
+ConvGemmPack conv_gemm_pack();
+int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg);
+
+// Weight gradient of the same convolution, with the same panels and no im2col matrix:
+//   gw[co][k] = sum_n sum_p gy[n][co][p] * X_n[k][p]
+// gy (N, Co, out_h, out_w) and x (N, C, H, W) contiguous, gw (Co, C, kh, kw) overwritten.
+// Computed transposed, gw^T (K x Co) += X (K x P) gy^T (P x Co), with the forward's register
+// block turned around: kWgradMr rows k broadcast from the packed panels by 32 channels
+// loaded from gy^T, whose chunk rows are gathered once per chunk. Each thread owns a range of
+// k, so the result does not depend on the number of threads.
+// Numpy twin: framework/ops/conv_ref.py, conv2d_weight_grad_ref.
+void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
+                           float* gw);
+
+constexpr int64_t kWgradMr = 12;  // rows k per register block
+constexpr int64_t kWgradNr = 32;  // output channels per register block
+
+// acc[r][0:kWgradNr] (row stride ldacc) += sum over the chunk's positions s of
+// b(s)[r * kNr] * at[s * kWgradNr + 0:kWgradNr], r < kWgradMr; position s runs over lanes
+// [0, nvalid[pn]) of panels pn < npanels, b(s) = b + pn * ldp + lane.
+using WgradKernel = void (*)(const float* b, int64_t ldp, const int64_t* nvalid,
+                             int64_t npanels, const float* at, float* acc, int64_t ldacc);
+// Channel block cb of gy^T, contiguous so that a register block's rows stay in L1:
+// at[cb * ldblock + s * kWgradNr + c] = gy_n(s)[cb * kWgradNr + c][p(s)], zero past co;
+// position s runs over lanes [0, nvalid[i]) of the chunk's panels, whose image and first
+// position are image[i], p0[i]; gy_n = gy + n * co * positions.
+using WgradGather = void (*)(const float* gy, int64_t co, int64_t positions,
+                             const int64_t* image, const int64_t* p0, const int64_t* nvalid,
+                             int64_t npanels, float* at, int64_t ldblock);
+WgradKernel conv_wgrad_kernel_avx512();
+WgradGather conv_wgrad_gather_avx512();
 
 }  // namespace tianyuan

@@ -127,9 +127,15 @@ class Conv2d(Function):
         elif need_x and self.algo == "gemm_direct":
             gx = _direct_input_grad(g, w, geo)
         need_x = need_x and gx is None
+        gw_direct = None
+        if need_w and conv_algo.wgrad_direct_wins(x, w, groups, geo):
+            gw_direct = _C.conv2d_gemm_weight_grad(x, np.ascontiguousarray(g, x.dtype),
+                                                   geo.kernel, geo.stride, geo.padding,
+                                                   geo.dilation)
+            need_w = False
         wg = w.reshape(groups, w.shape[0] // groups, -1)
         gx = np.empty_like(x) if need_x else gx
-        gw = np.zeros_like(wg) if need_w else None
+        gw = np.zeros_like(wg) if need_w else gw_direct
         chunks = batch_chunks(x.shape[0], geo.column_bytes(*x.shape[1:], x.itemsize))
         for sl in chunks if need_x or need_w else ():
             gy = to_columns(g[sl], groups)  # (G, Co/G, nb*L)
@@ -224,9 +230,16 @@ class ConvTranspose2d(Function):
         n, ci = x.shape[:2]
         wg = w.reshape(groups, ci // groups, -1)
         gx = np.empty_like(x) if need_x else None
-        gw = np.zeros_like(wg) if need_w else None
         inner = g[:, :, :self.inner[0], :self.inner[1]]  # the zero edge has no inputs
-        for sl in batch_chunks(n, geo.column_bytes(g.shape[1], *self.inner, x.itemsize)):
+        gw = None
+        if need_w and conv_algo.wgrad_direct_wins(inner, w, groups, geo):
+            # the weight gradient of the convolution whose input gradient this layer is
+            gw = _C.conv2d_gemm_weight_grad(np.ascontiguousarray(inner, x.dtype), x,
+                                            geo.kernel, geo.stride, geo.padding, geo.dilation)
+            need_w = False
+        gw = np.zeros_like(wg) if need_w else gw
+        chunks = batch_chunks(n, geo.column_bytes(g.shape[1], *self.inner, x.itemsize))
+        for sl in chunks if need_x or need_w else ():
             gcols = geo.im2col(np.ascontiguousarray(inner[sl]), groups)  # (G, Co/G*K, nb*L)
             if need_w:
                 gw += np.matmul(to_columns(x[sl], groups), gcols.transpose(0, 2, 1))

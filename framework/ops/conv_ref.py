@@ -69,6 +69,15 @@ def conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1
     return out
 
 
+def conv2d_weight_grad_ref(x, gy, kernel, stride, padding, dilation):
+    """Weight gradient of conv2d_ref (groups 1): x (N, C, H, W), gy (N, Co, out_h, out_w)
+    -> gw (Co, C, kh, kw) = sum over images and positions of gy times the window."""
+    gw = np.zeros((gy.shape[1], x.shape[1]) + tuple(kernel), np.result_type(x, gy))
+    for i, j, view in _windows(x, kernel, stride, padding, dilation):
+        gw[:, :, i, j] = np.einsum("nchw,nohw->oc", view, gy)
+    return gw
+
+
 def conv_epilogue_ref(y, scale=None, shift=None, act=0):
     """act(scale * y + shift) per channel of y (N, C, H, W): the store of _C.conv2d_gemm
     (act 0 none, 1 ReLU, 2 ReLU6), in y's dtype."""
