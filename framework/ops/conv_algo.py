@@ -17,6 +17,9 @@ times each candidate once on the real arrays and keeps the fastest for that shap
 may then differ in the last bits between processes. `algorithm_choices()` lists what was
 chosen (for a model: run it once, then read the list).
 
+The weight gradient has its own fixed choice, `wgrad_direct_wins`: our direct kernel
+(_C.conv2d_gemm_weight_grad) or im2col + numpy's GEMM, whatever ran the forward.
+
 Force one for tests or experiments with env TIANYUAN_CONV_ALGO=name or
 `with force_algorithm("im2col_gemm"): ...`; a forced algorithm that cannot run a shape falls
 back to the automatic choice.
