@@ -40,7 +40,8 @@ _forced = [None]
 _fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
 # The fixed rule's preference; winograd_f2x2 is taken first where winograd_wins says so.
 _RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2", "gemm_direct")
-WINO_MIN_TILES = 32
+WINO_MIN_TILES = 128
+WINO_MIN_SIZE = 14
 GEMM_DIRECT_STEM_DEPTH = 160
 GEMM_DIRECT_MIN_POSITIONS = 784
 GEMM_DIRECT_MAX_DEPTH = 1152
@@ -139,14 +140,18 @@ def wgrad_direct_wins(x, w, groups, geo):
 
 
 def winograd_wins(x, w, geo):
-    """Shapes where F(2x2, 3x3) beat im2col + GEMM (1 thread, Zen 5, bench/bench_conv.py):
-    forward 0.43-0.73x for 64-512 channels once the GEMMs have >= WINO_MIN_TILES columns; at
-    7x7 batch 1 (16 tiles) the per-call weight transform (16 Co C floats) costs more than the
-    saved multiplies (5x slower), and below WINO_MIN_CHANNELS channels both are ~equal."""
+    """Shapes where F(2x2, 3x3) beats the GEMMs: >= WINO_MIN_TILES tiles per call on output
+    maps of >= WINO_MIN_SIZE (odd 7x7 maps waste 30% of 2x2 tiles) with >= WINO_MIN_CHANNELS
+    channels. Measured at 2 threads on this repo's 2-core AVX-512 Xeon, 3x3 C -> C for C in
+    64-512, maps 7-56, batch 1 and 16, interleaved: winograd 1.2-1.9x faster than the best
+    other algorithm for 256+ channels on >= 14x14 maps at batch 16 and >= 28x28 at batch 1;
+    1.2-1.6x slower at 14x14 batch 1 (49 tiles: the per-call weight transform, 16 Co C
+    floats, dominates) and on 7x7 maps (equal at 512 channels, 1.25x slower at 256)."""
     n, c, h, wd = x.shape
     oh, ow = geo.out_size(h, wd)
     tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
-    return tiles >= WINO_MIN_TILES and min(c, w.shape[0]) >= WINO_MIN_CHANNELS
+    return (tiles >= WINO_MIN_TILES and min(oh, ow) >= WINO_MIN_SIZE
+            and min(c, w.shape[0]) >= WINO_MIN_CHANNELS)
 
 
 def forced():
