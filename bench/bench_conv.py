@@ -3,6 +3,7 @@ our forward and forward+backward time against PyTorch's (same thread count), ONN
 forward when it can be exported, ratios, totals per network, GFLOP/s against a peak.
 
     /root/benchvenv/bin/python bench/bench_conv.py --nets resnet18 --batch 1 [--repeats 5]
+        [--rounds 3]
 
 Identical layers are timed once and counted as often as they occur. Times are medians over
 --repeats runs; on a shared machine they are noisy. The fp32 peak is --peak (GFLOP/s;
@@ -168,19 +169,33 @@ def in_child(fn, *args):
         return pool.apply(fn, args)
 
 
-def bench_net(name, batch, repeats, threads, peak):
+def _median_or_none(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def bench_net(name, batch, repeats, threads, peak, rounds):
     counts = collections.Counter(NETS[name]())
     rows, total = [], np.zeros(5)
-    # one framework at a time: a peer's worker threads must not share our cores
-    mine = {layer: ours(layer, batch, repeats) for layer in counts}
-    peer = in_child(peer_times, list(counts), batch, repeats, threads)
+    # one framework at a time: a peer's worker threads must not share our cores; the two
+    # alternate `rounds` times so that a slow spell of the machine hits both, and each
+    # layer's time is the median over the rounds of its per-round medians
+    mine_runs, peer_runs = [], []
+    for _ in range(rounds):
+        mine_runs.append({layer: ours(layer, batch, repeats) for layer in counts})
+        peer_runs.append(in_child(peer_times, list(counts), batch, repeats, threads))
+    mine = {layer: tuple(np.median([run[layer] for run in mine_runs], axis=0))
+            for layer in counts}
+    peer = {layer: tuple(_median_or_none([run[layer][i] for run in peer_runs])
+                         for i in range(3)) for layer in counts}
     for layer, count in counts.items():
         (f, fb), (tf, tfb, o) = mine[layer], peer[layer]
         gf = flops(layer, batch) / f / 1e9
         rows.append((layer, count, f, fb, tf, tfb, o, gf))
         total += count * np.array([f, fb, tf, tfb, o or 0.0])
     print(f"\n{name}, batch {batch}: {len(counts)} distinct layers, {sum(counts.values())} "
-          f"convolutions; times in ms ({STAT[0].__name__} of {repeats}); peak {peak:.0f} GFLOP/s")
+          f"convolutions; times in ms ({STAT[0].__name__} of {repeats}, median over {rounds} "
+          f"alternating rounds); peak {peak:.0f} GFLOP/s")
     print(f"{'cin':>5}{'cout':>6}{'k':>3}{'s':>3}{'g':>5}{'hw':>5}{'x':>4} | {'fwd':>8}{'torch':>8}"
           f"{'ratio':>7}{'ort':>8} | {'f+b':>8}{'torch':>8}{'ratio':>7} | {'GF/s':>6}{'%pk':>5}")
     for layer, count, f, fb, tf, tfb, o, gf in rows:
@@ -205,6 +220,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peak", type=float, default=441.0)
     parser.add_argument("--stat", choices=("median", "min"), default="median")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate ours and the peers this many times per network")
     args = parser.parse_args()
     STAT[0] = np.median if args.stat == "median" else np.min
     restart_with_blas_threads(args.threads)
@@ -218,7 +235,7 @@ def main():
           f"sgemm on Zen 5)")
     for batch in (int(b) for b in args.batch.split(",")):
         for name in args.nets.split(","):
-            bench_net(name, batch, args.repeats, args.threads, args.peak)
+            bench_net(name, batch, args.repeats, args.threads, args.peak, args.rounds)
 
 
 if __name__ == "__main__":
