@@ -118,23 +118,30 @@ struct Plan {
     const ConvEpilogue* epi;
     float* out;
     const Conv2dGeometry* g;
-    int64_t co, positions, depth, panels, co_blocks, groups, splits;
+    int64_t co, positions, depth, co_blocks, splits;
+    int64_t panels;  // per image
+    int64_t groups;  // of kGroup panels over the whole batch
     bool pointwise;
 };
 
-// Work item = (image, group of kGroup panels, share of the channel blocks). k outermost: the
-// weights' k-slice of these channel blocks stays in L2 while the group's panels pass over it.
+// Work item = (group of kGroup consecutive panels of the batch, which may straddle images,
+// share of the channel blocks). k outermost: the weights' k-slice of these channel blocks
+// stays in L2 while the group's panels pass over it, so the weights are read from memory
+// once per group (on 7x7 maps, 2 panels an image, a group of one image's panels read them
+// 4x as often).
 void run_item(const Plan& p, int64_t item, float* panel) {
-    const int64_t split = item % p.splits, group = (item / p.splits) % p.groups;
-    const int64_t n = item / p.splits / p.groups;
+    const int64_t split = item % p.splits, group = item / p.splits;
     const int64_t cb0 = split * p.co_blocks / p.splits;
     const int64_t cb1 = (split + 1) * p.co_blocks / p.splits;
-    const int64_t pn0 = group * kGroup, pn1 = pn0 + kGroup < p.panels ? pn0 + kGroup : p.panels;
-    const float* xn = p.x + n * p.g->c * p.g->h * p.g->w;
+    const int64_t total = p.g->n * p.panels;
+    const int64_t t0 = group * kGroup, t1 = t0 + kGroup < total ? t0 + kGroup : total;
+    const int64_t image_size = p.g->c * p.g->h * p.g->w;
     for (int64_t k0 = 0; k0 < p.depth; k0 += kKc) {
         const int64_t kc = p.depth - k0 < kKc ? p.depth - k0 : kKc;
-        for (int64_t pn = pn0; pn < pn1; ++pn) {
-            const int64_t p0 = pn * kNr, nvalid = p.positions - p0 < kNr ? p.positions - p0 : kNr;
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t n = t / p.panels, p0 = t % p.panels * kNr;
+            const int64_t nvalid = p.positions - p0 < kNr ? p.positions - p0 : kNr;
+            const float* xn = p.x + n * image_size;
             const float* b = xn + k0 * p.positions + p0;  // pointwise: x read in place
             int64_t ldb = p.positions;
             if (!p.pointwise) {
@@ -174,11 +181,11 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     p.depth = g.c * g.kh * g.kw;
     p.panels = (p.positions + kNr - 1) / kNr;
     p.co_blocks = (co + kMr - 1) / kMr;
-    p.groups = (p.panels + kGroup - 1) / kGroup;
+    p.groups = (g.n * p.panels + kGroup - 1) / kGroup;
     p.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
                   g.pl == 0 && g.pr == 0;
-    const int64_t threads = omp_get_max_threads(), per_split = g.n * p.groups;
-    // split the channel blocks too when images x panel groups cannot keep every thread busy
+    const int64_t threads = omp_get_max_threads(), per_split = p.groups;
+    // split the channel blocks too when the panel groups cannot keep every thread busy
     p.splits = (2 * threads + per_split - 1) / per_split;
     p.splits = p.splits < 1 ? 1 : (p.splits > p.co_blocks ? p.co_blocks : p.splits);
     std::vector<float> packed_w(static_cast<size_t>(p.co_blocks * p.depth * kMr));
