@@ -97,7 +97,11 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
         for (int64_t y = 0; y < g.h; ++y) {
             uint8_t* row = dst + (g.pt + y) * wp;
             std::memset(row, z, static_cast<size_t>(g.pl));
-            for (int64_t xx = 0; xx < g.w; ++xx) row[g.pl + xx] = src[y * g.w + xx] ^ flip;
+            if (flip) {
+                for (int64_t xx = 0; xx < g.w; ++xx) row[g.pl + xx] = src[y * g.w + xx] ^ flip;
+            } else {
+                std::memcpy(row + g.pl, src + y * g.w, static_cast<size_t>(g.w));
+            }
             std::memset(row + g.pl + g.w, z, static_cast<size_t>(g.pr));
         }
         std::memset(dst + (g.pt + g.h) * wp, z, static_cast<size_t>(g.pb * wp));
