@@ -2,11 +2,13 @@
 // generic kernels and the ISA dispatch.
 //
 // gw^T (K x Co) += X (K x P) times gy^T (P x Co), the reduction running over all positions
-// of all images. Per chunk of kChunk panels (kNr positions each, any images): the chunk's
-// gy^T rows are gathered once (all channels, padded to kNr), then for each block of up to
-// kKb rows k the forward's packer fills the panels straight from the image and every
-// kWgradMr x kWgradNr register block runs over the chunk. gw^T lives in a per-thread buffer
-// and is transposed into gw at the end.
+// of all images. Per group of images (its gy^T under kGyBudget bytes): the threads first
+// gather the group's gy^T rows together (channel blocks of kNr, zero past Co); then each
+// thread, owning a range of k, takes blocks of up to kKb rows k and, per chunk of kChunk
+// panels (kNr positions each, any images), packs the panels straight from the image with
+// the forward's packer and runs every kWgradMr x kWgradNr register block over the chunk.
+// The thread's block of gw^T stays in L2 across the chunks and is transposed into gw once,
+// after the last group.
 #include <omp.h>
 
 #include <algorithm>
