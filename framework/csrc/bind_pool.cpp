@@ -1,4 +1,4 @@
-// pybind11 glue: max pooling (framework/csrc/pool.h).
+// pybind11 glue: max, average and adaptive average pooling (framework/csrc/pool.h).
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -55,9 +55,99 @@ py::array max_pool2d_backward_typed(const py::array& grad_any, const py::array& 
     }
     return gx;
 }
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+// Mean pooling geometry; adaptive when kernel is (0, 0). Errors name `op`.
+Pool2dGeometry mean_geometry(const char* op, Shape in, Pair kernel, Pair stride, Pair padding,
+                             Pair out_size) {
+    auto [n, c, h, w] = in;
+    const Pool2dGeometry g{n, c, h, w, kernel.first, kernel.second, stride.first, stride.second,
+                           padding.first, padding.second, 1, 1, out_size.first, out_size.second};
+    const bool adaptive = g.kh == 0 && g.kw == 0;
+    if (g.h < 1 || g.w < 1 || g.out_h < 1 || g.out_w < 1 ||
+        (!adaptive && (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.ph < 0 || g.pw < 0 ||
+                       2 * g.ph > g.kh || 2 * g.pw > g.kw)))
+        throw py::value_error(std::string(op) + ": need a non-empty image and out_size, kernel "
+                              "and stride >= 1, 0 <= padding <= kernel / 2");
+    return g;
+}
+
+template <typename T>
+py::array mean_forward_typed(const char* op, const py::array& x_any, Pair kernel, Pair stride,
+                             Pair padding, Pair out_size, bool include) {
+    Array<T> x = Array<T>::ensure(x_any);
+    if (x.ndim() != 4) throw py::value_error(std::string(op) + ": x must be 4-D (N, C, H, W)");
+    const Pool2dGeometry g = mean_geometry(op, {x.shape(0), x.shape(1), x.shape(2), x.shape(3)},
+                                           kernel, stride, padding, out_size);
+    Array<T> out({g.n, g.c, g.out_h, g.out_w});
+    py::gil_scoped_release release;
+    if (g.kh == 0)
+        adaptive_avg_pool2d_forward<T>(x.data(), g, out.mutable_data());
+    else
+        avg_pool2d_forward<T>(x.data(), g, include, out.mutable_data());
+    return std::move(out);
+}
+
+template <typename T>
+py::array mean_backward_typed(const char* op, const py::array& grad_any, Shape in, Pair kernel,
+                              Pair stride, Pair padding, bool include) {
+    Array<T> grad = Array<T>::ensure(grad_any);
+    if (grad.ndim() != 4 || grad.shape(0) != std::get<0>(in) || grad.shape(1) != std::get<1>(in))
+        throw py::value_error(std::string(op) + ": grad must be (N, C, out_h, out_w) with N, C "
+                              "of input_shape");
+    const Pool2dGeometry g = mean_geometry(op, in, kernel, stride, padding,
+                                           {grad.shape(2), grad.shape(3)});
+    Array<T> gx({g.n, g.c, g.h, g.w});
+    py::gil_scoped_release release;
+    if (g.kh == 0)
+        adaptive_avg_pool2d_backward<T>(grad.data(), g, gx.mutable_data());
+    else
+        avg_pool2d_backward<T>(grad.data(), g, include, gx.mutable_data());
+    return std::move(gx);
+}
+
+// Kernel (0, 0): adaptive.
+py::array mean_forward_any(const char* op, const py::array& x, Pair kernel, Pair stride,
+                           Pair padding, Pair out_size, bool include) {
+    const auto run = [&](auto zero) {
+        return mean_forward_typed<decltype(zero)>(op, x, kernel, stride, padding, out_size,
+                                                  include);
+    };
+    return dispatch_float(op, "x", x, [&] { return run(0.0f); }, [&] { return run(0.0); });
+}
+
+py::array mean_backward_any(const char* op, const py::array& grad, Shape in, Pair kernel,
+                            Pair stride, Pair padding, bool include) {
+    const auto run = [&](auto zero) {
+        return mean_backward_typed<decltype(zero)>(op, grad, in, kernel, stride, padding,
+                                                   include);
+    };
+    return dispatch_float(op, "grad", grad, [&] { return run(0.0f); }, [&] { return run(0.0); });
+}
+
 }  // namespace
 
 void bind_pool(py::module_& m) {
+    m.def("avg_pool2d", [](const py::array& x, Pair kernel, Pair stride, Pair padding,
+                           Pair out_size, bool include) {
+        return mean_forward_any("avg_pool2d", x, kernel, stride, padding, out_size, include);
+    }, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
+       py::arg("out_size"), py::arg("count_include_pad"),
+       "x (N, C, H, W) -> window means (N, C, out_h, out_w); padding (top, left)");
+    m.def("avg_pool2d_backward", [](const py::array& grad, Shape in, Pair kernel, Pair stride,
+                                    Pair padding, bool include) {
+        return mean_backward_any("avg_pool2d_backward", grad, in, kernel, stride, padding,
+                                 include);
+    }, py::arg("grad"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride"),
+       py::arg("padding"), py::arg("count_include_pad"),
+       "grad (N, C, out_h, out_w) spread over the windows -> (N, C, H, W)");
+    m.def("adaptive_avg_pool2d", [](const py::array& x, Pair out_size) {
+        return mean_forward_any("adaptive_avg_pool2d", x, {0, 0}, {1, 1}, {0, 0}, out_size, true);
+    }, py::arg("x"), py::arg("out_size"), "x (N, C, H, W) -> adaptive means (N, C, oh, ow)");
+    m.def("adaptive_avg_pool2d_backward", [](const py::array& grad, Shape in) {
+        return mean_backward_any("adaptive_avg_pool2d_backward", grad, in, {0, 0}, {1, 1},
+                                 {0, 0}, true);
+    }, py::arg("grad"), py::arg("input_shape"), "adjoint of adaptive_avg_pool2d -> (N, C, H, W)");
     m.def("max_pool2d", [](const py::array& x, Pair kernel, Pair stride, Pair padding,
                            Pair dilation, Pair out_size) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>()))

@@ -57,95 +57,123 @@ void gather_generic(const float* gy, int64_t co, int64_t positions, const int64_
     }
 }
 
-// Panels [c0, c0 + kChunk) of a group of images from image n0 (per_image panels each):
-// their images, first positions and valid lanes; returns how many there are.
-int64_t chunk_panels(int64_t c0, int64_t panels, int64_t per_image, int64_t positions,
-                     int64_t n0, int64_t* image, int64_t* p0, int64_t* nvalid) {
-    const int64_t np = panels - c0 < kChunk ? panels - c0 : kChunk;
-    for (int64_t i = 0; i < np; ++i) {
-        image[i] = n0 + (c0 + i) / per_image;
-        p0[i] = (c0 + i) % per_image * kNr;
-        nvalid[i] = positions - p0[i] < kNr ? positions - p0[i] : kNr;
-    }
-    return np;
-}
-
 float* aligned64(float* p) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
     return reinterpret_cast<float*>((at + 63) & ~uintptr_t(63));
+}
+
+// What every thread of one call shares.
+struct Plan {
+    WgradKernel kernel;
+    WgradGather gather;
+    ConvGemmPack pack;
+    const float* x;
+    const float* gy;
+    const Conv2dGeometry* g;
+    int64_t co, positions, depth, per_image, co_padded, plane, blocks, tasks;
+};
+
+// A chunk of panels of the image group from n0: where its panels lie.
+struct Chunk {
+    int64_t np, image[kChunk], p0[kChunk], nvalid[kChunk];
+};
+
+Chunk chunk_at(const Plan& p, int64_t c0, int64_t panels, int64_t n0) {
+    Chunk ch;
+    ch.np = panels - c0 < kChunk ? panels - c0 : kChunk;
+    for (int64_t i = 0; i < ch.np; ++i) {
+        ch.image[i] = n0 + (c0 + i) / p.per_image;
+        ch.p0[i] = (c0 + i) % p.per_image * kNr;
+        ch.nvalid[i] = p.positions - ch.p0[i] < kNr ? p.positions - ch.p0[i] : kNr;
+    }
+    return ch;
+}
+
+// Row s of the group's gy^T where the chunk's first position lies.
+int64_t first_row(const Plan& p, const Chunk& ch, int64_t n0) {
+    return (ch.image[0] - n0) * p.positions + ch.p0[0];
+}
+
+// Thread t's rows [k0, k1) of gw^T += the group's contribution; acc (rows x co_padded).
+void run_task(const Plan& p, int64_t k0, int64_t k1, int64_t n0, int64_t nb, const float* gyt,
+              float* acc, float* bbuf) {
+    const int64_t panels = nb * p.per_image, ldblock = nb * p.positions * kCr;
+    for (int64_t kb0 = k0; kb0 < k1; kb0 += kKb) {
+        const int64_t kb = k1 - kb0 < kKb ? k1 - kb0 : kKb;
+        const int64_t kbp = (kb + kMr - 1) / kMr * kMr, ldp = kbp * kNr;
+        for (int64_t c0 = 0; c0 < panels; c0 += kChunk) {
+            const Chunk ch = chunk_at(p, c0, panels, n0);
+            for (int64_t i = 0; i < ch.np; ++i) {
+                ConvGemmSegment seg[kNr];
+                const int64_t nseg =
+                    conv_gemm_segments(ch.p0[i], ch.nvalid[i], p.g->out_w(), seg);
+                float* panel = bbuf + i * ldp;
+                p.pack(p.x + ch.image[i] * p.plane, *p.g, seg, nseg, ch.nvalid[i], kb0, kb,
+                       panel);
+                std::memset(panel + kb * kNr, 0, sizeof(float) * (kbp - kb) * kNr);
+            }
+            const float* at = gyt + first_row(p, ch, n0) * kCr;
+            for (int64_t cb = 0; cb < p.co_padded; cb += kCr)
+                for (int64_t r0 = 0; r0 < kbp; r0 += kMr)
+                    p.kernel(bbuf + r0 * kNr, ldp, ch.nvalid, ch.np, at + cb / kCr * ldblock,
+                             acc + (kb0 - k0 + r0) * p.co_padded + cb, p.co_padded);
+        }
+    }
+}
+
+Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g) {
+    const bool avx512 = current_isa() >= Isa::avx512;
+    Plan p{avx512 ? conv_wgrad_kernel_avx512() : kernel_generic,
+           // the gather indexes channels with 32-bit offsets
+           avx512 && co * g.out_h() * g.out_w() < (int64_t(1) << 31) ? conv_wgrad_gather_avx512()
+                                                                     : gather_generic,
+           conv_gemm_pack(), x, gy, &g, co};
+    p.positions = g.out_h() * g.out_w();
+    p.depth = g.c * g.kh * g.kw;
+    p.per_image = (p.positions + kNr - 1) / kNr;
+    p.co_padded = (co + kCr - 1) / kCr * kCr;
+    p.plane = g.c * g.h * g.w;
+    p.blocks = (p.depth + kMr - 1) / kMr;
+    const int64_t threads = omp_get_max_threads();
+    p.tasks = p.blocks < threads ? p.blocks : threads;
+    return p;
 }
 
 }  // namespace
 
 void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
                            float* gw) {
-    const bool avx512 = current_isa() >= Isa::avx512;
-    const WgradKernel kernel = avx512 ? conv_wgrad_kernel_avx512() : kernel_generic;
-    // the gather indexes channels with 32-bit offsets
-    const WgradGather gather = avx512 && co * g.out_h() * g.out_w() < (int64_t(1) << 31)
-                                   ? conv_wgrad_gather_avx512()
-                                   : gather_generic;
-    const ConvGemmPack pack = conv_gemm_pack();
-    const int64_t positions = g.out_h() * g.out_w(), depth = g.c * g.kh * g.kw;
-    const int64_t per_image = (positions + kNr - 1) / kNr;
-    const int64_t co_padded = (co + kCr - 1) / kCr * kCr, plane = g.c * g.h * g.w;
+    const Plan p = make_plan(x, gy, co, g);
+    const int64_t threads = omp_get_max_threads();
     // images per group: the group's gy^T stays under kGyBudget (at least one image)
-    int64_t group = kGyBudget / (positions * co_padded * int64_t(sizeof(float)));
+    int64_t group = kGyBudget / (p.positions * p.co_padded * int64_t(sizeof(float)));
     group = group < 1 ? 1 : (group > g.n ? g.n : group);
-    const int64_t blocks = (depth + kMr - 1) / kMr, threads = omp_get_max_threads();
-    const int64_t tasks = blocks < threads ? blocks : threads;
-    const bool parallel = g.n * co * positions * depth >= kParallelMacs && threads > 1;
-    std::vector<float> gyt(static_cast<size_t>(group * positions * co_padded));
-    std::vector<std::vector<float>> acc(static_cast<size_t>(tasks));
+    std::vector<float> gyt(static_cast<size_t>(group * p.positions * p.co_padded));
+    std::vector<std::vector<float>> acc(static_cast<size_t>(p.tasks));
+    const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
 #pragma omp parallel if (parallel)
     {
         std::vector<float> bstore(static_cast<size_t>(kChunk * kKb * kNr + 16));
         float* const bbuf = aligned64(bstore.data());  // the packer stores aligned rows
         for (int64_t n0 = 0; n0 < g.n; n0 += group) {
-            const int64_t nb = g.n - n0 < group ? g.n - n0 : group, ldblock = nb * positions * kCr;
-            const int64_t panels = nb * per_image;
+            const int64_t nb = g.n - n0 < group ? g.n - n0 : group, panels = nb * p.per_image;
 #pragma omp for schedule(static)
             for (int64_t c0 = 0; c0 < panels; c0 += kChunk) {
-                int64_t image[kChunk], p0[kChunk], nvalid[kChunk];
-                const int64_t np = chunk_panels(c0, panels, per_image, positions, n0, image,
-                                                p0, nvalid);
-                gather(gy, co, positions, image, p0, nvalid, np,
-                       gyt.data() + ((image[0] - n0) * positions + p0[0]) * kCr, ldblock);
+                const Chunk ch = chunk_at(p, c0, panels, n0);
+                p.gather(gy, co, p.positions, ch.image, ch.p0, ch.nvalid, ch.np,
+                         gyt.data() + first_row(p, ch, n0) * kCr, nb * p.positions * kCr);
             }  // implicit barrier: the group's gy^T is complete
 #pragma omp for schedule(static)
-            for (int64_t t = 0; t < tasks; ++t) {
-                const int64_t k0 = blocks * t / tasks * kMr;
-                const int64_t k1 = std::min(blocks * (t + 1) / tasks * kMr, depth);
-                if (n0 == 0)
-                    acc[t].assign(static_cast<size_t>((k1 - k0 + kMr - 1) / kMr * kMr * co_padded),
-                                  0.0f);
-                for (int64_t kb0 = k0; kb0 < k1; kb0 += kKb) {
-                    const int64_t kb = k1 - kb0 < kKb ? k1 - kb0 : kKb;
-                    const int64_t kbp = (kb + kMr - 1) / kMr * kMr, ldp = kbp * kNr;
-                    for (int64_t c0 = 0; c0 < panels; c0 += kChunk) {
-                        int64_t image[kChunk], p0[kChunk], nvalid[kChunk];
-                        const int64_t np = chunk_panels(c0, panels, per_image, positions, n0,
-                                                        image, p0, nvalid);
-                        for (int64_t i = 0; i < np; ++i) {
-                            ConvGemmSegment seg[kNr];
-                            const int64_t nseg =
-                                conv_gemm_segments(p0[i], nvalid[i], g.out_w(), seg);
-                            float* panel = bbuf + i * ldp;
-                            pack(x + image[i] * plane, g, seg, nseg, nvalid[i], kb0, kb, panel);
-                            std::memset(panel + kb * kNr, 0, sizeof(float) * (kbp - kb) * kNr);
-                        }
-                        const float* at = gyt.data() + ((image[0] - n0) * positions + p0[0]) * kCr;
-                        for (int64_t cb = 0; cb < co_padded; cb += kCr)
-                            for (int64_t r0 = 0; r0 < kbp; r0 += kMr)
-                                kernel(bbuf + r0 * kNr, ldp, nvalid, np, at + cb / kCr * ldblock,
-                                       acc[t].data() + (kb0 - k0 + r0) * co_padded + cb,
-                                       co_padded);
-                    }
-                }
-                if (n0 + nb == g.n)
+            for (int64_t t = 0; t < p.tasks; ++t) {
+                const int64_t k0 = p.blocks * t / p.tasks * kMr;
+                const int64_t k1 = std::min(p.blocks * (t + 1) / p.tasks * kMr, p.depth);
+                if (n0 == 0) acc[t].assign(static_cast<size_t>(
+                                 (k1 - k0 + kMr - 1) / kMr * kMr * p.co_padded), 0.0f);
+                run_task(p, k0, k1, n0, nb, gyt.data(), acc[t].data(), bbuf);
+                if (n0 + nb == g.n)  // gw^T -> gw
                     for (int64_t c = 0; c < co; ++c)
                         for (int64_t k = k0; k < k1; ++k)
-                            gw[c * depth + k] = acc[t][(k - k0) * co_padded + c];
+                            gw[c * p.depth + k] = acc[t][(k - k0) * p.co_padded + c];
             }  // implicit barrier: gy^T is reused by the next group
         }
     }

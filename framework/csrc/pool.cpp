@@ -1,86 +1,123 @@
-// Max pooling kernels; see pool.h. One (n, c) plane per OpenMP work item.
+// Pooling; see pool.h. The drivers live in pool_impl.h; this file compiles them generically
+// (float64, and float32 below AVX2), dispatches float32 to the AVX2 / AVX-512 builds, and
+// computes the mean windows per axis.
+#include <vector>
+
+#include "cpu.h"
 #include "pool.h"
+#include "pool_impl.h"
 
 namespace tianyuan {
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;  // output elements below which we stay serial
+struct Windows {
+    std::vector<PoolSpan> rows, cols;
+};
 
-// ceil(a / b) for b > 0 and any sign of a.
-inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+Windows avg_windows(const Pool2dGeometry& g, bool include) {
+    Windows win;
+    for (int64_t o = 0; o < g.out_h; ++o)
+        win.rows.push_back(avg_span(o, g.kh, g.sh, g.ph, g.h, include));
+    for (int64_t o = 0; o < g.out_w; ++o)
+        win.cols.push_back(avg_span(o, g.kw, g.sw, g.pw, g.w, include));
+    return win;
+}
 
-// Kernel taps [lo, hi) whose pixel start + t * d lies inside [0, size).
-inline void taps(int64_t start, int64_t d, int64_t k, int64_t size, int64_t* lo, int64_t* hi) {
-    *lo = start < 0 ? ceil_div(-start, d) : 0;
-    *hi = ceil_div(size - start, d);
-    if (*hi > k) *hi = k;
-    if (*hi < *lo) *hi = *lo;
+Windows adaptive_windows(const Pool2dGeometry& g) {
+    Windows win;
+    for (int64_t o = 0; o < g.out_h; ++o) win.rows.push_back(adaptive_span(o, g.out_h, g.h));
+    for (int64_t o = 0; o < g.out_w; ++o) win.cols.push_back(adaptive_span(o, g.out_w, g.w));
+    return win;
 }
 
 template <typename T>
-void pool_plane(const T* src, const Pool2dGeometry& g, T* dst, int32_t* arg) {
-    for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        const int64_t y0 = oy * g.sh - g.ph;
-        int64_t i_lo, i_hi;
-        taps(y0, g.dh, g.kh, g.h, &i_lo, &i_hi);
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-            const int64_t x0 = ox * g.sw - g.pw;
-            int64_t j_lo, j_hi;
-            taps(x0, g.dw, g.kw, g.w, &j_lo, &j_hi);
-            T best = T(0);
-            int64_t best_index = -1;  // stays -1 only for a window outside the image
-            if (i_lo < i_hi && j_lo < j_hi) {
-                best_index = (y0 + i_lo * g.dh) * g.w + x0 + j_lo * g.dw;
-                best = src[best_index];
-            }
-            for (int64_t i = i_lo; i < i_hi; ++i) {
-                const int64_t row = (y0 + i * g.dh) * g.w + x0;
-                for (int64_t j = j_lo; j < j_hi; ++j) {
-                    const T v = src[row + j * g.dw];
-                    const bool take = v > best || v != v;  // NaN propagates, as in PyTorch
-                    best = take ? v : best;                // selects, not branches: random
-                    best_index = take ? row + j * g.dw : best_index;  // data mispredicts
-                }
-            }
-            dst[oy * g.out_w + ox] = best;
-            arg[oy * g.out_w + ox] = static_cast<int32_t>(best_index);
-        }
-    }
+void mean_forward_isa(const T* x, const Pool2dGeometry& g, const Windows& win, T* out) {
+    mean_forward(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(), win.cols.data(),
+                 out);
+}
+
+void mean_forward_isa(const float* x, const Pool2dGeometry& g, const Windows& win, float* out) {
+    const Isa isa = current_isa();
+    auto fn = isa >= Isa::avx512 ? pool_mean_forward_avx512
+              : isa >= Isa::avx2 ? pool_mean_forward_avx2
+                                 : mean_forward<float>;
+    fn(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(), win.cols.data(), out);
+}
+
+template <typename T>
+void mean_backward_isa(const T* grad, const Pool2dGeometry& g, const Windows& win, T* gx) {
+    mean_backward(grad, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(),
+                  win.cols.data(), gx);
+}
+
+void mean_backward_isa(const float* grad, const Pool2dGeometry& g, const Windows& win,
+                       float* gx) {
+    const Isa isa = current_isa();
+    auto fn = isa >= Isa::avx512 ? pool_mean_backward_avx512
+              : isa >= Isa::avx2 ? pool_mean_backward_avx2
+                                 : mean_backward<float>;
+    fn(grad, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(), win.cols.data(), gx);
 }
 
 }  // namespace
 
 template <typename T>
 void max_pool2d_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax) {
-    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
-    const bool parallel = planes * out_plane >= kParallelMin;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t p = 0; p < planes; ++p) {
-        pool_plane(x + p * in_plane, g, out + p * out_plane, argmax + p * out_plane);
-    }
+    max_forward(x, g, out, argmax);
+}
+
+template <>
+void max_pool2d_forward(const float* x, const Pool2dGeometry& g, float* out, int32_t* argmax) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return pool_max_forward_avx512(x, g, out, argmax);
+    if (isa >= Isa::avx2) return pool_max_forward_avx2(x, g, out, argmax);
+    max_forward(x, g, out, argmax);
 }
 
 template <typename T>
 void max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx) {
-    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
-    const bool parallel = planes * out_plane >= kParallelMin;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t p = 0; p < planes; ++p) {
-        T* dst = gx + p * in_plane;
-        for (int64_t k = 0; k < in_plane; ++k) dst[k] = T(0);
-        const T* gp = grad + p * out_plane;
-        const int32_t* ap = argmax + p * out_plane;
-        for (int64_t k = 0; k < out_plane; ++k) {
-            if (ap[k] >= 0) dst[ap[k]] += gp[k];
-        }
-    }
+    max_backward(grad, argmax, g, gx);
 }
 
-template void max_pool2d_forward<float>(const float*, const Pool2dGeometry&, float*, int32_t*);
+template <>
+void max_pool2d_backward(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
+                         float* gx) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return pool_max_backward_avx512(grad, argmax, g, gx);
+    if (isa >= Isa::avx2) return pool_max_backward_avx2(grad, argmax, g, gx);
+    max_backward(grad, argmax, g, gx);
+}
+
+template <typename T>
+void avg_pool2d_forward(const T* x, const Pool2dGeometry& g, bool count_include_pad, T* out) {
+    mean_forward_isa(x, g, avg_windows(g, count_include_pad), out);
+}
+
+template <typename T>
+void avg_pool2d_backward(const T* grad, const Pool2dGeometry& g, bool count_include_pad, T* gx) {
+    mean_backward_isa(grad, g, avg_windows(g, count_include_pad), gx);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_forward(const T* x, const Pool2dGeometry& g, T* out) {
+    mean_forward_isa(x, g, adaptive_windows(g), out);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_backward(const T* grad, const Pool2dGeometry& g, T* gx) {
+    mean_backward_isa(grad, g, adaptive_windows(g), gx);
+}
+
 template void max_pool2d_forward<double>(const double*, const Pool2dGeometry&, double*, int32_t*);
-template void max_pool2d_backward<float>(const float*, const int32_t*, const Pool2dGeometry&,
-                                         float*);
 template void max_pool2d_backward<double>(const double*, const int32_t*, const Pool2dGeometry&,
                                           double*);
+#define TY_MEAN(T)                                                                           \
+    template void avg_pool2d_forward<T>(const T*, const Pool2dGeometry&, bool, T*);          \
+    template void avg_pool2d_backward<T>(const T*, const Pool2dGeometry&, bool, T*);         \
+    template void adaptive_avg_pool2d_forward<T>(const T*, const Pool2dGeometry&, T*);       \
+    template void adaptive_avg_pool2d_backward<T>(const T*, const Pool2dGeometry&, T*);
+TY_MEAN(float)
+TY_MEAN(double)
+#undef TY_MEAN
 
 }  // namespace tianyuan

@@ -8,7 +8,20 @@ import tianyuan.functional as F
 from helpers import check_op
 from tianyuan import _C
 from tianyuan.functional.pooling import pool_out_size
-from tianyuan.ops.pool_ref import max_pool2d_backward_ref, max_pool2d_ref
+from tianyuan.ops.pool_ref import (adaptive_avg_pool2d_backward_ref, adaptive_avg_pool2d_ref,
+                                   avg_pool2d_backward_ref, avg_pool2d_ref,
+                                   max_pool2d_backward_ref, max_pool2d_ref)
+
+
+def each_isa():
+    """Yields every ISA name this machine runs, switched on; restores the original after."""
+    original = ty.current_isa()
+    try:
+        for isa in ty.available_isas():
+            ty.set_isa(isa)
+            yield isa
+    finally:
+        ty.set_isa(original)
 
 
 def _out_size(n, k, s, p, d, ceil_mode):
@@ -92,13 +105,15 @@ def test_native_max_pool_matches_numpy_twin(shape, k, s, p, d, ceil_mode, dtype)
     out_size = tuple(pool_out_size(n, kk, ss, pp, d, ceil_mode)
                      for n, kk, ss, pp in zip(shape[2:], k, s, p))
     args = (k, s, p, (d, d), out_size)
-    out, arg = _C.max_pool2d(x, *args)
     ref_out, ref_arg = max_pool2d_ref(x, *args)
-    np.testing.assert_array_equal(out, ref_out)
-    np.testing.assert_array_equal(arg, ref_arg)
-    g = rng.standard_normal(out.shape).astype(dtype)
-    np.testing.assert_allclose(_C.max_pool2d_backward(g, arg, shape),
-                               max_pool2d_backward_ref(g, arg, shape), rtol=1e-6)
+    g = rng.standard_normal(ref_out.shape).astype(dtype)
+    for isa in each_isa():
+        out, arg = _C.max_pool2d(x, *args)
+        np.testing.assert_array_equal(out, ref_out, err_msg=isa)
+        np.testing.assert_array_equal(arg, ref_arg, err_msg=isa)
+        np.testing.assert_allclose(_C.max_pool2d_backward(g, arg, shape),
+                                   max_pool2d_backward_ref(g, arg, shape), rtol=1e-6,
+                                   err_msg=isa)
 
 
 def test_native_max_pool_rejects_bad_arguments():
@@ -133,6 +148,46 @@ AVG_CASES = [
 def test_avg_pool2d(shape, k, s, p, ceil_mode, include):
     check_op(lambda x: F.avg_pool2d(x, k, s, p, ceil_mode, include),
              lambda x: avg_pool_ref(x, k, s, p, ceil_mode, include), [shape])
+
+
+@pytest.mark.parametrize("shape,k,s,p,ceil_mode,include", AVG_CASES + [
+    ((2, 19, 9, 37), (3, 3), (1, 1), (1, 1), False, False),  # rows past one vector
+    ((1, 3, 1, 1), (3, 3), (2, 2), (1, 1), True, True)])     # a 1x1 image
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_avg_pools_match_numpy_twins_on_every_isa(shape, k, s, p, ceil_mode, include,
+                                                         dtype):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(dtype)
+    out_size = tuple(pool_out_size(n, kk, ss, pp, 1, ceil_mode)
+                     for n, kk, ss, pp in zip(shape[2:], k, s, p))
+    want = avg_pool2d_ref(x, k, s, p, out_size, include)
+    g = rng.standard_normal(want.shape).astype(dtype)
+    want_gx = avg_pool2d_backward_ref(g, shape, k, s, p, include)
+    adaptive = (max(1, shape[2] // 2), shape[3] + 1)  # shrinking and growing windows
+    want_a = adaptive_avg_pool2d_ref(x, adaptive)
+    ga = rng.standard_normal(want_a.shape).astype(dtype)
+    want_ga = adaptive_avg_pool2d_backward_ref(ga, shape)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    for isa in each_isa():
+        np.testing.assert_allclose(_C.avg_pool2d(x, k, s, p, out_size, include), want,
+                                   err_msg=isa, **tol)
+        np.testing.assert_allclose(_C.avg_pool2d_backward(g, shape, k, s, p, include), want_gx,
+                                   err_msg=isa, **tol)
+        np.testing.assert_allclose(_C.adaptive_avg_pool2d(x, adaptive), want_a, err_msg=isa,
+                                   **tol)
+        np.testing.assert_allclose(_C.adaptive_avg_pool2d_backward(ga, shape), want_ga,
+                                   err_msg=isa, **tol)
+
+
+def test_native_avg_pool_rejects_bad_arguments():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="avg_pool2d: need .* padding <= kernel / 2"):
+        _C.avg_pool2d(x, (2, 2), (1, 1), (2, 0), (3, 3), True)
+    with pytest.raises(ValueError, match="avg_pool2d_backward: grad must be"):
+        _C.avg_pool2d_backward(np.zeros((2, 1, 2, 2), np.float32), (1, 1, 4, 4), (2, 2),
+                               (2, 2), (0, 0), True)
+    with pytest.raises(ValueError, match="adaptive_avg_pool2d: x must be float32"):
+        _C.adaptive_avg_pool2d(x.astype(np.int64), (2, 2))
 
 
 def test_avg_pool2d_ceil_edge_is_not_counted():

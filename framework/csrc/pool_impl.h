@@ -1,0 +1,151 @@
+// Pooling drivers shared by every ISA translation unit (pool.cpp, pool_avx2.cpp,
+// pool_avx512.cpp): each includes this file into its own anonymous namespace and compiles it
+// with its own flags; see pool.h. One (n, c) plane per OpenMP work item; no STL.
+#pragma once
+
+#include <cstdint>
+
+#include "pool.h"
+
+namespace tianyuan {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // output elements below which we stay serial
+
+// ceil(a / b) for b > 0 and any sign of a.
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Kernel taps [lo, hi) whose pixel start + t * d lies inside [0, size).
+inline void taps(int64_t start, int64_t d, int64_t k, int64_t size, int64_t* lo, int64_t* hi) {
+    *lo = start < 0 ? ceil_div(-start, d) : 0;
+    *hi = ceil_div(size - start, d);
+    if (*hi > k) *hi = k;
+    if (*hi < *lo) *hi = *lo;
+}
+
+template <typename T>
+void pool_plane(const T* src, const Pool2dGeometry& g, T* dst, int32_t* arg) {
+    for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        const int64_t y0 = oy * g.sh - g.ph;
+        int64_t i_lo, i_hi;
+        taps(y0, g.dh, g.kh, g.h, &i_lo, &i_hi);
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+            const int64_t x0 = ox * g.sw - g.pw;
+            int64_t j_lo, j_hi;
+            taps(x0, g.dw, g.kw, g.w, &j_lo, &j_hi);
+            T best = T(0);
+            int64_t best_index = -1;  // stays -1 only for a window outside the image
+            if (i_lo < i_hi && j_lo < j_hi) {
+                best_index = (y0 + i_lo * g.dh) * g.w + x0 + j_lo * g.dw;
+                best = src[best_index];
+            }
+            for (int64_t i = i_lo; i < i_hi; ++i) {
+                const int64_t row = (y0 + i * g.dh) * g.w + x0;
+                for (int64_t j = j_lo; j < j_hi; ++j) {
+                    const T v = src[row + j * g.dw];
+                    const bool take = v > best || v != v;  // NaN propagates, as in PyTorch
+                    best = take ? v : best;                // selects, not branches: random
+                    best_index = take ? row + j * g.dw : best_index;  // data mispredicts
+                }
+            }
+            dst[oy * g.out_w + ox] = best;
+            arg[oy * g.out_w + ox] = static_cast<int32_t>(best_index);
+        }
+    }
+}
+
+template <typename T>
+void max_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax) {
+    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+#pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelMin)
+    for (int64_t p = 0; p < planes; ++p)
+        pool_plane(x + p * in_plane, g, out + p * out_plane, argmax + p * out_plane);
+}
+
+template <typename T>
+void max_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx) {
+    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+#pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelMin)
+    for (int64_t p = 0; p < planes; ++p) {
+        T* dst = gx + p * in_plane;
+        for (int64_t k = 0; k < in_plane; ++k) dst[k] = T(0);
+        const T* gp = grad + p * out_plane;
+        const int32_t* ap = argmax + p * out_plane;
+        for (int64_t k = 0; k < out_plane; ++k) {
+            if (ap[k] >= 0) dst[ap[k]] += gp[k];
+        }
+    }
+}
+
+// Window of output index o along one axis: pixels [lo, hi) inside the image and the divisor
+// (PyTorch's rule: the window clipped to the padded input for count_include_pad, to the
+// image otherwise; the extra ceil_mode edge never counts).
+inline PoolSpan avg_span(int64_t o, int64_t k, int64_t s, int64_t p, int64_t size, bool include) {
+    const int64_t start = o * s - p;
+    const int64_t end = start + k < size + p ? start + k : size + p;
+    const int64_t lo = start > 0 ? start : 0, hi = end < size ? end : size;
+    return {lo, hi > lo ? hi : lo, include ? end - start : (hi > lo ? hi - lo : 0)};
+}
+
+// Adaptive windows: [floor(o * size / out), ceil((o + 1) * size / out)).
+inline PoolSpan adaptive_span(int64_t o, int64_t out, int64_t size) {
+    const int64_t lo = o * size / out, hi = ((o + 1) * size + out - 1) / out;
+    return {lo, hi, hi - lo};
+}
+
+// out[p][oy][ox] = mean of its window, separably: per input row the sums over each window's
+// columns (tmp, h x ow), then per output row the sum of its window's tmp rows (unit stride).
+template <typename T>
+void mean_forward(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                  const PoolSpan* rows, const PoolSpan* cols, T* out) {
+#pragma omp parallel if (planes * oh * ow >= kParallelMin)
+    {
+        T* tmp = new T[h * ow];
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < planes; ++p) {
+            const T* src = x + p * h * w;
+            T* dst = out + p * oh * ow;
+            for (int64_t y = 0; y < h; ++y)
+                for (int64_t ox = 0; ox < ow; ++ox) {
+                    T sum = T(0);
+                    for (int64_t xx = cols[ox].lo; xx < cols[ox].hi; ++xx) sum += src[y * w + xx];
+                    tmp[y * ow + ox] = sum;
+                }
+            for (int64_t oy = 0; oy < oh; ++oy) {
+                T* __restrict d = dst + oy * ow;
+                for (int64_t ox = 0; ox < ow; ++ox) d[ox] = T(0);
+                for (int64_t y = rows[oy].lo; y < rows[oy].hi; ++y) {
+                    const T* __restrict t = tmp + y * ow;
+                    for (int64_t ox = 0; ox < ow; ++ox) d[ox] += t[ox];
+                }
+                for (int64_t ox = 0; ox < ow; ++ox)
+                    d[ox] /= T(rows[oy].count * cols[ox].count);
+            }
+        }
+        delete[] tmp;
+    }
+}
+
+// gx (planes, h, w) = each output gradient spread evenly over its window's pixels.
+template <typename T>
+void mean_backward(const T* grad, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                   const PoolSpan* rows, const PoolSpan* cols, T* gx) {
+#pragma omp parallel for schedule(static) if (planes * h * w >= kParallelMin)
+    for (int64_t p = 0; p < planes; ++p) {
+        T* dst = gx + p * h * w;
+        const T* gp = grad + p * oh * ow;
+        for (int64_t k = 0; k < h * w; ++k) dst[k] = T(0);
+        for (int64_t oy = 0; oy < oh; ++oy) {
+            const PoolSpan r = rows[oy];
+            for (int64_t ox = 0; ox < ow; ++ox) {
+                const PoolSpan c = cols[ox];
+                const T share = gp[oy * ow + ox] / T(r.count * c.count);
+                for (int64_t y = r.lo; y < r.hi; ++y)
+                    for (int64_t xx = c.lo; xx < c.hi; ++xx) dst[y * w + xx] += share;
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tianyuan
