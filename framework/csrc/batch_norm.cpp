@@ -1,94 +1,63 @@
-// Batch-norm kernels; see batch_norm.h.
+// Batch-norm kernels; see batch_norm.h. The drivers live in batch_norm_impl.h; this file
+// compiles them generically (float64, and float32 below AVX2) and dispatches float32 to the
+// AVX2 / AVX-512 builds of the same drivers.
 #include "batch_norm.h"
 
+#include "batch_norm_impl.h"
+#include "cpu.h"
+
 namespace tianyuan {
-namespace {
-
-constexpr int64_t kParallelMin = 1 << 15;  // values below which threads cost more than they save
-
-// sum over the channel's N planes of f(plane pointer, plane index)
-template <typename T, typename F>
-double channel_sum(const T* x, const BnShape& b, int64_t c, F f) {
-    double total = 0.0;
-    for (int64_t n = 0; n < b.n; ++n) total += f(x + (n * b.c + c) * b.s, n * b.c + c);
-    return total;
-}
-
-}  // namespace
 
 template <typename T>
 void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var) {
-    const double count = double(b.n * b.s);
-#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
-    for (int64_t c = 0; c < b.c; ++c) {
-        const double m = channel_sum(x, b, c, [&](const T* p, int64_t) {
-            double s = 0.0;
-            for (int64_t k = 0; k < b.s; ++k) s += p[k];
-            return s;
-        }) / count;
-        const double v = channel_sum(x, b, c, [&](const T* p, int64_t) {
-            double s = 0.0;
-            for (int64_t k = 0; k < b.s; ++k) s += (p[k] - m) * (p[k] - m);
-            return s;
-        }) / count;
-        mean[c] = T(m);
-        var[c] = T(v);
-    }
+    bn_stats(x, b, mean, var);
+}
+
+template <>
+void batch_norm_stats(const float* x, const BnShape& b, float* mean, float* var) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return batch_norm_stats_avx512(x, b, mean, var);
+    if (isa >= Isa::avx2) return batch_norm_stats_avx2(x, b, mean, var);
+    bn_stats(x, b, mean, var);
 }
 
 template <typename T>
 void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y) {
-#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
-    for (int64_t p = 0; p < b.n * b.c; ++p) {
-        const T a = scale[p % b.c], d = shift[p % b.c];
-        const T* src = x + p * b.s;
-        T* dst = y + p * b.s;
-        for (int64_t k = 0; k < b.s; ++k) dst[k] = src[k] * a + d;
-    }
+    bn_affine(x, scale, shift, b, y);
+}
+
+template <>
+void batch_norm_affine(const float* x, const float* scale, const float* shift, const BnShape& b,
+                       float* y) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y);
+    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y);
+    bn_affine(x, scale, shift, b, y);
 }
 
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
                          const BnShape& b, T* gx, T* gweight, T* gbias) {
-    const double count = double(b.n * b.s);
-#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
-    for (int64_t c = 0; c < b.c; ++c) {
-        const T m = mean[c];
-        double sum_g = 0.0, sum_gx = 0.0;  // sum gy, sum gy * (x - mean)
-        for (int64_t n = 0; n < b.n; ++n) {
-            const T* g = gy + (n * b.c + c) * b.s;
-            const T* xs = x + (n * b.c + c) * b.s;
-            T sg = T(0), sgx = T(0);  // per plane in T (vectorises), then into double
-            for (int64_t k = 0; k < b.s; ++k) {
-                sg += g[k];
-                sgx += g[k] * (xs[k] - m);
-            }
-            sum_g += sg;
-            sum_gx += sgx;
-        }
-        const double inv = invstd[c];
-        if (gbias) gbias[c] = T(sum_g);
-        if (gweight) gweight[c] = T(sum_gx * inv);
-        if (!gx) continue;
-        const double w = weight ? weight[c] : 1.0;
-        // gx = a * gy + k * (x - mean) + d
-        const T a = T(w * inv), k = T(-w * inv * inv * inv * sum_gx / count);
-        const T d = T(-w * inv * sum_g / count);
-        for (int64_t n = 0; n < b.n; ++n) {
-            const T* g = gy + (n * b.c + c) * b.s;
-            const T* xs = x + (n * b.c + c) * b.s;
-            T* out = gx + (n * b.c + c) * b.s;
-            for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
-        }
-    }
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
 }
 
-#define TIANYUAN_BN_INSTANTIATE(T)                                                          \
-    template void batch_norm_stats<T>(const T*, const BnShape&, T*, T*);                    \
-    template void batch_norm_affine<T>(const T*, const T*, const T*, const BnShape&, T*);   \
-    template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,  \
-                                         const BnShape&, T*, T*, T*);
-TIANYUAN_BN_INSTANTIATE(float)
-TIANYUAN_BN_INSTANTIATE(double)
+template <>
+void batch_norm_backward(const float* gy, const float* x, const float* mean,
+                         const float* invstd, const float* weight, const BnShape& b, float* gx,
+                         float* gweight, float* gbias) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512)
+        return batch_norm_backward_avx512(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+    if (isa >= Isa::avx2)
+        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+}
+
+template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*);
+template void batch_norm_affine<double>(const double*, const double*, const double*,
+                                        const BnShape&, double*);
+template void batch_norm_backward<double>(const double*, const double*, const double*,
+                                          const double*, const double*, const BnShape&, double*,
+                                          double*, double*);
 
 }  // namespace tianyuan

@@ -1,5 +1,5 @@
 """Native batch norm (framework/csrc/batch_norm.cpp via tianyuan.ops.norm) against the
-composed batch norm, forward, gradients and running statistics."""
+composed batch norm, forward, gradients and running statistics, on every ISA path."""
 import numpy as np
 import pytest
 
@@ -26,16 +26,23 @@ def test_native_batch_norm_matches_composed(shape, training):
     c = shape[1]
     x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
     w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
-    stats = [(rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32))
-             for _ in range(2)]
-    stats[1] = (stats[0][0].copy(), stats[0][1].copy())
-    got = run(batch_norm, x, w, b, training, *stats[0])
-    want = run(batch_norm_composed, x, w, b, training, *stats[1])
-    for name, g, e in zip(("y", "gx", "gw", "gb"), got, want):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
-                                   err_msg=f"{name}, shape {shape}, training={training}")
-    np.testing.assert_allclose(stats[0][0], stats[1][0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(stats[0][1], stats[1][1], rtol=1e-5, atol=1e-6)
+    initial = (rng.standard_normal(c).astype(np.float32),
+               rng.uniform(0.5, 2, c).astype(np.float32))
+    want_stats = (initial[0].copy(), initial[1].copy())
+    want = run(batch_norm_composed, x, w, b, training, *want_stats)
+    original = ty.current_isa()
+    try:
+        for isa in ty.available_isas():
+            ty.set_isa(isa)
+            got_stats = (initial[0].copy(), initial[1].copy())
+            got = run(batch_norm, x, w, b, training, *got_stats)
+            for name, g, e in zip(("y", "gx", "gw", "gb"), got, want):
+                np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
+                                           err_msg=f"{name}, shape {shape}, {training=}, {isa}")
+            np.testing.assert_allclose(got_stats[0], want_stats[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got_stats[1], want_stats[1], rtol=1e-5, atol=1e-6)
+    finally:
+        ty.set_isa(original)
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -1,0 +1,24 @@
+// Batch-norm drivers (batch_norm_impl.h), float32, compiled with the avx512 flags.
+#include <cstdint>
+
+#include "batch_norm.h"
+#include "batch_norm_impl.h"
+
+namespace tianyuan {
+
+void batch_norm_stats_avx512(const float* x, const BnShape& b, float* mean, float* var) {
+    bn_stats(x, b, mean, var);
+}
+
+void batch_norm_affine_avx512(const float* x, const float* scale, const float* shift,
+                            const BnShape& b, float* y) {
+    bn_affine(x, scale, shift, b, y);
+}
+
+void batch_norm_backward_avx512(const float* gy, const float* x, const float* mean,
+                              const float* invstd, const float* weight, const BnShape& b,
+                              float* gx, float* gweight, float* gbias) {
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+}
+
+}  // namespace tianyuan

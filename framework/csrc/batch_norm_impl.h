@@ -1,0 +1,91 @@
+// Batch-norm drivers shared by every ISA translation unit (batch_norm.cpp,
+// batch_norm_avx2.cpp, batch_norm_avx512.cpp): each includes this file into its own
+// anonymous namespace and compiles it with its own flags; see batch_norm.h. No STL.
+#pragma once
+
+#include <cstdint>
+
+#include "batch_norm.h"
+
+namespace tianyuan {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // values below which threads cost more than they save
+
+// sum over the channel's N planes of f(plane pointer, plane index)
+template <typename T, typename F>
+double channel_sum(const T* x, const BnShape& b, int64_t c, F f) {
+    double total = 0.0;
+    for (int64_t n = 0; n < b.n; ++n) total += f(x + (n * b.c + c) * b.s, n * b.c + c);
+    return total;
+}
+
+template <typename T>
+void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
+    const double count = double(b.n * b.s);
+#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
+    for (int64_t c = 0; c < b.c; ++c) {
+        const double m = channel_sum(x, b, c, [&](const T* p, int64_t) {
+            double s = 0.0;
+            for (int64_t k = 0; k < b.s; ++k) s += p[k];
+            return s;
+        }) / count;
+        const double v = channel_sum(x, b, c, [&](const T* p, int64_t) {
+            double s = 0.0;
+            for (int64_t k = 0; k < b.s; ++k) s += (p[k] - m) * (p[k] - m);
+            return s;
+        }) / count;
+        mean[c] = T(m);
+        var[c] = T(v);
+    }
+}
+
+template <typename T>
+void bn_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y) {
+#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
+    for (int64_t p = 0; p < b.n * b.c; ++p) {
+        const T a = scale[p % b.c], d = shift[p % b.c];
+        const T* src = x + p * b.s;
+        T* dst = y + p * b.s;
+        for (int64_t k = 0; k < b.s; ++k) dst[k] = src[k] * a + d;
+    }
+}
+
+template <typename T>
+void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
+                 const BnShape& b, T* gx, T* gweight, T* gbias) {
+    const double count = double(b.n * b.s);
+#pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
+    for (int64_t c = 0; c < b.c; ++c) {
+        const T m = mean[c];
+        double sum_g = 0.0, sum_gx = 0.0;  // sum gy, sum gy * (x - mean)
+        for (int64_t n = 0; n < b.n; ++n) {
+            const T* g = gy + (n * b.c + c) * b.s;
+            const T* xs = x + (n * b.c + c) * b.s;
+            T sg = T(0), sgx = T(0);  // per plane in T (vectorises), then into double
+            for (int64_t k = 0; k < b.s; ++k) {
+                sg += g[k];
+                sgx += g[k] * (xs[k] - m);
+            }
+            sum_g += sg;
+            sum_gx += sgx;
+        }
+        const double inv = invstd[c];
+        if (gbias) gbias[c] = T(sum_g);
+        if (gweight) gweight[c] = T(sum_gx * inv);
+        if (!gx) continue;
+        const double w = weight ? weight[c] : 1.0;
+        // gx = a * gy + k * (x - mean) + d
+        const T a = T(w * inv), k = T(-w * inv * inv * inv * sum_gx / count);
+        const T d = T(-w * inv * sum_g / count);
+        for (int64_t n = 0; n < b.n; ++n) {
+            const T* g = gy + (n * b.c + c) * b.s;
+            const T* xs = x + (n * b.c + c) * b.s;
+            T* out = gx + (n * b.c + c) * b.s;
+            for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tianyuan
