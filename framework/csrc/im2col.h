@@ -1,4 +1,5 @@
-// im2col / col2im for 2-D convolution (NCHW), generic C++, OpenMP over batch x channel.
+// im2col / col2im for 2-D convolution (NCHW), OpenMP over batch x channel; drivers in
+// im2col_impl.h, built generic, AVX2 and AVX-512.
 //
 // Column layout (batch folded into the columns, so one GEMM per group covers a batch chunk):
 //   cols[(c * kh + i) * kw + j][(n * out_h + oy) * out_w + ox]
@@ -31,5 +32,11 @@ void im2col(const T* x, const Conv2dGeometry& g, T* cols);
 // cols as above; x: (N, C, H, W), fully overwritten with the summed contributions.
 template <typename T>
 void col2im(const T* cols, const Conv2dGeometry& g, T* x);
+
+// float32 builds of the drivers with the ISA's flags (im2col_avx2.cpp, im2col_avx512.cpp).
+void im2col_avx2(const float* x, const Conv2dGeometry& g, float* cols);
+void col2im_avx2(const float* cols, const Conv2dGeometry& g, float* x);
+void im2col_avx512(const float* x, const Conv2dGeometry& g, float* cols);
+void col2im_avx512(const float* cols, const Conv2dGeometry& g, float* x);
 
 }  // namespace tianyuan

@@ -23,15 +23,23 @@ GEOMETRIES = [
 def test_native_im2col_col2im_match_numpy_twin(shape, kernel, stride, padding, dilation, dtype):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(dtype)
-    cols = _C.im2col(x, kernel, stride, padding, dilation)
-    assert cols.dtype == dtype
-    np.testing.assert_array_equal(cols, im2col_ref(x, kernel, stride, padding, dilation))
-    c = rng.standard_normal(cols.shape).astype(dtype)
-    back = _C.col2im(c, shape, kernel, stride, padding, dilation)
-    np.testing.assert_allclose(back, col2im_ref(c, shape, kernel, stride, padding, dilation),
-                               rtol=1e-6, atol=1e-6)
-    # col2im is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>
-    np.testing.assert_allclose((cols * c).sum(), (x * back).sum(), rtol=1e-5)
+    want = im2col_ref(x, kernel, stride, padding, dilation)
+    c = rng.standard_normal(want.shape).astype(dtype)
+    original = ty.current_isa()
+    try:
+        for isa in ty.available_isas():
+            ty.set_isa(isa)
+            cols = _C.im2col(x, kernel, stride, padding, dilation)
+            assert cols.dtype == dtype
+            np.testing.assert_array_equal(cols, want, err_msg=isa)
+            back = _C.col2im(c, shape, kernel, stride, padding, dilation)
+            np.testing.assert_allclose(back, col2im_ref(c, shape, kernel, stride, padding,
+                                                        dilation), rtol=1e-6, atol=1e-6,
+                                       err_msg=isa)
+            # col2im is the adjoint of im2col: <im2col(x), c> == <x, col2im(c)>
+            np.testing.assert_allclose((cols * c).sum(), (x * back).sum(), rtol=1e-5)
+    finally:
+        ty.set_isa(original)
 
 
 def test_native_bindings_reject_bad_arguments():
