@@ -68,19 +68,24 @@ def check_op(fn, ref, shapes, *, low=-2.0, high=2.0, seed=0, fwd_rtol=1e-5, fwd_
         gradcheck(fn, arrays, atol=grad_atol, rtol=grad_rtol, seed=seed)
 
 
-def check_quant(native, ref, *args, **kwargs):
-    """`native(*args, **kwargs)` equals `ref(...)` bit for bit on every ISA path here.
-
-    Int8 kernels against their numpy twin in tianyuan.quantization.reference; restores
-    the ISA that was active before.
-    """
-    expected = ref(*args, **kwargs)
+def each_isa():
+    """Yields every ISA path this machine runs, switched on; restores the original after."""
     original = ty.current_isa()
     try:
         for isa in ty.available_isas():
             ty.set_isa(isa)
-            got = native(*args, **kwargs)
-            assert got.dtype == expected.dtype, f"{isa}: dtype {got.dtype} != {expected.dtype}"
-            np.testing.assert_array_equal(got, expected, err_msg=f"ISA path {isa}")
+            yield isa
     finally:
         ty.set_isa(original)
+
+
+def check_quant(native, ref, *args, **kwargs):
+    """`native(*args, **kwargs)` equals `ref(...)` bit for bit on every ISA path here.
+
+    Int8 kernels against their numpy twin in tianyuan.quantization.reference.
+    """
+    expected = ref(*args, **kwargs)
+    for isa in each_isa():
+        got = native(*args, **kwargs)
+        assert got.dtype == expected.dtype, f"{isa}: dtype {got.dtype} != {expected.dtype}"
+        np.testing.assert_array_equal(got, expected, err_msg=f"ISA path {isa}")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tianyuan as ty
-from helpers import gradcheck
+from helpers import each_isa, gradcheck
 from tianyuan import _C
 from tianyuan.functional.normalization import batch_norm, batch_norm_composed
 
@@ -30,19 +30,14 @@ def test_native_batch_norm_matches_composed(shape, training):
                rng.uniform(0.5, 2, c).astype(np.float32))
     want_stats = (initial[0].copy(), initial[1].copy())
     want = run(batch_norm_composed, x, w, b, training, *want_stats)
-    original = ty.current_isa()
-    try:
-        for isa in ty.available_isas():
-            ty.set_isa(isa)
-            got_stats = (initial[0].copy(), initial[1].copy())
-            got = run(batch_norm, x, w, b, training, *got_stats)
-            for name, g, e in zip(("y", "gx", "gw", "gb"), got, want):
-                np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
-                                           err_msg=f"{name}, shape {shape}, {training=}, {isa}")
-            np.testing.assert_allclose(got_stats[0], want_stats[0], rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(got_stats[1], want_stats[1], rtol=1e-5, atol=1e-6)
-    finally:
-        ty.set_isa(original)
+    for isa in each_isa():
+        got_stats = (initial[0].copy(), initial[1].copy())
+        got = run(batch_norm, x, w, b, training, *got_stats)
+        for name, g, e in zip(("y", "gx", "gw", "gb"), got, want):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
+                                       err_msg=f"{name}, shape {shape}, {training=}, {isa}")
+        np.testing.assert_allclose(got_stats[0], want_stats[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_stats[1], want_stats[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -2,23 +2,17 @@
 path this machine has: depthwise direct kernels, forced algorithms, the per-shape cache."""
 import numpy as np
 import pytest
+
 import tianyuan as ty
 import tianyuan.functional as F
-from helpers import check_op
+from helpers import check_op, each_isa
 from tianyuan import _C
 from tianyuan.ops import conv as conv_ops
 from tianyuan.ops import winograd
-from tianyuan.ops.conv_ref import (
-    conv2d_ref,
-    conv2d_weight_grad_ref,
-    conv_epilogue_ref,
-    depthwise_backward_input_ref,
-    depthwise_backward_weight_ref,
-    depthwise_conv2d_ref,
-    winograd_input_ref,
-    winograd_output_ref,
-    winograd_weight_transform,
-)
+from tianyuan.ops.conv_ref import (conv2d_ref, conv2d_weight_grad_ref, conv_epilogue_ref,
+                                   depthwise_backward_input_ref, depthwise_backward_weight_ref,
+                                   depthwise_conv2d_ref, winograd_input_ref, winograd_output_ref,
+                                   winograd_weight_transform)
 
 # (x shape, kernel, stride, padding (t, b, l, r), dilation): odd widths, 1x1 images,
 # channels not divisible by 16, asymmetric padding, dilation, strides 1, 2, 3
@@ -36,17 +30,6 @@ DEPTHWISE = [
     ((1, 2, 9, 41), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
     ((1, 4, 5, 32), (3, 3), (1, 1), (0, 1, 0, 2), (1, 1)),
 ]
-
-
-def each_isa():
-    """Yields every ISA name this machine runs, switched on; restores the original after."""
-    original = ty.current_isa()
-    try:
-        for isa in ty.available_isas():
-            ty.set_isa(isa)
-            yield isa
-    finally:
-        ty.set_isa(original)
 
 
 def close(got, want, what):

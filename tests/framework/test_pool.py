@@ -5,23 +5,12 @@ import pytest
 
 import tianyuan as ty
 import tianyuan.functional as F
-from helpers import check_op
+from helpers import check_op, each_isa
 from tianyuan import _C
 from tianyuan.functional.pooling import pool_out_size
 from tianyuan.ops.pool_ref import (adaptive_avg_pool2d_backward_ref, adaptive_avg_pool2d_ref,
                                    avg_pool2d_backward_ref, avg_pool2d_ref,
                                    max_pool2d_backward_ref, max_pool2d_ref)
-
-
-def each_isa():
-    """Yields every ISA name this machine runs, switched on; restores the original after."""
-    original = ty.current_isa()
-    try:
-        for isa in ty.available_isas():
-            ty.set_isa(isa)
-            yield isa
-    finally:
-        ty.set_isa(original)
 
 
 def _out_size(n, k, s, p, d, ceil_mode):

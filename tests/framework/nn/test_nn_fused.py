@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tianyuan as ty
+from helpers import each_isa
 from tianyuan import nn, quantization, zoo
 from tianyuan.nn import fused
 
@@ -45,17 +46,12 @@ def test_eval_fused_conv_matches_its_parts_on_every_isa(cls, conv_kwargs, affine
     want = x
     for part in parts:
         want = part(want)
-    original = ty.current_isa()
-    try:
-        for isa in ty.available_isas():
-            ty.set_isa(isa)
-            with ty.no_grad():
-                got = module(x)
-            scale = max(1.0, float(np.abs(want.numpy()).max()))
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4 * scale,
-                                       err_msg=f"{cls.__name__}, {isa}")
-    finally:
-        ty.set_isa(original)
+    for isa in each_isa():
+        with ty.no_grad():
+            got = module(x)
+        scale = max(1.0, float(np.abs(want.numpy()).max()))
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4 * scale,
+                                   err_msg=f"{cls.__name__}, {isa}")
 
 
 def test_fused_conv_keeps_autograd_and_batch_statistics():
