@@ -5,6 +5,7 @@ model exported), as ratios ours / peer (time: < 1 is faster; training: images/s 
 faster). Peers are skipped (shown "-") when not installed or without the architecture.
 
     /root/benchvenv/bin/python bench/bench_models.py --models resnet18,mobilenet_v2 --batches 1
+        [--rounds 2]
 
 Latency: median of --repeats runs after a warm-up (evaluation.benchmark for ours, the same
 rule for the peers). Our fp32 inference runs the model fused (quantization.fuse with its
@@ -151,6 +152,12 @@ def peers(name, batches, repeats, train_batch, train_steps, threads):
     return out
 
 
+def median_over_rounds(runs):
+    """{key: median over the runs that have it} of a list of {key: number} dicts."""
+    keys = {k for run in runs for k in run}
+    return {k: float(np.median([run[k] for run in runs if k in run])) for k in keys}
+
+
 def in_child(fn, *args):
     import multiprocessing
     with multiprocessing.get_context("spawn").Pool(1) as pool:
@@ -184,6 +191,8 @@ def main():
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--train-steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate ours and the peers this many times per model")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     restart_with_blas_threads(args.threads)
@@ -193,9 +202,15 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     rows = []
     for name in args.models.split(","):
-        mine = ours(name, batches, args.repeats, args.train_batch, args.train_steps)
-        peer = in_child(peers, name, batches, args.repeats, args.train_batch, args.train_steps,
-                        args.threads)
+        # ours and the peers alternate `rounds` times (a slow spell of a shared machine hits
+        # both sides); each figure is the median over the rounds
+        mine_runs, peer_runs = [], []
+        for _ in range(args.rounds):
+            mine_runs.append(ours(name, batches, args.repeats, args.train_batch,
+                                  args.train_steps))
+            peer_runs.append(in_child(peers, name, batches, args.repeats, args.train_batch,
+                                      args.train_steps, args.threads))
+        mine, peer = median_over_rounds(mine_runs), median_over_rounds(peer_runs)
         rows += rows_for(name, batches, mine, peer)
         print(format_table(rows[-len(batches):]), flush=True)
     print(format_table(rows, title=f"\nmodels at 224x224, {args.threads} threads, ISA "
