@@ -12,10 +12,8 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
-template <typename T>
-py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pair padding,
-                           Pair dilation, Pair out_size) {
-    Array<T> x = Array<T>::ensure(x_any);
+Pool2dGeometry max_geometry(const py::array& x, Pair kernel, Pair stride, Pair padding,
+                            Pair dilation, Pair out_size) {
     if (x.ndim() != 4) throw py::value_error("max_pool2d: x must be 4-D (N, C, H, W), got " +
                                              std::to_string(x.ndim()) + "-D");
     const Pool2dGeometry g{x.shape(0), x.shape(1), x.shape(2), x.shape(3),
@@ -26,6 +24,14 @@ py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pai
         g.pw < 0 || g.out_h < 1 || g.out_w < 1 || g.h * g.w > INT32_MAX)
         throw py::value_error("max_pool2d: kernel, stride, dilation and out_size must be >= 1, "
                               "padding >= 0, and the plane under 2^31 pixels");
+    return g;
+}
+
+template <typename T>
+py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pair padding,
+                           Pair dilation, Pair out_size) {
+    Array<T> x = Array<T>::ensure(x_any);
+    const Pool2dGeometry g = max_geometry(x, kernel, stride, padding, dilation, out_size);
     Array<T> out({g.n, g.c, g.out_h, g.out_w});
     Array<int32_t> argmax({g.n, g.c, g.out_h, g.out_w});
     {
@@ -33,6 +39,17 @@ py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pai
         max_pool2d_forward<T>(x.data(), g, out.mutable_data(), argmax.mutable_data());
     }
     return py::make_tuple(out, argmax);
+}
+
+template <typename T>
+py::array max_pool2d_values_typed(const py::array& x_any, Pair kernel, Pair stride,
+                                  Pair padding, Pair dilation, Pair out_size) {
+    Array<T> x = Array<T>::ensure(x_any);
+    const Pool2dGeometry g = max_geometry(x, kernel, stride, padding, dilation, out_size);
+    Array<T> out({g.n, g.c, g.out_h, g.out_w});
+    py::gil_scoped_release release;
+    max_pool2d_values<T>(x.data(), g, out.mutable_data());
+    return std::move(out);
 }
 
 template <typename T>
@@ -159,6 +176,17 @@ void bind_pool(py::module_& m) {
     }, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
        py::arg("dilation"), py::arg("out_size"),
        "x (N, C, H, W) -> (out, argmax int32 flat index in the H*W plane); padding (top, left)");
+    m.def("max_pool2d_values", [](const py::array& x, Pair kernel, Pair stride, Pair padding,
+                                  Pair dilation, Pair out_size) {
+        const auto run = [&](auto zero) {
+            return max_pool2d_values_typed<decltype(zero)>(x, kernel, stride, padding, dilation,
+                                                           out_size);
+        };
+        return dispatch_float("max_pool2d", "x", x, [&] { return run(0.0f); },
+                              [&] { return run(0.0); });
+    }, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
+       py::arg("dilation"), py::arg("out_size"),
+       "max_pool2d's out without the argmax (inference), computed separably");
     m.def("max_pool2d_backward", [](const py::array& grad, const py::array& argmax,
                                     std::tuple<int64_t, int64_t, int64_t, int64_t> shape) {
         return dispatch_float("max_pool2d_backward", "grad", grad,

@@ -1,6 +1,7 @@
 // Pooling; see pool.h. The drivers live in pool_impl.h; this file compiles them generically
 // (float64, and float32 below AVX2), dispatches float32 to the AVX2 / AVX-512 builds, and
 // computes the mean windows per axis.
+#include <type_traits>
 #include <vector>
 
 #include "cpu.h"
@@ -28,6 +29,18 @@ Windows adaptive_windows(const Pool2dGeometry& g) {
     for (int64_t o = 0; o < g.out_h; ++o) win.rows.push_back(adaptive_span(o, g.out_h, g.h));
     for (int64_t o = 0; o < g.out_w; ++o) win.cols.push_back(adaptive_span(o, g.out_w, g.w));
     return win;
+}
+
+// Per output index along one axis: the window's in-image taps.
+std::vector<PoolTaps> max_taps(int64_t out, int64_t k, int64_t s, int64_t p, int64_t d,
+                               int64_t size) {
+    std::vector<PoolTaps> t;
+    for (int64_t o = 0; o < out; ++o) {
+        int64_t lo, hi;
+        taps(o * s - p, d, k, size, &lo, &hi);
+        t.push_back({o * s - p + lo * d, hi - lo, d});
+    }
+    return t;
 }
 
 template <typename T>
@@ -89,6 +102,19 @@ void max_pool2d_backward(const float* grad, const int32_t* argmax, const Pool2dG
 }
 
 template <typename T>
+void max_pool2d_values(const T* x, const Pool2dGeometry& g, T* out) {
+    const std::vector<PoolTaps> rows = max_taps(g.out_h, g.kh, g.sh, g.ph, g.dh, g.h);
+    const std::vector<PoolTaps> cols = max_taps(g.out_w, g.kw, g.sw, g.pw, g.dw, g.w);
+    auto fn = max_values<T>;
+    if constexpr (std::is_same_v<T, float>) {
+        const Isa isa = current_isa();
+        if (isa >= Isa::avx512) fn = pool_max_values_avx512;
+        else if (isa >= Isa::avx2) fn = pool_max_values_avx2;
+    }
+    fn(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, g.kw, g.sw, rows.data(), cols.data(), out);
+}
+
+template <typename T>
 void avg_pool2d_forward(const T* x, const Pool2dGeometry& g, bool count_include_pad, T* out) {
     mean_forward_isa(x, g, avg_windows(g, count_include_pad), out);
 }
@@ -108,6 +134,8 @@ void adaptive_avg_pool2d_backward(const T* grad, const Pool2dGeometry& g, T* gx)
     mean_backward_isa(grad, g, adaptive_windows(g), gx);
 }
 
+template void max_pool2d_values<float>(const float*, const Pool2dGeometry&, float*);
+template void max_pool2d_values<double>(const double*, const Pool2dGeometry&, double*);
 template void max_pool2d_forward<double>(const double*, const Pool2dGeometry&, double*, int32_t*);
 template void max_pool2d_backward<double>(const double*, const int32_t*, const Pool2dGeometry&,
                                           double*);

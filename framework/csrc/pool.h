@@ -47,12 +47,25 @@ struct PoolSpan {
     int64_t lo, hi, count;
 };
 
+// Max pooling values without argmax (inference: nothing to route a gradient to), computed
+// separably; equal to max_pool2d_forward's out, NaN and first-maximum rules included.
+template <typename T>
+void max_pool2d_values(const T* x, const Pool2dGeometry& g, T* out);
+
+// One axis of a max window: its first in-image pixel, how many, `step` apart (the dilation).
+struct PoolTaps {
+    int64_t first, count, step;
+};
+
 // float32 builds of the drivers with the ISA's flags (pool_avx2.cpp, pool_avx512.cpp).
 #define TY_POOL_ISA(isa)                                                                       \
     void pool_max_forward_##isa(const float* x, const Pool2dGeometry& g, float* out,           \
                                 int32_t* argmax);                                              \
     void pool_max_backward_##isa(const float* grad, const int32_t* argmax,                     \
                                  const Pool2dGeometry& g, float* gx);                          \
+    void pool_max_values_##isa(const float* x, int64_t planes, int64_t h, int64_t w,           \
+                               int64_t oh, int64_t ow, int64_t kw, int64_t sw,                 \
+                               const PoolTaps* rows, const PoolTaps* cols, float* out);        \
     void pool_mean_forward_##isa(const float* x, int64_t planes, int64_t h, int64_t w,         \
                                  int64_t oh, int64_t ow, const PoolSpan* rows,                 \
                                  const PoolSpan* cols, float* out);                            \

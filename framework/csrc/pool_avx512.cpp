@@ -16,6 +16,12 @@ void pool_max_backward_avx512(const float* grad, const int32_t* argmax, const Po
     max_backward(grad, argmax, g, gx);
 }
 
+void pool_max_values_avx512(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                          int64_t ow, int64_t kw, int64_t sw, const PoolTaps* rows,
+                          const PoolTaps* cols, float* out) {
+    max_values(x, planes, h, w, oh, ow, kw, sw, rows, cols, out);
+}
+
 void pool_mean_forward_avx512(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                             int64_t ow, const PoolSpan* rows, const PoolSpan* cols, float* out) {
     mean_forward(x, planes, h, w, oh, ow, rows, cols, out);

@@ -77,6 +77,75 @@ void max_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g,
     }
 }
 
+// Max without argmax (inference), separably: per input row the max over each window's
+// columns (tmp, h x out_w), then per output row the max over its window's tmp rows (unit
+// stride over ox). rows[oy] / cols[ox] give the window's first in-image pixel, their count
+// and step (the dilation); an empty window gives 0, any NaN gives NaN, as max_forward does.
+template <typename T>
+inline T take_max(T best, T v) {
+    return (v > best || v != v) ? v : best;  // NaN propagates
+}
+
+// tmp[ox] = max over row's window columns; the full windows (count == kw, consecutive ox)
+// tap by tap over a run of ox (compare-and-select, vectorised), the clipped edges one by one.
+template <typename T>
+void max_row(const T* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols, T* tmp) {
+    int64_t a = 0;
+    while (a < ow && cols[a].count != kw) ++a;
+    int64_t b = a;
+    while (b < ow && cols[b].count == kw) ++b;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+        if (ox == a && b > a) ox = b;  // the full run below
+        if (ox >= ow) break;
+        const PoolTaps c = cols[ox];
+        const T* r = row + c.first;
+        T best = c.count ? r[0] : T(0);
+        for (int64_t j = 1; j < c.count; ++j) best = take_max(best, r[j * c.step]);
+        tmp[ox] = best;
+    }
+    if (b == a) return;
+    const int64_t n = b - a, step = cols[a].step;
+    const T* __restrict base = row + cols[a].first;
+    T* __restrict t = tmp + a;
+    for (int64_t i = 0; i < n; ++i) t[i] = base[i * sw];
+    for (int64_t j = 1; j < kw; ++j) {
+        const T* __restrict tap = base + j * step;
+        for (int64_t i = 0; i < n; ++i) t[i] = take_max(t[i], tap[i * sw]);
+    }
+}
+
+template <typename T>
+void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                int64_t kw, int64_t sw, const PoolTaps* rows, const PoolTaps* cols, T* out) {
+#pragma omp parallel if (planes * oh * ow >= kParallelMin)
+    {
+        T* tmp = new T[h * ow];
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < planes; ++p) {
+            const T* src = x + p * h * w;
+            T* dst = out + p * oh * ow;
+            for (int64_t y = 0; y < h; ++y) max_row(src + y * w, ow, kw, sw, cols, tmp + y * ow);
+            for (int64_t oy = 0; oy < oh; ++oy) {
+                const PoolTaps r = rows[oy];
+                T* __restrict d = dst + oy * ow;
+                if (r.count == 0) {
+                    for (int64_t ox = 0; ox < ow; ++ox) d[ox] = T(0);
+                    continue;
+                }
+                const T* __restrict t0 = tmp + r.first * ow;
+                for (int64_t ox = 0; ox < ow; ++ox) d[ox] = t0[ox];
+                for (int64_t i = 1; i < r.count; ++i) {
+                    const T* __restrict t = tmp + (r.first + i * r.step) * ow;
+                    for (int64_t ox = 0; ox < ow; ++ox) d[ox] = take_max(d[ox], t[ox]);
+                }
+                for (int64_t ox = 0; ox < ow; ++ox)
+                    if (cols[ox].count == 0) d[ox] = T(0);
+            }
+        }
+        delete[] tmp;
+    }
+}
+
 // Window of output index o along one axis: pixels [lo, hi) inside the image and the divisor
 // (PyTorch's rule: the window clipped to the padded input for count_include_pad, to the
 // image otherwise; the extra ceil_mode edge never counts).

@@ -4,16 +4,19 @@ normalised by tianyuan.functional.pooling: pairs, and the output size (which alr
 reflects ceil_mode). Numpy twins: pool_ref.py.
 """
 from .. import _C
-from ..autograd import Function
+from ..autograd import Function, is_grad_enabled
 
 
 class MaxPool2d(Function):
     """Max over each window (native kernel, numpy twin pool_ref.max_pool2d_ref); the gradient
-    goes to the first argmax. NaN propagates, as in PyTorch."""
+    goes to the first argmax. NaN propagates, as in PyTorch. Without a backward to come (no
+    grad, or an input that needs none) the values come from the separable kernel instead."""
 
     def forward(self, x, kernel=(1, 1), stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                 out_size=(1, 1)):
         self.shape = x.shape
+        if not (is_grad_enabled() and self.needs_input_grad[0]):  # no backward: no argmax
+            return _C.max_pool2d_values(x, kernel, stride, padding, dilation, out_size)
         out, self.argmax = _C.max_pool2d(x, kernel, stride, padding, dilation, out_size)
         return out
 

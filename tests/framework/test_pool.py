@@ -74,6 +74,7 @@ MAX_CASES = [
     ((1, 2, 7, 8), (3, 2), (1, 2), (1, 0), 2, False),  # dilation, rectangular
     ((1, 1, 5, 5), (3, 3), (3, 3), (1, 1), 2, True),
     ((3, 5, 1, 1), (1, 1), (1, 1), (0, 0), 1, False),
+    ((2, 3, 9, 70), (3, 3), (2, 2), (1, 1), 1, False),  # output rows past one vector
 ]
 
 
@@ -100,6 +101,8 @@ def test_native_max_pool_matches_numpy_twin(shape, k, s, p, d, ceil_mode, dtype)
         out, arg = _C.max_pool2d(x, *args)
         np.testing.assert_array_equal(out, ref_out, err_msg=isa)
         np.testing.assert_array_equal(arg, ref_arg, err_msg=isa)
+        # the inference kernel (no argmax, separable) gives the same values, NaN and all
+        np.testing.assert_array_equal(_C.max_pool2d_values(x, *args), ref_out, err_msg=isa)
         np.testing.assert_allclose(_C.max_pool2d_backward(g, arg, shape),
                                    max_pool2d_backward_ref(g, arg, shape), rtol=1e-6,
                                    err_msg=isa)
@@ -114,6 +117,19 @@ def test_native_max_pool_rejects_bad_arguments():
     with pytest.raises(ValueError, match="max_pool2d_backward: argmax must have grad's shape"):
         _C.max_pool2d_backward(np.zeros((1, 1, 2, 2), np.float32),
                                np.zeros((1, 1, 2, 3), np.int32), (1, 1, 4, 4))
+
+
+def test_max_pool2d_takes_the_values_kernel_only_without_a_backward(monkeypatch):
+    calls = []
+    values = _C.max_pool2d_values
+    monkeypatch.setattr(_C, "max_pool2d_values", lambda *a: calls.append(1) or values(*a))
+    x = ty.randn(1, 2, 6, 6)
+    with ty.no_grad():
+        F.max_pool2d(ty.tensor(x.numpy(), requires_grad=True), 2)
+    F.max_pool2d(x, 2)  # needs no gradient
+    assert len(calls) == 2
+    F.max_pool2d(ty.tensor(x.numpy(), requires_grad=True), 2).sum().backward()
+    assert len(calls) == 2
 
 
 def test_max_pool2d_gradient_goes_to_first_argmax_and_stride_defaults_to_kernel():
