@@ -89,20 +89,21 @@ inline T take_max(T best, T v) {
 // tmp[ox] = max over row's window columns; the full windows (count == kw, consecutive ox)
 // tap by tap over a run of ox (compare-and-select, vectorised), the clipped edges one by one.
 template <typename T>
+inline T max_window(const T* row, const PoolTaps& c) {
+    const T* r = row + c.first;
+    T best = c.count ? r[0] : T(0);
+    for (int64_t j = 1; j < c.count; ++j) best = take_max(best, r[j * c.step]);
+    return best;
+}
+
+template <typename T>
 void max_row(const T* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols, T* tmp) {
-    int64_t a = 0;
+    int64_t a = 0;  // full windows: [a, b)
     while (a < ow && cols[a].count != kw) ++a;
     int64_t b = a;
     while (b < ow && cols[b].count == kw) ++b;
-    for (int64_t ox = 0; ox < ow; ++ox) {
-        if (ox == a && b > a) ox = b;  // the full run below
-        if (ox >= ow) break;
-        const PoolTaps c = cols[ox];
-        const T* r = row + c.first;
-        T best = c.count ? r[0] : T(0);
-        for (int64_t j = 1; j < c.count; ++j) best = take_max(best, r[j * c.step]);
-        tmp[ox] = best;
-    }
+    for (int64_t ox = 0; ox < a; ++ox) tmp[ox] = max_window(row, cols[ox]);
+    for (int64_t ox = b; ox < ow; ++ox) tmp[ox] = max_window(row, cols[ox]);
     if (b == a) return;
     const int64_t n = b - a, step = cols[a].step;
     const T* __restrict base = row + cols[a].first;
