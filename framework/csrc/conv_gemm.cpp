@@ -19,12 +19,14 @@ constexpr int64_t kParallelMacs = 1 << 20;
 
 using Segment = ConvGemmSegment;
 
-int64_t row_segments(int64_t p0, int64_t nvalid, int64_t ow, Segment* seg) {
+// The row segments of the nvalid lanes from position p0 of the batch's positions (image n's
+// start at n * positions; ow: output width).
+int64_t row_segments(int64_t p0, int64_t nvalid, int64_t positions, int64_t ow, Segment* seg) {
     int64_t count = 0;
     for (int64_t lane = 0; lane < nvalid;) {
-        const int64_t p = p0 + lane, ox = p % ow;
+        const int64_t p = p0 + lane, n = p / positions, q = p % positions, ox = q % ow;
         const int64_t len = ow - ox < nvalid - lane ? ow - ox : nvalid - lane;
-        seg[count++] = {p / ow, ox, lane, len};
+        seg[count++] = {n, q / ow, ox, lane, len};
         lane += len;
     }
     return count;
@@ -56,9 +58,9 @@ void pack_generic(const float* xn, const Conv2dGeometry& g, const Segment* seg, 
             j = 0;
             if (++i == g.kh) i = 0, ++c;
         }
-        const float* plane = xn + c * g.h * g.w;
         float* dst = panel + kk * kNr;
         for (int64_t s = 0; s < nseg; ++s) {
+            const float* plane = xn + (seg[s].n * g.c + c) * g.h * g.w;
             float* d = dst + seg[s].lane;
             const int64_t iy = seg[s].oy * g.sh - g.pt + i * g.dh;
             if (iy < 0 || iy >= g.h) {
@@ -80,13 +82,15 @@ inline float finish(float v, const float* scale, const float* shift, int64_t r, 
     return v;
 }
 
-void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc, float* out,
-                    int64_t ldc, int64_t mr, int64_t nvalid, bool first, bool last,
+void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc,
+                    const ConvGemmOut& out, int64_t row0, int64_t mr, bool first, bool last,
                     const float* scale, const float* shift, int act) {
-    float acc[kMr][kNr];
-    for (int64_t r = 0; r < mr; ++r)
-        for (int64_t l = 0; l < kNr; ++l)
-            acc[r][l] = first || l >= nvalid ? 0.0f : out[r * ldc + l];
+    const int64_t nvalid = out.hi[out.count - 1], ldc = out.ldc;
+    float acc[kMr][kNr] = {};
+    for (int64_t i = 0; !first && i < out.count; ++i)
+        for (int64_t r = 0; r < mr; ++r)
+            for (int64_t l = out.lo[i]; l < out.hi[i]; ++l)
+                acc[r][l] = out.base[i][(row0 + r) * ldc + l];
     for (int64_t k = 0; k < kc; ++k) {
         const float* bk = b + k * ldb;
         for (int64_t r = 0; r < mr; ++r) {
@@ -94,19 +98,33 @@ void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc, flo
             for (int64_t l = 0; l < nvalid; ++l) acc[r][l] += ar * bk[l];
         }
     }
-    for (int64_t r = 0; r < mr; ++r)
-        for (int64_t l = 0; l < nvalid; ++l)
-            out[r * ldc + l] = last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
+    for (int64_t i = 0; i < out.count; ++i)
+        for (int64_t r = 0; r < mr; ++r)
+            for (int64_t l = out.lo[i]; l < out.hi[i]; ++l)
+                out.base[i][(row0 + r) * ldc + l] =
+                    last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
 }
 
-// packed[cb][k][r] = w[cb * kMr + r][k], rows past co zero.
-void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* packed) {
-    float* dst = packed + cb * depth * kMr;
-    for (int64_t k = 0; k < depth; ++k)
-        for (int64_t r = 0; r < kMr; ++r) {
-            const int64_t row = cb * kMr + r;
-            dst[k * kMr + r] = row < co ? w[row * depth + k] : 0.0f;
-        }
+// Where channel block cb's weights for reduction rows [k0, k0 + kKc) start: the packed
+// weights are (depth / kKc, co_blocks, kc, kMr), so the blocks of one k-slice that a panel
+// passes over are one contiguous stream.
+inline int64_t weight_offset(int64_t k0, int64_t cb, int64_t depth, int64_t co_blocks) {
+    const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
+    return (k0 * co_blocks + cb * kc) * kMr;
+}
+
+// packed[k0 / kKc][cb][k - k0][r] = w[cb * kMr + r][k], rows past co zero.
+void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, int64_t co_blocks,
+                  float* packed) {
+    for (int64_t k0 = 0; k0 < depth; k0 += kKc) {
+        const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
+        float* dst = packed + weight_offset(k0, cb, depth, co_blocks);
+        for (int64_t k = 0; k < kc; ++k)
+            for (int64_t r = 0; r < kMr; ++r) {
+                const int64_t row = cb * kMr + r;
+                dst[k * kMr + r] = row < co ? w[row * depth + k0 + k] : 0.0f;
+            }
+    }
 }
 
 // What every work item of one call shares: the ISA's kernel and packer, sizes, the split.
@@ -114,48 +132,73 @@ struct Plan {
     ConvGemmKernel kernel;
     ConvGemmPack pack;
     const float* x;
-    const float* packed_w;     // (co_blocks, depth, kMr)
+    const float* packed_w;  // (depth / kKc, co_blocks, kc, kMr): weight_offset
     const ConvEpilogue* epi;
     float* out;
     const Conv2dGeometry* g;
     int64_t co, positions, depth, co_blocks, splits;
-    int64_t panels;  // per image
-    int64_t groups;  // of kGroup panels over the whole batch
+    int64_t per_image;  // pointwise: panels per image (x is read in place, image by image)
+    int64_t panels;     // in the whole batch
+    int64_t groups;     // of about kGroup consecutive panels
     bool pointwise;
 };
 
-// Work item = (group of kGroup consecutive panels of the batch, which may straddle images,
-// share of the channel blocks). k outermost: the weights' k-slice of these channel blocks
-// stays in L2 while the group's panels pass over it, so the weights are read from memory
-// once per group (on 7x7 maps, 2 panels an image, a group of one image's panels read them
-// 4x as often).
+void add_run(ConvGemmOut* o, float* base, int64_t lo, int64_t hi) {
+    if (o->count > 0 && o->base[o->count - 1] == base) {
+        o->hi[o->count - 1] = hi;  // the next row of the same image
+        return;
+    }
+    o->base[o->count] = base;
+    o->lo[o->count] = lo;
+    o->hi[o->count++] = hi;
+}
+
+// Panel t of the batch: its right-hand side rows [k0, k0 + kc) (packed into `panel`, or x
+// in place) and where its output lanes go.
+const float* panel_at(const Plan& p, int64_t t, int64_t k0, int64_t kc, float* panel,
+                      int64_t* ldb, ConvGemmOut* o) {
+    o->count = 0;
+    o->ldc = p.positions;
+    if (p.pointwise) {
+        const int64_t n = t / p.per_image, p0 = t % p.per_image * kNr;
+        const int64_t nvalid = p.positions - p0 < kNr ? p.positions - p0 : kNr;
+        add_run(o, p.out + n * p.co * p.positions + p0, 0, nvalid);
+        *ldb = p.positions;
+        return p.x + (n * p.g->c + k0) * p.positions + p0;
+    }
+    const int64_t p0 = t * kNr, all = p.g->n * p.positions;
+    const int64_t nvalid = all - p0 < kNr ? all - p0 : kNr, ow = p.g->out_w();
+    Segment seg[kNr];
+    const int64_t nseg = row_segments(p0, nvalid, p.positions, ow, seg);
+    for (int64_t s = 0; s < nseg; ++s) {
+        const int64_t q = seg[s].oy * ow + seg[s].ox;  // the segment's first position
+        add_run(o, p.out + seg[s].n * p.co * p.positions + q - seg[s].lane, seg[s].lane,
+                seg[s].lane + seg[s].len);
+    }
+    p.pack(p.x, *p.g, seg, nseg, nvalid, k0, kc, panel);
+    *ldb = kNr;
+    return panel;
+}
+
+// Work item = (group of consecutive panels of the batch, share of the channel blocks).
+// k outermost: the weights' k-slice of these channel blocks stays in L2 while the group's
+// panels pass over it, so the weights are read from memory once per group.
 void run_item(const Plan& p, int64_t item, float* panel) {
     const int64_t split = item % p.splits, group = item / p.splits;
     const int64_t cb0 = split * p.co_blocks / p.splits;
     const int64_t cb1 = (split + 1) * p.co_blocks / p.splits;
-    const int64_t total = p.g->n * p.panels;
-    const int64_t t0 = group * kGroup, t1 = t0 + kGroup < total ? t0 + kGroup : total;
-    const int64_t image_size = p.g->c * p.g->h * p.g->w;
+    const int64_t t0 = group * p.panels / p.groups, t1 = (group + 1) * p.panels / p.groups;
     for (int64_t k0 = 0; k0 < p.depth; k0 += kKc) {
         const int64_t kc = p.depth - k0 < kKc ? p.depth - k0 : kKc;
         for (int64_t t = t0; t < t1; ++t) {
-            const int64_t n = t / p.panels, p0 = t % p.panels * kNr;
-            const int64_t nvalid = p.positions - p0 < kNr ? p.positions - p0 : kNr;
-            const float* xn = p.x + n * image_size;
-            const float* b = xn + k0 * p.positions + p0;  // pointwise: x read in place
-            int64_t ldb = p.positions;
-            if (!p.pointwise) {
-                Segment seg[kNr];
-                const int64_t nseg = row_segments(p0, nvalid, p.g->out_w(), seg);
-                p.pack(xn, *p.g, seg, nseg, nvalid, k0, kc, panel);
-                b = panel;
-                ldb = kNr;
-            }
+            ConvGemmOut o;
+            int64_t ldb;
+            const float* b = panel_at(p, t, k0, kc, panel, &ldb, &o);
             for (int64_t cb = cb0; cb < cb1; ++cb) {
                 const int64_t r0 = cb * kMr, mr = p.co - r0 < kMr ? p.co - r0 : kMr;
-                p.kernel(p.packed_w + (cb * p.depth + k0) * kMr, b, ldb, kc,
-                         p.out + (n * p.co + r0) * p.positions + p0, p.positions, mr, nvalid,
-                         k0 == 0, k0 + kc == p.depth, p.epi->scale ? p.epi->scale + r0 : nullptr,
+                p.kernel(p.packed_w + weight_offset(k0, cb, p.depth, p.co_blocks), b, ldb, kc,
+                         o, r0, mr, k0 == 0, k0 + kc == p.depth,
+                         p.epi->scale ? p.epi->scale + r0 : nullptr,
                          p.epi->shift ? p.epi->shift + r0 : nullptr, p.epi->act);
             }
         }
@@ -169,7 +212,7 @@ ConvGemmPack conv_gemm_pack() {
 }
 
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg) {
-    return row_segments(p0, nvalid, ow, seg);
+    return row_segments(p0, nvalid, p0 + nvalid, ow, seg);  // every lane in image 0
 }
 
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
@@ -179,11 +222,12 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
            avx512 ? conv_gemm_pack_avx512() : pack_generic, x, nullptr, &epi, out, &g, co};
     p.positions = g.out_h() * g.out_w();
     p.depth = g.c * g.kh * g.kw;
-    p.panels = (p.positions + kNr - 1) / kNr;
-    p.co_blocks = (co + kMr - 1) / kMr;
-    p.groups = (g.n * p.panels + kGroup - 1) / kGroup;
     p.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
                   g.pl == 0 && g.pr == 0;
+    p.per_image = (p.positions + kNr - 1) / kNr;
+    p.panels = p.pointwise ? g.n * p.per_image : (g.n * p.positions + kNr - 1) / kNr;
+    p.co_blocks = (co + kMr - 1) / kMr;
+    p.groups = (p.panels + kGroup - 1) / kGroup;
     const int64_t threads = omp_get_max_threads(), per_split = p.groups;
     // split the channel blocks too when the panel groups cannot keep every thread busy
     p.splits = (2 * threads + per_split - 1) / per_split;
@@ -196,7 +240,7 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     {
 #pragma omp for schedule(static)
         for (int64_t cb = 0; cb < p.co_blocks; ++cb)
-            pack_weights(w, co, p.depth, cb, packed_w.data());
+            pack_weights(w, co, p.depth, cb, p.co_blocks, packed_w.data());
         alignas(64) float panel[kKc * kNr];
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; ++item) run_item(p, item, panel);

@@ -9,8 +9,10 @@
 // shift a frozen batch norm folds into the store, so conv + BN + activation is one pass.
 // Blocking: a panel of kNr output positions by kKc reduction rows is packed (it stays in L1)
 // and every kMr-row block of output channels runs over it; w is repacked once per call as
-// (Co/kMr, K, kMr) so a block's weights are one stream (12 rows of w read in place, K * 4
-// bytes apart, fell into two L1 sets at K = 4608). Pointwise convolutions read x in place.
+// (K/kKc, Co/kMr, kKc, kMr) so the blocks a panel passes over are one stream (12 rows of w
+// read in place, K * 4 bytes apart, fell into two L1 sets at K = 4608). Panels run over the
+// positions of the whole batch, so a 7x7 map does not leave 15 of its second panel's 32
+// lanes idle. Pointwise convolutions read x in place, one image's positions per panel.
 // Numpy twin: framework/ops/conv_ref.py, conv2d_ref followed by conv_epilogue_ref.
 #pragma once
 
@@ -34,29 +36,40 @@ struct ConvEpilogue {
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out);
 
-// The register-block kernel of one ISA: rows [0, mr) of out (row stride ldc) at lanes
-// [0, nvalid) += packed weights (kc x kMr, row k at a + k * kMr) times kc rows of kNr
-// positions at b (row stride ldb: kNr for a packed panel, the plane size when reading a
-// pointwise input in place); `first` starts from 0, `last` applies the epilogue of these rows.
-using ConvGemmKernel = void (*)(const float* a, const float* b, int64_t ldb, int64_t kc,
-                                float* out, int64_t ldc, int64_t mr, int64_t nvalid, bool first,
-                                bool last, const float* scale, const float* shift, int act);
-
-// Panel lanes [lane, lane + len) lie in output row oy, from column ox.
-struct ConvGemmSegment {
-    int64_t oy, ox, lane, len;
+// Where a panel's output goes: run i holds lanes [lo[i], hi[i]), lane l of output row r
+// at base[i] + r * ldc + l (a panel packed over the batch spans several images; base may
+// point before the run's first element, as its lanes below lo are never touched).
+struct ConvGemmOut {
+    float* base[kConvGemmNr];
+    int64_t lo[kConvGemmNr], hi[kConvGemmNr];
+    int64_t count, ldc;
 };
 
-// Packs rows [k0, k0 + kc) of X_n (xn: one image) for the panel whose lanes `seg` describe
-// (nvalid lanes in all) into panel[kk * kNr + lane]; lanes >= nvalid are zero.
+// The register-block kernel of one ISA: output rows [row0, row0 + mr) of `out` at its lanes
+// [0, nvalid) (nvalid = out.hi[out.count - 1]) += packed weights (kc x kMr, row k at
+// a + k * kMr) times kc rows of kNr positions at b (row stride ldb: kNr for a packed panel,
+// the plane size when reading a pointwise input in place); `first` starts from 0, `last`
+// applies the epilogue of these rows (scale and shift point at row row0's).
+using ConvGemmKernel = void (*)(const float* a, const float* b, int64_t ldb, int64_t kc,
+                                const ConvGemmOut& out, int64_t row0, int64_t mr, bool first,
+                                bool last, const float* scale, const float* shift, int act);
+
+// Panel lanes [lane, lane + len) lie in output row oy of image n, from column ox.
+struct ConvGemmSegment {
+    int64_t n, oy, ox, lane, len;
+};
+
+// Packs rows [k0, k0 + kc) of X for the panel whose lanes `seg` describe (nvalid lanes in
+// all; segment s reads image xn + seg[s].n * C * H * W) into panel[kk * kNr + lane]; lanes
+// >= nvalid are zero.
 using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
                               const ConvGemmSegment* seg, int64_t nseg, int64_t nvalid,
                               int64_t k0, int64_t kc, float* panel);
 
 ConvGemmKernel conv_gemm_kernel_avx512();
 ConvGemmPack conv_gemm_pack_avx512();
-// The packer of the current ISA, and the row segments of the panel of nvalid lanes from
-// position p0 of an output of width ow (returns their count, at most kNr).
+// The packer of the current ISA, and the row segments (of image 0) of the panel of nvalid
+// lanes from position p0 of an output of width ow (returns their count, at most kNr).
 ConvGemmPack conv_gemm_pack();
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg);
 

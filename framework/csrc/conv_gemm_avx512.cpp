@@ -15,20 +15,36 @@ inline __mmask16 lanes(int64_t n) {
     return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
+// Lanes [lo, hi) of a 32-lane panel row as two 16-lane masks.
+inline void lane_masks(int64_t lo, int64_t hi, __mmask16* m0, __mmask16* m1) {
+    const uint32_t bits = hi <= lo ? 0u : (uint32_t(hi >= 32 ? ~0ull : (1ull << hi) - 1) &
+                                          ~uint32_t((1ull << lo) - 1));
+    *m0 = __mmask16(bits & 0xFFFF);
+    *m1 = __mmask16(bits >> 16);
+}
+
 template <int MR>
-void block(const float* a, const float* b, int64_t ldb, int64_t kc, float* out,
-           int64_t ldc, int64_t nvalid, bool first, bool last, const float* scale,
-           const float* shift, int act) {
-    const __mmask16 m0 = lanes(nvalid), m1 = lanes(nvalid - 16);
+void block(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvGemmOut& out,
+           int64_t row0, bool first, bool last, const float* scale, const float* shift,
+           int act) {
+    __mmask16 m0[kConvGemmNr], m1[kConvGemmNr];  // the lanes of each output run
+    for (int64_t i = 0; i < out.count; ++i) lane_masks(out.lo[i], out.hi[i], &m0[i], &m1[i]);
+    const int64_t nvalid = out.hi[out.count - 1], ldc = out.ldc;
+    const __mmask16 b0m = lanes(nvalid), b1m = lanes(nvalid - 16);
     __m512 acc[MR][2];
 #pragma GCC unroll 12
-    for (int r = 0; r < MR; ++r) {
-        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, out + r * ldc);
-        acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, out + r * ldc + 16);
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t i = 0; !first && i < out.count; ++i) {
+        const float* at = out.base[i] + row0 * ldc;
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; ++r) {
+            acc[r][0] = _mm512_mask_loadu_ps(acc[r][0], m0[i], at + r * ldc);
+            acc[r][1] = _mm512_mask_loadu_ps(acc[r][1], m1[i], at + r * ldc + 16);
+        }
     }
     for (int64_t k = 0; k < kc; ++k) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb);
-        const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
+        const __m512 b0 = _mm512_maskz_loadu_ps(b0m, b + k * ldb);
+        const __m512 b1 = _mm512_maskz_loadu_ps(b1m, b + k * ldb + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < MR; ++r) {
             const __m512 ar = _mm512_set1_ps(a[k * kConvGemmMr + r]);
@@ -38,39 +54,38 @@ void block(const float* a, const float* b, int64_t ldb, int64_t kc, float* out,
     }
     const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
 #pragma GCC unroll 12
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < MR && last; ++r) {
+#pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             __m512 v = acc[r][h];
-            if (last) {
-                if (scale) v = _mm512_mul_ps(v, _mm512_set1_ps(scale[r]));
-                if (shift) v = _mm512_add_ps(v, _mm512_set1_ps(shift[r]));
-                if (act >= 1) v = _mm512_max_ps(v, zero);
-                if (act == 2) v = _mm512_min_ps(v, six);
-            }
-            _mm512_mask_storeu_ps(out + r * ldc + 16 * h, h ? m1 : m0, v);
+            if (scale) v = _mm512_mul_ps(v, _mm512_set1_ps(scale[r]));
+            if (shift) v = _mm512_add_ps(v, _mm512_set1_ps(shift[r]));
+            if (act >= 1) v = _mm512_max_ps(v, zero);
+            if (act == 2) v = _mm512_min_ps(v, six);
+            acc[r][h] = v;
+        }
+    }
+    for (int64_t i = 0; i < out.count; ++i) {
+        float* at = out.base[i] + row0 * ldc;
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; ++r) {
+            _mm512_mask_storeu_ps(at + r * ldc, m0[i], acc[r][0]);
+            _mm512_mask_storeu_ps(at + r * ldc + 16, m1[i], acc[r][1]);
         }
     }
 }
 
-using Block = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int64_t,
-                       bool, bool, const float*, const float*, int);
+using Block = void (*)(const float*, const float*, int64_t, int64_t, const ConvGemmOut&,
+                       int64_t, bool, bool, const float*, const float*, int);
 static_assert(kConvGemmMr == 12, "one block<> per row count");
 constexpr Block kBlocks[kConvGemmMr] = {block<1>, block<2>, block<3>, block<4>,  block<5>,
                                         block<6>, block<7>, block<8>, block<9>, block<10>,
                                         block<11>, block<12>};
 
-void kernel(const float* a, const float* b, int64_t ldb, int64_t kc, float* out, int64_t ldc,
-            int64_t mr, int64_t nvalid, bool first, bool last, const float* scale,
+void kernel(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvGemmOut& out,
+            int64_t row0, int64_t mr, bool first, bool last, const float* scale,
             const float* shift, int act) {
-    kBlocks[mr - 1](a, b, ldb, kc, out, ldc, nvalid, first, last, scale, shift, act);
-}
-
-// Lanes [lo, hi) of a 32-lane panel row as two 16-lane masks.
-inline void lane_masks(int64_t lo, int64_t hi, __mmask16* m0, __mmask16* m1) {
-    const uint32_t bits = hi <= lo ? 0u : (uint32_t(hi >= 32 ? ~0ull : (1ull << hi) - 1) &
-                                          ~uint32_t((1ull << lo) - 1));
-    *m0 = __mmask16(bits & 0xFFFF);
-    *m1 = __mmask16(bits >> 16);
+    kBlocks[mr - 1](a, b, ldb, kc, out, row0, first, last, scale, shift, act);
 }
 
 // The reads of one panel row for one kernel tap (i, j): per segment whose input row exists,
@@ -96,7 +111,7 @@ void plan_tap(const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg,
         while (last > first && (last - 1) * g.sw + base >= g.w) --last;
         if (first >= last) continue;
         lane_masks(first, last, &t->m0[t->count], &t->m1[t->count]);
-        t->offset[t->count++] = iy * g.w + base;
+        t->offset[t->count++] = (seg[s].n * g.c * g.h + iy) * g.w + base;
     }
 }
 

@@ -9,7 +9,7 @@ Algorithms (name: when it applies):
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
 by shape (`rule`: gemm_direct where `gemm_direct_wins`, winograd_f2x2 where `winograd_wins`,
-im2col_gemm for 1x1 convolutions of a batch of small maps, else the first applicable of
+both: `winograd_beats_direct`; im2col_gemm for 1x1 convolutions of a batch of small maps, else the first applicable of
 depthwise_direct, gemm_1x1, im2col_gemm), so a run is
 reproducible bit for bit — a resumed training run must compute what the uninterrupted one
 did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
@@ -44,7 +44,8 @@ WINO_MIN_TILES = 128
 WINO_MIN_SIZE = 14
 GEMM_DIRECT_STEM_DEPTH = 160
 GEMM_DIRECT_MIN_POSITIONS = 784
-GEMM_DIRECT_MAX_DEPTH = 1152
+WINO_OVER_DIRECT_CHANNELS = 256
+WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196
 POINTWISE_MIN_DEPTH = 24
 WINO_MIN_CHANNELS = 16
@@ -79,11 +80,13 @@ def _key(x, w, groups, geo):
 
 def rule(x, w, groups, geo, names):
     """The fixed, reproducible choice among the applicable `names`: the first in _RULE_ORDER,
-    except that gemm_direct, then winograd_f2x2, win where they measured faster (*_wins)."""
-    if "gemm_direct" in names and gemm_direct_wins(x, w, geo):
-        return "gemm_direct"
-    if "winograd_f2x2" in names and winograd_wins(x, w, geo):
+    except that gemm_direct and winograd_f2x2 win where they measured faster (*_wins)."""
+    direct = "gemm_direct" in names and gemm_direct_wins(x, w, geo)
+    if "winograd_f2x2" in names and winograd_wins(x, w, geo) and (
+            not direct or winograd_beats_direct(x, w, geo)):
         return "winograd_f2x2"
+    if direct:
+        return "gemm_direct"
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise and x.shape[0] > 1 and oh * ow < POINTWISE_MIN_PLANE:
         # small maps of a batch: one GEMM with the batch folded into the columns beat the
@@ -96,21 +99,19 @@ def rule(x, w, groups, geo, names):
 def gemm_direct_wins(x, w, geo):
     """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else either few rows
     (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call
-    (N * out_h * out_w >= GEMM_DIRECT_MIN_POSITIONS) over at most GEMM_DIRECT_MAX_DEPTH rows
-    (<= 128 channels at 3x3). Measured at 2 threads on a 2-core AVX-512 Xeon (bench_conv
-    shapes, OPENBLAS_THREAD_TIMEOUT=4): ResNet-18's stem 2.9x faster than im2col + OpenBLAS at
-    batch 16, 64 channels at 56x56 1.7x faster than winograd, 128 at 28x28 even with it;
-    256+ channels at 14x14 and 7x7 lost to winograd / im2col (weights streamed from L2 per
-    panel; 49-position maps fill 2 panels of 32), and so did batch-1 maps under 28x28."""
+    (N * out_h * out_w >= GEMM_DIRECT_MIN_POSITIONS; panels run over the whole batch, so a
+    batch of 7x7 maps fills them). Measured at 2 threads on a 2-core AVX-512 Xeon, interleaved
+    in one process (tianyuan imported before numpy, so OpenBLAS's workers sleep between
+    calls): ResNet-18's stem 2.9x faster than im2col + OpenBLAS at batch 16; 3x3 layers at
+    batch 16, 64 channels at 56x56 to 512 at 7x7 (stride 1 and 2) 1.15-1.65x faster than
+    im2col; at batch 1, 1.1-2x faster from 28x28 up, 1.1-1.5x slower on 14x14 and 7x7."""
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise:
         return pointwise_direct_wins(x.shape[0], oh * ow, depth)
-    positions = x.shape[0] * oh * ow
-    return depth <= GEMM_DIRECT_STEM_DEPTH or (positions >= GEMM_DIRECT_MIN_POSITIONS
-                                               and depth <= GEMM_DIRECT_MAX_DEPTH)
+    return depth <= GEMM_DIRECT_STEM_DEPTH or x.shape[0] * oh * ow >= GEMM_DIRECT_MIN_POSITIONS
 
 
 def pointwise_direct_wins(batch, plane, depth):
@@ -152,6 +153,16 @@ def winograd_wins(x, w, geo):
     tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
     return (tiles >= WINO_MIN_TILES and min(oh, ow) >= WINO_MIN_SIZE
             and min(c, w.shape[0]) >= WINO_MIN_CHANNELS)
+
+
+def winograd_beats_direct(x, w, geo):
+    """Where both would win over im2col, winograd takes maps of >= WINO_OVER_DIRECT_SIZE with
+    >= WINO_OVER_DIRECT_CHANNELS channels (measured as above, batch 16: 256 channels at 28x28
+    1.2x faster than gemm_direct; at 14x14 the two tied, with 128 channels at 28x28 and 64
+    at 56x56 gemm_direct was 1.1x and 1.6x faster)."""
+    oh, ow = geo.out_size(*x.shape[2:])
+    return (min(oh, ow) >= WINO_OVER_DIRECT_SIZE
+            and min(x.shape[1], w.shape[0]) >= WINO_OVER_DIRECT_CHANNELS)
 
 
 def forced():

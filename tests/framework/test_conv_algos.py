@@ -58,8 +58,9 @@ def test_depthwise_kernels_match_numpy_twins_on_every_isa(shape, kernel, stride,
 
 
 # (x shape, Co, kernel, stride, padding (t, b, l, r), dilation): panels of 32 positions that
-# straddle rows, tails, Co not a multiple of 12, reductions past one 128-row block, pointwise
-# (read in place), 1x1 images, stride 2 and 3, dilation, asymmetric padding
+# straddle rows and images (up to 8 images a panel, with reductions past one 128-row block),
+# tails, Co not a multiple of 12, pointwise (read in place), 1x1 images, stride 2 and 3,
+# dilation, asymmetric padding
 GEMM_DIRECT = [
     ((2, 5, 9, 11), 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((1, 3, 37, 40), 13, (3, 3), (2, 2), (0, 2, 1, 0), (1, 2)),
@@ -68,6 +69,8 @@ GEMM_DIRECT = [
     ((3, 1, 1, 1), 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((1, 3, 23, 29), 24, (7, 7), (3, 2), (3, 3, 3, 3), (1, 1)),
     ((2, 16, 9, 8), 12, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    ((5, 16, 3, 4), 14, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((17, 2, 2, 2), 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 ]
 
 
@@ -275,6 +278,21 @@ def test_default_choice_is_a_fixed_rule():
     assert list(conv_ops.algorithm_choices().values()) == [
         direct or "im2col_gemm", "winograd_f2x2", "im2col_gemm", "im2col_gemm",
         direct or "im2col_gemm", direct or "winograd_f2x2"]
+
+
+def test_rule_between_winograd_and_gemm_direct():
+    def chosen(x_shape, co):
+        x, w = np.zeros(x_shape, np.float32), np.zeros((co, x_shape[1], 3, 3), np.float32)
+        geo = conv_ops._Geometry((3, 3), (1, 1), (1,) * 4, (1, 1))
+        return conv_ops.conv_algo.rule(x, w, 1, geo, conv_ops.conv_algo.applicable(x, w, 1, geo))
+
+    if ty.current_isa() not in ("avx512", "vnni", "amx"):
+        pytest.skip("gemm_direct runs on the AVX-512 kernel only")
+    assert chosen((16, 512, 7, 7), 512) == "gemm_direct"  # deep layers: panels span images
+    assert chosen((16, 256, 14, 14), 256) == "gemm_direct"
+    assert chosen((16, 128, 28, 28), 128) == "gemm_direct"
+    assert chosen((2, 256, 28, 28), 256) == "winograd_f2x2"  # wide channels on big maps
+    assert chosen((1, 512, 7, 7), 512) == "im2col_gemm"  # 49 positions
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):
