@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from blas_env import restart_with_blas_threads
+from blas_env import openblas_core, restart_with_blas_threads
 
 # (cin, cout, k, stride, pad, groups, in_size)
 Layer = collections.namedtuple("Layer", "cin cout k s p g hw")
@@ -229,10 +229,8 @@ def main():
     ty.set_num_threads(args.threads)
     print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "
           f"{args.threads} threads,"
-          f" numpy sgemm {sgemm_rate():.0f} GFLOP/s, OMP_WAIT_POLICY="
-          f"{os.environ.get('OMP_WAIT_POLICY')}, OPENBLAS_CORETYPE="
-          f"{os.environ.get('OPENBLAS_CORETYPE')} (Haswell = AVX2 kernels; SkylakeX ~1.8x faster "
-          f"sgemm on Zen 5)")
+          f" numpy sgemm {sgemm_rate():.0f} GFLOP/s (OpenBLAS core {openblas_core()}),"
+          f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     for batch in (int(b) for b in args.batch.split(",")):
         for name in args.nets.split(","):
             bench_net(name, batch, args.repeats, args.threads, args.peak, args.rounds)
