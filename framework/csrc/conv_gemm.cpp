@@ -105,26 +105,14 @@ void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc,
                     last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
 }
 
-// Where channel block cb's weights for reduction rows [k0, k0 + kKc) start: the packed
-// weights are (depth / kKc, co_blocks, kc, kMr), so the blocks of one k-slice that a panel
-// passes over are one contiguous stream.
-inline int64_t weight_offset(int64_t k0, int64_t cb, int64_t depth, int64_t co_blocks) {
-    const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
-    return (k0 * co_blocks + cb * kc) * kMr;
-}
-
-// packed[k0 / kKc][cb][k - k0][r] = w[cb * kMr + r][k], rows past co zero.
-void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, int64_t co_blocks,
-                  float* packed) {
-    for (int64_t k0 = 0; k0 < depth; k0 += kKc) {
-        const int64_t kc = depth - k0 < kKc ? depth - k0 : kKc;
-        float* dst = packed + weight_offset(k0, cb, depth, co_blocks);
-        for (int64_t k = 0; k < kc; ++k)
-            for (int64_t r = 0; r < kMr; ++r) {
-                const int64_t row = cb * kMr + r;
-                dst[k * kMr + r] = row < co ? w[row * depth + k0 + k] : 0.0f;
-            }
-    }
+// packed[cb][k][r] = w[cb * kMr + r][k], rows past co zero.
+void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* packed) {
+    float* dst = packed + cb * depth * kMr;
+    for (int64_t k = 0; k < depth; ++k)
+        for (int64_t r = 0; r < kMr; ++r) {
+            const int64_t row = cb * kMr + r;
+            dst[k * kMr + r] = row < co ? w[row * depth + k] : 0.0f;
+        }
 }
 
 // What every work item of one call shares: the ISA's kernel and packer, sizes, the split.
@@ -132,7 +120,7 @@ struct Plan {
     ConvGemmKernel kernel;
     ConvGemmPack pack;
     const float* x;
-    const float* packed_w;  // (depth / kKc, co_blocks, kc, kMr): weight_offset
+    const float* packed_w;  // (co_blocks, depth, kMr)
     const ConvEpilogue* epi;
     float* out;
     const Conv2dGeometry* g;
@@ -196,7 +184,7 @@ void run_item(const Plan& p, int64_t item, float* panel) {
             const float* b = panel_at(p, t, k0, kc, panel, &ldb, &o);
             for (int64_t cb = cb0; cb < cb1; ++cb) {
                 const int64_t r0 = cb * kMr, mr = p.co - r0 < kMr ? p.co - r0 : kMr;
-                p.kernel(p.packed_w + weight_offset(k0, cb, p.depth, p.co_blocks), b, ldb, kc,
+                p.kernel(p.packed_w + (cb * p.depth + k0) * kMr, b, ldb, kc,
                          o, r0, mr, k0 == 0, k0 + kc == p.depth,
                          p.epi->scale ? p.epi->scale + r0 : nullptr,
                          p.epi->shift ? p.epi->shift + r0 : nullptr, p.epi->act);
@@ -240,7 +228,7 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     {
 #pragma omp for schedule(static)
         for (int64_t cb = 0; cb < p.co_blocks; ++cb)
-            pack_weights(w, co, p.depth, cb, p.co_blocks, packed_w.data());
+            pack_weights(w, co, p.depth, cb, packed_w.data());
         alignas(64) float panel[kKc * kNr];
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; ++item) run_item(p, item, panel);

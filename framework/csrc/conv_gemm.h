@@ -9,10 +9,10 @@
 // shift a frozen batch norm folds into the store, so conv + BN + activation is one pass.
 // Blocking: a panel of kNr output positions by kKc reduction rows is packed (it stays in L1)
 // and every kMr-row block of output channels runs over it; w is repacked once per call as
-// (K/kKc, Co/kMr, kKc, kMr) so the blocks a panel passes over are one stream (12 rows of w
-// read in place, K * 4 bytes apart, fell into two L1 sets at K = 4608). Panels run over the
-// positions of the whole batch, so a 7x7 map does not leave 15 of its second panel's 32
-// lanes idle. Pointwise convolutions read x in place, one image's positions per panel.
+// (Co/kMr, K, kMr) so a block's weights are one stream (12 rows of w read in place, K * 4
+// bytes apart, fell into two L1 sets at K = 4608). Panels run over the positions of the
+// whole batch, so a 7x7 map does not leave 15 of its second panel's 32 lanes idle.
+// Pointwise convolutions read x in place, one image's positions per panel.
 // Numpy twin: framework/ops/conv_ref.py, conv2d_ref followed by conv_epilogue_ref.
 #pragma once
 
