@@ -9,13 +9,14 @@ Algorithms (name: when it applies):
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
 by shape (`rule`: gemm_direct where `gemm_direct_wins`, winograd_f2x2 where `winograd_wins`,
-both: `winograd_beats_direct`; im2col_gemm for 1x1 convolutions of a batch of small maps, else the first applicable of
-depthwise_direct, gemm_1x1, im2col_gemm), so a run is
-reproducible bit for bit — a resumed training run must compute what the uninterrupted one
-did. With fast-run on (`set_fastrun(True)` or env TIANYUAN_CONV_FASTRUN=1), `choose` instead
-times each candidate once on the real arrays and keeps the fastest for that shape; results
-may then differ in the last bits between processes. `algorithm_choices()` lists what was
-chosen (for a model: run it once, then read the list).
+where both do `winograd_beats_direct` decides; im2col_gemm for 1x1 convolutions of a batch
+of small maps, else the first applicable of depthwise_direct, gemm_1x1, im2col_gemm), so a
+run is reproducible bit for bit — a resumed training run must compute what the
+uninterrupted one did. With fast-run on (`set_fastrun(True)` or env
+TIANYUAN_CONV_FASTRUN=1), `choose` instead times each candidate once on the real arrays and
+keeps the fastest for that shape; results may then differ in the last bits between
+processes. `algorithm_choices()` lists what was chosen (for a model: run it once, then read
+the list).
 
 The weight gradient has its own fixed choice, `wgrad_direct_wins`: our direct kernel
 (_C.conv2d_gemm_weight_grad) or im2col + numpy's GEMM, whatever ran the forward.
