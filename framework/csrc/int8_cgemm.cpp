@@ -109,19 +109,41 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     return xp;
 }
 
-// Output positions [p0, p0 + npos) as runs along input rows; contiguous runs merge.
-int64_t block_runs(const ConvGeom& g, int64_t wp, int64_t p0, int64_t npos, Run* runs) {
+// The images a block of positions of the batch covers: lanes [lane, lane + len) are image
+// n's positions [q, q + len).
+struct Span {
+    int64_t n, q, lane, len;
+};
+
+int64_t block_spans(int64_t p, int64_t p0, int64_t npos, Span* spans) {
+    int64_t count = 0;
+    for (int64_t lane = 0; lane < npos;) {
+        const int64_t n = (p0 + lane) / p, q = (p0 + lane) % p;
+        const int64_t len = p - q < npos - lane ? p - q : npos - lane;
+        spans[count++] = {n, q, lane, len};
+        lane += len;
+    }
+    return count;
+}
+
+// The block's positions as runs along input rows (src from the group's first plane of
+// image 0: images lie image_size apart); contiguous runs merge.
+int64_t block_runs(const ConvGeom& g, int64_t wp, int64_t image_size, const Span* spans,
+                   int64_t nspans, Run* runs) {
     int64_t nr = 0;
-    for (int64_t p = p0; p < p0 + npos;) {
-        const int64_t oy = p / g.ow, ox = p % g.ow;
-        const int64_t len = g.ow - ox < p0 + npos - p ? g.ow - ox : p0 + npos - p;
-        const int64_t src = oy * g.sh * wp + ox * g.sw;
-        if (nr && runs[nr - 1].src + runs[nr - 1].len * g.sw == src) {
-            runs[nr - 1].len += len;
-        } else {
-            runs[nr++] = {p - p0, src, len};
+    for (int64_t s = 0; s < nspans; ++s) {
+        const Span& sp = spans[s];
+        for (int64_t p = sp.q; p < sp.q + sp.len;) {
+            const int64_t oy = p / g.ow, ox = p % g.ow;
+            const int64_t len = g.ow - ox < sp.q + sp.len - p ? g.ow - ox : sp.q + sp.len - p;
+            const int64_t src = sp.n * image_size + oy * g.sh * wp + ox * g.sw;
+            if (nr && runs[nr - 1].src + runs[nr - 1].len * g.sw == src) {
+                runs[nr - 1].len += len;
+            } else {
+                runs[nr++] = {sp.lane + p - sp.q, src, len};
+            }
+            p += len;
         }
-        p += len;
     }
     return nr;
 }
@@ -156,7 +178,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     s.kg = s.cg * g.kh * g.kw;
     s.kp = round_up(s.kg, kGroup);
     s.p = g.oh * g.ow;
-    s.blocks = (s.p + kPos - 1) / kPos;
+    s.blocks = (g.n * s.p + kPos - 1) / kPos;  // blocks run over the batch's positions
     s.koff.resize(static_cast<size_t>(s.kg));
     for (int64_t c = 0, q = 0; c < s.cg; ++c) {
         for (int64_t i = 0; i < g.kh; ++i) {
@@ -167,7 +189,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     }
     // Few position blocks (batch 1, small maps): also split the output channels.
     const int64_t oblocks = (s.ocg + kOcBlock - 1) / kOcBlock;
-    const int64_t tasks = g.n * g.groups * s.blocks, want = 2 * omp_get_max_threads();
+    const int64_t tasks = g.groups * s.blocks, want = 2 * omp_get_max_threads();
     s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
@@ -181,31 +203,45 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
 
 namespace {
 
-// Weight blocks [ob0, ob1) of group gi over one packed activation block.
+// Weight blocks [ob0, ob1) of group gi over the packed activation block blk. A block inside
+// one image is written in place; one that spans images goes through a staging tile.
 void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
-               const std::vector<int32_t>& b, const Requant& r, const uint8_t* buf, int64_t n,
-               int64_t gi, int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out) {
-    const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
+               const std::vector<int32_t>& b, const Requant& r, const uint8_t* buf, int64_t gi,
+               int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out) {
+    const int64_t p0 = blk * kPos, all = g.n * s.p, npos = all - p0 < kPos ? all - p0 : kPos;
+    Span spans[kPos];
+    const int64_t nspans = block_spans(s.p, p0, npos, spans);
     const int64_t c0 = gi * s.ocg;
-    uint8_t* o = out + (n * g.oc + c0) * s.p + p0;
+    alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
         const int64_t j = ob * kOcBlock;
         if (j >= s.ocg) break;
         const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
         const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
-        s.tile(buf, packed + gi * s.ocg * s.kp + j * s.kp, s.kp, rows, npos, q, r,
-               o + j * s.p, s.p);
+        const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
+        uint8_t* o = out + (spans[0].n * g.oc + c0 + j) * s.p + spans[0].q;
+        if (nspans == 1) {
+            s.tile(buf, w, s.kp, rows, npos, q, r, o, s.p);
+            continue;
+        }
+        s.tile(buf, w, s.kp, rows, npos, q, r, stage, kPos);
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t t = 0; t < nspans; ++t)
+                std::memcpy(out + (spans[t].n * g.oc + c0 + j + i) * s.p + spans[t].q,
+                            stage + i * kPos + spans[t].lane, static_cast<size_t>(spans[t].len));
     }
 }
 
-// Activation block blk of (n, gi), k-quads [q0, q1) only.
-void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t n, int64_t gi, int64_t blk,
-               int64_t q0, int64_t q1, uint8_t* buf) {
+// Activation block blk of group gi, k-quads [q0, q1) only.
+void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, int64_t q0,
+               int64_t q1, uint8_t* buf) {
+    Span spans[kPos];
     Run runs[kPos + 2];
-    const int64_t p0 = blk * kPos, npos = s.p - p0 < kPos ? s.p - p0 : kPos;
-    const int64_t nr = block_runs(g, s.wp, p0, npos, runs);
+    const int64_t p0 = blk * kPos, all = g.n * s.p, npos = all - p0 < kPos ? all - p0 : kPos;
+    const int64_t nspans = block_spans(s.p, p0, npos, spans);
+    const int64_t nr = block_runs(g, s.wp, g.c * s.hp * s.wp, spans, nspans, runs);
     const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
-    s.pack(s.xpad + (n * g.c + gi * s.cg) * s.hp * s.wp, s.koff.data() + k0, kend - k0,
+    s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.koff.data() + k0, kend - k0,
            (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
 }
 
@@ -215,15 +251,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             const int32_t* bias, const Requant& r, uint8_t* out) {
     const ConvPlan s = plan(x, g);
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
-    const int64_t blocks = g.n * g.groups * s.blocks, quads = s.kp / kGroup;
+    const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     if (s.chunks == 1) {  // enough position blocks: each task packs its own
 #pragma omp parallel for schedule(static) if (blocks > 1)
         for (int64_t t = 0; t < blocks; ++t) {
             static thread_local std::vector<uint8_t> space;
             uint8_t* buf = workspace(space, s.kp * kPos);
-            const int64_t blk = t % s.blocks, gi = t / s.blocks % g.groups, n = t / (s.blocks * g.groups);
-            pack_part(s, g, n, gi, blk, 0, quads, buf);
-            run_tiles(s, g, packed, b, r, buf, n, gi, blk, 0, s.ob_per_chunk, out);
+            const int64_t blk = t % s.blocks, gi = t / s.blocks;
+            pack_part(s, g, gi, blk, 0, quads, buf);
+            run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out);
         }
         return;
     }
@@ -236,15 +272,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * parts; ++t) {
-            const int64_t bt = t / parts, q0 = t % parts * per, q1 = q0 + per < quads ? q0 + per : quads;
-            const int64_t blk = bt % s.blocks, gi = bt / s.blocks % g.groups, n = bt / (s.blocks * g.groups);
-            if (q0 < q1) pack_part(s, g, n, gi, blk, q0, q1, all + bt * s.kp * kPos);
+            const int64_t bt = t / parts, q0 = t % parts * per;
+            const int64_t q1 = q0 + per < quads ? q0 + per : quads;
+            if (q0 < q1) pack_part(s, g, bt / s.blocks, bt % s.blocks, q0, q1,
+                                   all + bt * s.kp * kPos);
         }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * s.chunks; ++t) {
             const int64_t ch = t % s.chunks, bt = t / s.chunks;
-            const int64_t blk = bt % s.blocks, gi = bt / s.blocks % g.groups, n = bt / (s.blocks * g.groups);
-            run_tiles(s, g, packed, b, r, all + bt * s.kp * kPos, n, gi, blk,
+            run_tiles(s, g, packed, b, r, all + bt * s.kp * kPos, bt / s.blocks, bt % s.blocks,
                       ch * s.ob_per_chunk, (ch + 1) * s.ob_per_chunk, out);
         }
     }

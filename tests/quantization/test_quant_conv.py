@@ -28,6 +28,9 @@ CASES = [
     (2, 3, 20, 33, 3, 3, 3, 1, 1, 1, 3),          # depthwise SIMD: 16-column steps + tail
     (1, 5, 19, 37, 5, 3, 3, 2, 1, 1, 5),          # depthwise SIMD stride 2
     (1, 4, 18, 21, 4, 5, 5, 1, 2, 1, 4),          # depthwise 5x5
+    (5, 6, 3, 3, 13, 3, 3, 1, 1, 1, 1),           # position blocks span 5 images
+    (9, 4, 2, 3, 7, 1, 1, 1, 0, 1, 1),            # 1x1, 9 images in one block
+    (3, 8, 9, 9, 10, 3, 3, 2, 1, 1, 2),           # strided, grouped, blocks span images
 ]
 
 
