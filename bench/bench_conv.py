@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from blas_env import openblas_core, restart_with_blas_threads
+from blas_env import in_child, openblas_core, restart_with_blas_threads
 
 # (cin, cout, k, stride, pad, groups, in_size)
 Layer = collections.namedtuple("Layer", "cin cout k s p g hw")
@@ -163,12 +163,6 @@ def peer_info(threads):
     return torch.__version__
 
 
-def in_child(fn, *args):
-    import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
-
-
 def _median_or_none(values):
     values = [v for v in values if v is not None]
     return float(np.median(values)) if values else None
@@ -230,7 +224,8 @@ def main():
     print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "
           f"{args.threads} threads,"
           f" numpy sgemm {sgemm_rate():.0f} GFLOP/s (OpenBLAS core {openblas_core()}),"
-          f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+          f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')},"
+          f" GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
     for batch in (int(b) for b in args.batch.split(",")):
         for name in args.nets.split(","):
             bench_net(name, batch, args.repeats, args.threads, args.peak, args.rounds)

@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from blas_env import restart_with_blas_threads, without_our_env
 import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn, zoo
@@ -163,7 +164,8 @@ def _peer_notes():
     """Say which peer columns are missing and why."""
     for module, col in (("torch", "torch"), ("onnxruntime", "ort"), ("onnx", "ort")):
         try:
-            __import__(module)
+            with without_our_env():  # torch's OpenMP reads the environment once, now
+                __import__(module)
         except ImportError:
             print(f"note: `{module}` not importable: the {col} column is skipped")
 
@@ -176,6 +178,9 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="0: the library default")
     parser.add_argument("--layers", action="store_true", help="print every layer")
     args = parser.parse_args()
+    # numpy came before tianyuan here: OpenBLAS must get its short spin from a restart, or
+    # its workers slow the float convolutions that follow its GEMMs
+    restart_with_blas_threads(args.threads or ty.get_num_threads())
     if args.threads:
         ty.set_num_threads(args.threads)
     print(f"ISA {ty.current_isa()}, {ty.get_num_threads()} threads; {args.stat} of "

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from blas_env import restart_with_blas_threads
+from blas_env import in_child, restart_with_blas_threads
 
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "shufflenet_v2_x1_0", "shufflenet_v1_x1_0_g3"]
 SHAPE = (3, 224, 224)
@@ -156,12 +156,6 @@ def median_over_rounds(runs):
     """{key: median over the runs that have it} of a list of {key: number} dicts."""
     keys = {k for run in runs for k in run}
     return {k: float(np.median([run[k] for run in runs if k in run])) for k in keys}
-
-
-def in_child(fn, *args):
-    import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
 
 
 # ------------------------------------------------------------------ table

@@ -8,15 +8,30 @@ __version__ = "0.1.0"
 
 import os as _os
 
-# Must precede loading _C (libgomp reads it once). Spinning OpenMP workers would steal the
-# cores numpy's BLAS threads need for the GEMMs between our kernels: conv2d fwd+bwd
-# (64, 32, 16, 16) x (64, 32, 3, 3) takes 24 ms spinning, 14 ms passive, on 2 cores.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The environment variables this import set (not the user's): process-wide policies that a
+# benchmark's peer (PyTorch's own OpenMP) should run without.
+ENV_DEFAULTS = {}
+
+
+def _default_env(name, value):
+    if name not in _os.environ:
+        _os.environ[name] = ENV_DEFAULTS[name] = value
+
+
+# Must precede loading _C (libgomp reads them once). After a parallel region our OpenMP
+# workers spin GOMP_SPINCOUNT times (~20 us here), then sleep. Sleeping at once
+# (OMP_WAIT_POLICY=PASSIVE) made every small kernel pay a futex wake-up of 50-200 us on this
+# VM (a 1x1 conv 232 -> 232 at 7x7: 208 us, 19 us with the short spin); libgomp's default
+# spin (300,000) took a core from numpy's BLAS threads for the GEMMs between our kernels (a
+# GEMM right after a conv 14.8 ms, 8.8 ms with the short spin). A user's OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT wins.
+if "OMP_WAIT_POLICY" not in _os.environ:
+    _default_env("GOMP_SPINCOUNT", "10000")
 # The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
 # taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
 # core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is
 # first imported, so it takes effect where tianyuan (or its command) is imported first.
-_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+_default_env("OPENBLAS_THREAD_TIMEOUT", "4")
 
 
 def _keep_freed_blocks():
