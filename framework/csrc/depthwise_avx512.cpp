@@ -263,22 +263,84 @@ void forward_register(const float* x, const float* w, const float* bias,
 
 }  // namespace
 
+namespace {
+
+bool flat_fits(const Conv2dGeometry& g) {
+    return g.out_h() * g.out_w() <= kFlatMaxPlane && g.kh * g.kw <= kFlatMaxTaps &&
+           g.h * g.w < (int64_t(1) << 31);
+}
+
+// Stride 1: the input gradient is the forward of gy with the kernel flipped and padding
+// d * (k - 1) - p per side (which must be >= 0), so it runs on the flat forward.
+bool backward_input_as_forward(const float* gy, const float* w, const Conv2dGeometry& g,
+                               float* gx) {
+    const int64_t rh = g.dh * (g.kh - 1), rw = g.dw * (g.kw - 1);
+    if (g.sh != 1 || g.sw != 1 || g.pt > rh || g.pb > rh || g.pl > rw || g.pr > rw) return false;
+    Conv2dGeometry a = g;
+    a.h = g.out_h();
+    a.w = g.out_w();
+    a.pt = rh - g.pt, a.pb = rh - g.pb, a.pl = rw - g.pl, a.pr = rw - g.pr;
+    if (!flat_fits(a)) return false;
+    const int64_t k = g.kh * g.kw;
+    float* flipped = new float[g.c * k];
+    for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t t = 0; t < k; ++t) flipped[c * k + t] = w[c * k + k - 1 - t];
+    forward_flat(gy, flipped, nullptr, a, gx);
+    delete[] flipped;
+    return true;
+}
+
+// gw[c][t] = sum over images and positions of gy * x at tap t, on the forward's flat plan.
+void backward_weight_flat(const float* x, const float* gy, const Conv2dGeometry& g,
+                          float* gw) {
+    FlatPlan f;
+    flat_plan(g, &f);
+    const int64_t in_plane = g.h * g.w, plane = g.out_h() * g.out_w();
+    const bool parallel = g.n * g.c * plane * f.taps >= kDwParallelMin;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t c = 0; c < g.c; ++c) {
+        __m512 acc[kFlatMaxTaps];
+        for (int64_t t = 0; t < f.taps; ++t) acc[t] = _mm512_setzero_ps();
+        for (int64_t n = 0; n < g.n; ++n) {
+            const float* xp = x + (n * g.c + c) * in_plane;
+            const float* gp = gy + (n * g.c + c) * plane;
+            for (int64_t q = 0; q < f.chunks; ++q) {
+                const __m512 gv = _mm512_maskz_loadu_ps(low_bits(plane - 16 * q), gp + 16 * q);
+                const __mmask16* m = f.mask + q * f.taps;
+                for (int64_t t = 0; t < f.taps; ++t) {
+                    if (!m[t]) continue;
+                    const __m512 v =
+                        f.aligned
+                            ? _mm512_maskz_loadu_ps(m[t], xp + 16 * q + f.shift[t])
+                            : _mm512_mask_i32gather_ps(
+                                  _mm512_setzero_ps(), m[t],
+                                  _mm512_loadu_si512(f.offset + (q * f.taps + t) * 16), xp, 4);
+                    acc[t] = _mm512_fmadd_ps(v, gv, acc[t]);
+                }
+            }
+        }
+        for (int64_t t = 0; t < f.taps; ++t) gw[c * f.taps + t] = _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+}  // namespace
+
 void depthwise_forward_avx512(const float* x, const float* w, const float* bias,
                               const Conv2dGeometry& g, float* out) {
-    if (g.out_h() * g.out_w() <= kFlatMaxPlane && g.kh * g.kw <= kFlatMaxTaps &&
-        g.h * g.w < (int64_t(1) << 31))
-        return forward_flat(x, w, bias, g, out);
+    if (flat_fits(g)) return forward_flat(x, w, bias, g, out);
     if ((g.sw == 1 || g.sw == 2) && g.kw <= kMaxTaps) return forward_register(x, w, bias, g, out);
     dw_forward<float, Avx512Rows>(x, w, bias, g, out);
 }
 
 void depthwise_backward_input_avx512(const float* gy, const float* w, const Conv2dGeometry& g,
                                      float* gx) {
+    if (backward_input_as_forward(gy, w, g, gx)) return;
     dw_backward_input<float, Avx512Rows>(gy, w, g, gx);
 }
 
 void depthwise_backward_weight_avx512(const float* x, const float* gy, const Conv2dGeometry& g,
                                       float* gw) {
+    if (flat_fits(g)) return backward_weight_flat(x, gy, g, gw);
     dw_backward_weight<float, Avx512Rows>(x, gy, g, gw);
 }
 
