@@ -4,6 +4,7 @@ engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipp
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s.
 
 Layers are found by running the zoo model once with forward hooks on its Conv2d modules.
+Ours runs in this process, the peers in a child process per network and batch.
 Time = median (or --stat min, steadier on a shared machine) of --repeat runs after a
 warm-up; TOP/s = 2 * MACs / time. Ours runs as the int8 modules do: a `PreparedConv` made
 once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized.Conv2d,
@@ -15,11 +16,12 @@ into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is miss
 """
 import argparse
 import time
+import types
 import warnings
 
 import numpy as np
 
-from blas_env import restart_with_blas_threads, without_our_env
+from blas_env import in_child, restart_with_blas_threads, without_our_env
 import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn, zoo
@@ -127,20 +129,58 @@ def ort_int8(conv, x_u8):
     return lambda: session.run(None, {"x": x_u8})
 
 
-def bench_layer(conv, shape, batch, repeat, stat):
+# Ours runs in this process; the peers run in a child (one per network and batch) started
+# without the policies `import tianyuan` set: in one process, leftover peer threads had made
+# our kernels up to 4x slower for the next network.
+def layer_inputs(shape, batch):
     rng = np.random.default_rng(0)
-    shape = (batch,) + tuple(shape[1:])
-    x_u8 = rng.integers(0, 256, shape, dtype=np.uint8)
-    x_f32 = R.dequantize(x_u8, 0.02, 128)
-    int8, f32 = ours(conv, x_u8, x_f32)
-    row = {"int8": median_ms(int8, repeat, stat), "f32": median_ms(f32, repeat, stat)}
-    for col, fn in (("torch", torch_int8(conv, x_f32)), ("ort", ort_int8(conv, x_u8))):
-        if fn is not None:
-            row[col] = median_ms(fn, repeat, stat)
-    out = F.conv2d(ty.tensor(x_f32[:1]), conv.weight, None, conv.stride, conv.padding,
-                   conv.dilation, conv.groups)
-    row["macs"] = batch * out.data[0].size * conv.weight.data[0].size
-    return row
+    x_u8 = rng.integers(0, 256, (batch,) + tuple(shape[1:]), dtype=np.uint8)
+    return x_u8, R.dequantize(x_u8, 0.02, 128)
+
+
+def conv_spec(conv):
+    """What the peers need of a conv, picklable for the child."""
+    return types.SimpleNamespace(
+        weight=types.SimpleNamespace(data=np.array(conv.weight.data)),
+        in_channels=conv.in_channels, out_channels=conv.out_channels,
+        kernel_size=conv.kernel_size, stride=conv.stride, padding=conv.padding,
+        dilation=conv.dilation, groups=conv.groups)
+
+
+def peer_rows(specs, batch, repeat, stat, threads):
+    """In the child: [{"torch": ms, "ort": ms}] (missing peers absent) per layer."""
+    ty.set_num_threads(threads)
+    with without_our_env():  # PyTorch's OpenMP reads the environment once, when loaded
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
+    rows = [{} for _ in specs]
+    for col in ("torch", "ort"):
+        for (conv, shape), row in zip(specs, rows):
+            x_u8, x_f32 = layer_inputs(shape, batch)
+            fn = torch_int8(conv, x_f32) if col == "torch" else ort_int8(conv, x_u8)
+            if fn is not None:
+                row[col] = median_ms(fn, repeat, stat)
+    return rows
+
+
+def bench_net(layers, batch, repeat, stat):
+    """[(name, {col: ms, "macs": n})] for every layer."""
+    rows = []
+    for name, conv, shape in layers:
+        x_u8, x_f32 = layer_inputs(shape, batch)
+        int8, f32 = ours(conv, x_u8, x_f32)
+        row = {"int8": median_ms(int8, repeat, stat), "f32": median_ms(f32, repeat, stat)}
+        out = F.conv2d(ty.tensor(x_f32[:1]), conv.weight, None, conv.stride, conv.padding,
+                       conv.dilation, conv.groups)
+        row["macs"] = batch * out.data[0].size * conv.weight.data[0].size
+        rows.append((name, row))
+    specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
+    for (_, row), peer in zip(rows, in_child(peer_rows, specs, batch, repeat, stat,
+                                             ty.get_num_threads())):
+        row.update(peer)
+    return rows
 
 
 def report(net, batch, rows, show_layers):
@@ -162,11 +202,9 @@ def report(net, batch, rows, show_layers):
 
 def _peer_notes():
     """Say which peer columns are missing and why."""
+    import importlib.util
     for module, col in (("torch", "torch"), ("onnxruntime", "ort"), ("onnx", "ort")):
-        try:
-            with without_our_env():  # torch's OpenMP reads the environment once, now
-                __import__(module)
-        except ImportError:
+        if importlib.util.find_spec(module) is None:
             print(f"note: `{module}` not importable: the {col} column is skipped")
 
 
@@ -189,9 +227,7 @@ def main():
     for net in NETWORKS:
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
-            rows = [(name, bench_layer(conv, shape, batch, args.repeat, args.stat))
-                    for name, conv, shape in layers]
-            report(net, batch, rows, args.layers)
+            report(net, batch, bench_net(layers, batch, args.repeat, args.stat), args.layers)
 
 
 if __name__ == "__main__":
