@@ -212,6 +212,13 @@ void flat_plan(const Conv2dGeometry& g, FlatPlan* f) {
     }
 }
 
+// Step q's inputs of tap t from plane x, 0 in the lanes outside mask m.
+inline __m512 tap_read(const FlatPlan& f, const float* x, int64_t q, int64_t t, __mmask16 m) {
+    if (f.aligned) return _mm512_maskz_loadu_ps(m, x + 16 * q + f.shift[t]);
+    const __m512i at = _mm512_loadu_si512(f.offset + (q * f.taps + t) * 16);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, x, 4);
+}
+
 void forward_flat_plane(const float* x, const float* w, float b, const FlatPlan& f,
                         int64_t plane, float* out) {
     for (int64_t q = 0; q < f.chunks; ++q) {
@@ -219,13 +226,7 @@ void forward_flat_plane(const float* x, const float* w, float b, const FlatPlan&
         const __mmask16* m = f.mask + q * f.taps;
         for (int64_t t = 0; t < f.taps; ++t) {
             if (!m[t]) continue;
-            const __m512 v =
-                f.aligned ? _mm512_maskz_loadu_ps(m[t], x + 16 * q + f.shift[t])
-                          : _mm512_mask_i32gather_ps(
-                                _mm512_setzero_ps(), m[t],
-                                _mm512_loadu_si512(f.offset + (q * f.taps + t) * 16), x,
-                                4);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), v, acc);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), tap_read(f, x, q, t, m[t]), acc);
         }
         _mm512_mask_storeu_ps(out + 16 * q, low_bits(plane - 16 * q), acc);
     }
@@ -309,13 +310,7 @@ void backward_weight_flat(const float* x, const float* gy, const Conv2dGeometry&
                 const __mmask16* m = f.mask + q * f.taps;
                 for (int64_t t = 0; t < f.taps; ++t) {
                     if (!m[t]) continue;
-                    const __m512 v =
-                        f.aligned
-                            ? _mm512_maskz_loadu_ps(m[t], xp + 16 * q + f.shift[t])
-                            : _mm512_mask_i32gather_ps(
-                                  _mm512_setzero_ps(), m[t],
-                                  _mm512_loadu_si512(f.offset + (q * f.taps + t) * 16), xp, 4);
-                    acc[t] = _mm512_fmadd_ps(v, gv, acc[t]);
+                    acc[t] = _mm512_fmadd_ps(tap_read(f, xp, q, t, m[t]), gv, acc[t]);
                 }
             }
         }
