@@ -1,6 +1,8 @@
 // int8 convolution driver (layouts in int8_cgemm.h): pad the input once with the zero
-// point, then per (image, group, block of kPos positions) pack the block's activations and
-// run the weight blocks over it; each tile requantizes and writes NCHW bytes directly.
+// point, then per (group, block of kPos positions of the whole batch: a block may span
+// images) pack the block's activations and run the weight blocks over it; each tile
+// requantizes and writes NCHW bytes directly (through a staging tile where the block spans
+// images).
 // Generic pack and tile here; SIMD twins in int8_cgemm_avx512.cpp / int8_cgemm_vnni.cpp.
 #include <omp.h>
 
