@@ -66,8 +66,14 @@ using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
                               const ConvGemmSegment* seg, int64_t nseg, int64_t nvalid,
                               int64_t k0, int64_t kc, float* panel);
 
+// Channel block cb of w (co x depth, row-major) into packed[cb][k][r] = w[cb * kMr + r][k],
+// rows past co zero.
+using ConvGemmPackWeights = void (*)(const float* w, int64_t co, int64_t depth, int64_t cb,
+                                     float* packed);
+
 ConvGemmKernel conv_gemm_kernel_avx512();
 ConvGemmPack conv_gemm_pack_avx512();
+ConvGemmPackWeights conv_gemm_pack_weights_avx512();
 // The packer of the current ISA, and the row segments (of image 0) of the panel of nvalid
 // lanes from position p0 of an output of width ow (returns their count, at most kNr).
 ConvGemmPack conv_gemm_pack();
