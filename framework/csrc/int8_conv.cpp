@@ -112,7 +112,7 @@ void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, i
                uint8_t* xp) {
     // locals: stores through uint8_t* may alias g, which would stop vectorisation
     const int64_t h = g.h, w = g.w, top = g.pt, left = g.pl, hp = g.h + g.pt + g.pb;
-    std::memset(xp, z, static_cast<size_t>(hp * wp + 64));
+    std::memset(xp, z, static_cast<size_t>(hp * wp + kPadSlack));
     for (int64_t y = 0; y < h; ++y) {
         uint8_t* row = xp + (top + y) * wp + left;
         const uint8_t* in = src + y * w;
@@ -124,17 +124,19 @@ void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, i
     }
 }
 
-// SIMD path: per (image, output channel) plane, pad, then the AVX-512 plane kernel.
+// SIMD path: per (image, output channel) plane, pad, then the VNNI plane kernel where it
+// applies (and the ISA allows), else the AVX-512 one.
 void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                     const Requant& r, uint8_t* out) {
     const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
     const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
     const int32_t z = zero_of(x);
+    const bool vnni = current_isa() >= Isa::vnni && depthwise_vnni_takes(g);
 #pragma omp parallel for schedule(static) if (g.n * g.oc * p * taps > (1 << 15))
     for (int64_t t = 0; t < g.n * g.oc; ++t) {
         const int64_t n = t / g.oc, oc = t % g.oc;
         static thread_local std::vector<uint8_t> space;  // padded plane, then output scratch
-        const int64_t need = hp * wp + 64 + g.oh * wp + 64;
+        const int64_t need = hp * wp + kPadSlack + g.oh * wp + 64;
         if (static_cast<int64_t>(space.size()) < need) space.resize(static_cast<size_t>(need));
         pad_plane(x.data + (n * g.c + oc / mult) * g.h * g.w, g, flip_of(x),
                   static_cast<uint8_t>(z), wp, space.data());
@@ -143,8 +145,13 @@ void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int3
         const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(bias[oc]) -
                                                static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
         const RowParams q{&b, r.multiplier + oc, r.shift + oc};
-        depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
-                               space.data() + hp * wp + 64);
+        uint8_t* scratch = space.data() + hp * wp + kPadSlack;
+        if (vnni) {
+            depthwise_plane_vnni(space.data(), wp, w + oc * taps, g, q, r, out + t * p, scratch);
+        } else {
+            depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
+                                   scratch);
+        }
     }
 }
 

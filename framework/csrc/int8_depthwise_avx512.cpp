@@ -10,6 +10,7 @@
 
 #include "int8_cgemm.h"
 #include "int8_ops.h"
+#include "int8_requant_avx512.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -20,24 +21,8 @@ inline __mmask16 lanes(int64_t n) {
 }
 
 // 16 s32 accumulators -> 16 requantized bytes (masked to n lanes).
-inline void store16(__m512i acc, const RowParams& q, const Requant& r, uint8_t* out,
-                    int64_t n) {
-    const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFFll);
-    const __m512i t = _mm512_add_epi32(acc, _mm512_set1_epi32(q.bias[0]));
-    const __m512i m = _mm512_set1_epi32(q.multiplier[0]);
-    const int32_t s = q.shift[0];
-    const __m512i half = _mm512_set1_epi64(int64_t{1} << (s - 1));
-    const __m128i sc = _mm_cvtsi32_si128(s);
-    const __m512i lo = _mm512_set1_epi64(r.lo - r.zero_point);
-    const __m512i hi = _mm512_set1_epi64(r.hi - r.zero_point);
-    __m512i ye = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(t, m), half), sc);
-    __m512i yo = _mm512_sra_epi64(
-        _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), m), half), sc);
-    ye = _mm512_min_epi64(_mm512_max_epi64(ye, lo), hi);
-    yo = _mm512_min_epi64(_mm512_max_epi64(yo, lo), hi);
-    const __m512i y = _mm512_or_si512(_mm512_and_si512(ye, low32), _mm512_slli_epi64(yo, 32));
-    const __m512i b = _mm512_add_epi32(y, _mm512_set1_epi32(r.zero_point));
-    _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(b));
+inline void store16(__m512i acc, const ChannelQ& c, uint8_t* out, int64_t n) {
+    _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(requant16(acc, c)));
 }
 
 // 16 inputs at p, p + S, ... as s32 lanes (S = 1: 16 bytes; S = 2: even bytes of 32).
@@ -86,14 +71,14 @@ inline __m512i window16(const uint8_t* p, int64_t wp, const int8_t* w, const Tap
 
 // Column stride S: row by row, 16 outputs a step.
 template <int KH, int KW, int S>
-void rows(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-          const RowParams& q, const Requant& r, uint8_t* out) {
+void rows(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g, const ChannelQ& c,
+          uint8_t* out) {
     const Taps t = broadcast_taps(w, KH * KW);
     const int64_t oh = g.oh, ow = g.ow, sh = g.sh;
     for (int64_t oy = 0; oy < oh; ++oy) {
         const uint8_t* top = xp + oy * sh * wp;
         for (int64_t x0 = 0; x0 < ow; x0 += 16) {
-            store16(window16<KH, KW, S>(top + S * x0, wp, w, t, g), q, r, out + oy * ow + x0,
+            store16(window16<KH, KW, S>(top + S * x0, wp, w, t, g), c, out + oy * ow + x0,
                     ow - x0);
         }
     }
@@ -104,36 +89,41 @@ void rows(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
 // when the rows are copied out of `flat` (oh * wp + 16 bytes).
 template <int KH, int KW>
 void flat_s1(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-             const RowParams& q, const Requant& r, uint8_t* out, uint8_t* flat) {
+             const ChannelQ& c, uint8_t* out, uint8_t* flat) {
     const Taps t = broadcast_taps(w, KH * KW);
     const int64_t nf = (g.oh - 1) * wp + g.ow;
     for (int64_t f = 0; f < nf; f += 16) {
-        store16(window16<KH, KW, 1>(xp + f, wp, w, t, g), q, r, flat + f, nf - f);
+        store16(window16<KH, KW, 1>(xp + f, wp, w, t, g), c, flat + f, nf - f);
     }
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-        for (int64_t x0 = 0; x0 < g.ow; x0 += 64) {
-            const __mmask64 k = g.ow - x0 >= 64 ? ~0ull : (1ull << (g.ow - x0)) - 1;
-            _mm512_mask_storeu_epi8(out + oy * g.ow + x0, k,
+    copy_flat_rows(flat, wp, g.oh, g.ow, out);
+}
+
+}  // namespace
+
+void copy_flat_rows(const uint8_t* flat, int64_t wp, int64_t oh, int64_t ow, uint8_t* out) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t x0 = 0; x0 < ow; x0 += 64) {
+            const __mmask64 k = ow - x0 >= 64 ? ~0ull : (1ull << (ow - x0)) - 1;
+            _mm512_mask_storeu_epi8(out + oy * ow + x0, k,
                                     _mm512_maskz_loadu_epi8(k, flat + oy * wp + x0));
         }
     }
 }
 
-}  // namespace
-
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                             const RowParams& q, const Requant& r, uint8_t* out,
                             uint8_t* scratch) {
+    const ChannelQ c = channel_q(q, r);
     const int64_t k = g.kh == g.kw && (g.kh == 3 || g.kh == 5) ? g.kh : 0;
     if (g.sw == 1 && g.sh == 1) {
-        if (k == 3) return flat_s1<3, 3>(xp, wp, w, g, q, r, out, scratch);
-        if (k == 5) return flat_s1<5, 5>(xp, wp, w, g, q, r, out, scratch);
-        return flat_s1<0, 0>(xp, wp, w, g, q, r, out, scratch);
+        if (k == 3) return flat_s1<3, 3>(xp, wp, w, g, c, out, scratch);
+        if (k == 5) return flat_s1<5, 5>(xp, wp, w, g, c, out, scratch);
+        return flat_s1<0, 0>(xp, wp, w, g, c, out, scratch);
     }
-    if (g.sw == 1) return rows<0, 0, 1>(xp, wp, w, g, q, r, out);
-    if (k == 3) return rows<3, 3, 2>(xp, wp, w, g, q, r, out);
-    if (k == 5) return rows<5, 5, 2>(xp, wp, w, g, q, r, out);
-    rows<0, 0, 2>(xp, wp, w, g, q, r, out);
+    if (g.sw == 1) return rows<0, 0, 1>(xp, wp, w, g, c, out);
+    if (k == 3) return rows<3, 3, 2>(xp, wp, w, g, c, out);
+    if (k == 5) return rows<5, 5, 2>(xp, wp, w, g, c, out);
+    rows<0, 0, 2>(xp, wp, w, g, c, out);
 }
 
 }  // namespace int8

@@ -31,6 +31,12 @@ CASES = [
     (5, 6, 3, 3, 13, 3, 3, 1, 1, 1, 1),           # position blocks span 5 images
     (9, 4, 2, 3, 7, 1, 1, 1, 0, 1, 1),            # 1x1, 9 images in one block
     (3, 8, 9, 9, 10, 3, 3, 2, 1, 1, 2),           # strided, grouped, blocks span images
+    (1, 2, 30, 70, 2, 3, 3, 1, 1, 1, 2),          # depthwise VNNI: 64-output rows + tail
+    (2, 3, 14, 14, 3, 3, 3, 2, 1, 1, 3),          # depthwise stride 2, flat (small map)
+    (1, 2, 40, 75, 2, 5, 5, 2, 2, 1, 2),          # depthwise 5x5 stride 2, rows
+    (1, 3, 11, 13, 6, 7, 6, 1, (3, 2, 1, 4), 1, 3),  # 7x6 kernel, asymmetric pad, mult 2
+    (1, 2, 12, 12, 2, 3, 4, (2, 1), 1, (2, 1), 2),   # row dilation, row stride 2: rows
+    (1, 2, 9, 9, 2, 1, 9, 1, (0, 4), 1, 2),       # kernel wider than 8: AVX-512 path
 ]
 
 
