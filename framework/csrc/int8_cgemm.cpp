@@ -75,8 +75,6 @@ using PackFn = void (*)(const uint8_t*, const int64_t*, int64_t, int64_t, const 
 using TileFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, int64_t,
                         const RowParams&, const Requant&, uint8_t*, int64_t);
 
-int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed ? 128 : 0); }
-
 // Grow-only per-thread workspaces: no allocation (or page faults) per call once warm.
 uint8_t* workspace(std::vector<uint8_t>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
@@ -90,7 +88,7 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     if (!pad && !x.is_signed) return x.data;
     static thread_local std::vector<uint8_t> space;
     uint8_t* xp = workspace(space, g.n * g.c * hp * wp + 2 * kPos);
-    const uint8_t flip = x.is_signed ? 0x80 : 0, z = static_cast<uint8_t>(zero_of(x));
+    const uint8_t flip = flip_of(x), z = static_cast<uint8_t>(zero_of(x));
 #pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
     for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
         uint8_t* dst = xp + plane * hp * wp;

@@ -57,20 +57,12 @@ void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t ro
 // Depthwise, one channel plane: xp (Hp, Wp) padded with the zero point (u8, sign bit
 // flipped for s8) and readable kPadSlack bytes past its end; q holds the channel's bias
 // (already minus z * sum(w)), multiplier and shift; out (oh, ow); scratch >= oh * wp + 64
-// bytes. The AVX-512 kernel takes any stride and dilation (fast paths at strides 1 and 2);
-// the VNNI one what depthwise_vnni_takes says (column dilation 1, column stride 1 or 2,
-// kernel up to 8x8).
+// bytes. Any stride and dilation (fast paths at strides 1 and 2).
 constexpr int64_t kPadSlack = 256;
 struct ConvGeom;
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                             const RowParams& q, const Requant& r, uint8_t* out,
                             uint8_t* scratch);
-bool depthwise_vnni_takes(const ConvGeom& g);
-void depthwise_plane_vnni(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-                          const RowParams& q, const Requant& r, uint8_t* out,
-                          uint8_t* scratch);
-// Rows oy < oh of a flat output (row pitch wp) into out (oh, ow). AVX-512.
-void copy_flat_rows(const uint8_t* flat, int64_t wp, int64_t oh, int64_t ow, uint8_t* out);
 
 }  // namespace int8
 }  // namespace tianyuan

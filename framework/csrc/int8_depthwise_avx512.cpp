@@ -84,6 +84,17 @@ void rows(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g, con
     }
 }
 
+// Rows oy < oh of a flat output (row pitch wp) into out (oh, ow).
+void copy_flat_rows(const uint8_t* flat, int64_t wp, int64_t oh, int64_t ow, uint8_t* out) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t x0 = 0; x0 < ow; x0 += 64) {
+            const __mmask64 k = ow - x0 >= 64 ? ~0ull : (1ull << (ow - x0)) - 1;
+            _mm512_mask_storeu_epi8(out + oy * ow + x0, k,
+                                    _mm512_maskz_loadu_epi8(k, flat + oy * wp + x0));
+        }
+    }
+}
+
 // Stride 1: the padded plane read as one flat row, so 16-lane steps run across row ends
 // (small planes fill the lanes); output f = oy * wp + ox, columns ox >= ow are dropped
 // when the rows are copied out of `flat` (oh * wp + 16 bytes).
@@ -99,16 +110,6 @@ void flat_s1(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
 }
 
 }  // namespace
-
-void copy_flat_rows(const uint8_t* flat, int64_t wp, int64_t oh, int64_t ow, uint8_t* out) {
-    for (int64_t oy = 0; oy < oh; ++oy) {
-        for (int64_t x0 = 0; x0 < ow; x0 += 64) {
-            const __mmask64 k = ow - x0 >= 64 ? ~0ull : (1ull << (ow - x0)) - 1;
-            _mm512_mask_storeu_epi8(out + oy * ow + x0, k,
-                                    _mm512_maskz_loadu_epi8(k, flat + oy * wp + x0));
-        }
-    }
-}
 
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                             const RowParams& q, const Requant& r, uint8_t* out,

@@ -28,17 +28,22 @@ struct TapWords {
     __m512i v[2 * kMaxTap];
 };
 
-TapWords tap_words(const int8_t* w, int64_t kh, int64_t kw, int nd) {
-    TapWords t;
-    for (int64_t i = 0; i < kh; ++i) {
-        for (int d = 0; d < nd; ++d) {
-            int8_t b[4] = {0, 0, 0, 0};
-            for (int j = 0; j < 4 && 4 * d + j < kw; ++j) b[j] = w[i * kw + 4 * d + j];
-            int32_t word;
-            std::memcpy(&word, b, sizeof(word));
-            t.v[i * nd + d] = _mm512_set1_epi32(word);
+// Every channel's tap words, (OC, kh * nd) s32, worked out once per call.
+void all_tap_words(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int nd, int32_t* out) {
+    for (int64_t c = 0; c < oc; ++c) {
+        for (int64_t i = 0; i < kh; ++i) {
+            for (int d = 0; d < nd; ++d) {
+                int8_t b[4] = {0, 0, 0, 0};
+                for (int j = 0; j < 4 && 4 * d + j < kw; ++j) b[j] = w[(c * kh + i) * kw + 4 * d + j];
+                std::memcpy(out + (c * kh + i) * nd + d, b, sizeof(int32_t));
+            }
         }
     }
+}
+
+inline TapWords broadcast(const int32_t* words, int64_t n) {
+    TapWords t;
+    for (int64_t i = 0; i < n; ++i) t.v[i] = _mm512_set1_epi32(words[i]);
     return t;
 }
 
@@ -67,32 +72,29 @@ inline void window(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t, 
     }
 }
 
-// Requantize the step's accumulators and store its n (<= 64 / S) outputs at out in order.
+// Requantize the step's accumulators: the 64 / S outputs in order in the low bytes of y.
 template <int S>
-inline void store(const __m512i* a, const ChannelQ& c, uint8_t* out, int64_t n) {
+inline __m512i requant_step(const __m512i* a, const ChannelQ& c) {
     __m512i y = requant16(a[0], c);
     y = _mm512_mask_mov_epi8(y, 0x2222222222222222ull, _mm512_slli_epi32(requant16(a[1], c), 8));
-    if (S == 1) {
-        y = _mm512_mask_mov_epi8(y, 0x4444444444444444ull,
-                                 _mm512_slli_epi32(requant16(a[2], c), 16));
-        y = _mm512_mask_mov_epi8(y, 0x8888888888888888ull,
-                                 _mm512_slli_epi32(requant16(a[3], c), 24));
-        const __mmask64 k = n >= 64 ? ~0ull : (1ull << n) - 1;
-        _mm512_mask_storeu_epi8(out, k, y);
-        return;
+    if (S == 2) {
+        // each s32 lane now holds outputs 2t, 2t + 1 in its low 16 bits
+        return _mm512_castsi256_si512(_mm512_cvtepi32_epi16(y));
     }
-    // each s32 lane now holds outputs 2t, 2t + 1 in its low 16 bits
-    const __mmask32 k = n >= 32 ? ~0u : (1u << n) - 1;
-    _mm256_mask_storeu_epi8(out, k, _mm512_cvtepi32_epi16(y));
+    y = _mm512_mask_mov_epi8(y, 0x4444444444444444ull, _mm512_slli_epi32(requant16(a[2], c), 16));
+    return _mm512_mask_mov_epi8(y, 0x8888888888888888ull,
+                                _mm512_slli_epi32(requant16(a[3], c), 24));
 }
 
+inline __mmask64 first(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
 template <int KH, int ND, int S>
-inline void step(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t,
-                 const ChannelQ& c, uint8_t* out, int64_t n) {
+inline __m512i step(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t,
+                    const ChannelQ& c) {
     const __m512i z = _mm512_setzero_si512();
     __m512i a[4] = {z, z, z, z};
     window<KH, ND, S>(p, dy, kh, t, a);
-    store<S>(a, c, out, n);
+    return requant_step<S>(a, c);
 }
 
 // Output row by row, 64 / S outputs a step, straight into out.
@@ -104,42 +106,135 @@ void rows(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
     for (int64_t oy = 0; oy < g.oh; ++oy) {
         const uint8_t* top = xp + oy * g.sh * wp;
         for (int64_t x0 = 0; x0 < g.ow; x0 += L) {
-            step<KH, ND, S>(top + S * x0, dy, g.kh, t, c, out + oy * g.ow + x0, g.ow - x0);
+            const int64_t n = g.ow - x0 < L ? g.ow - x0 : L;
+            _mm512_mask_storeu_epi8(out + oy * g.ow + x0, first(n),
+                                    step<KH, ND, S>(top + S * x0, dy, g.kh, t, c));
         }
     }
 }
 
 // Row stride = column stride S: the plane as one flat run, output f = oy * wp + ox at input
-// S * f, so steps run across row ends (small planes fill the lanes); the rows are then
-// copied out of `flat`, dropping columns ox >= ow.
+// S * f, so steps run across row ends (small planes fill the lanes). Each step's lanes of
+// columns ox < ow go to their rows of out by masked stores (lanes [a, b) of the step are
+// row oy's columns col .. col + b - a: stored through base out + oy * ow + col - a).
 template <int KH, int ND, int S>
 void flat(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
-          const ChannelQ& c, uint8_t* out, uint8_t* scratch) {
+          const ChannelQ& c, uint8_t* out) {
     constexpr int64_t L = 64 / S;
-    const int64_t nf = (g.oh - 1) * wp + g.ow, dy = g.dh * wp;
-    for (int64_t f = 0; f < nf; f += L) {
-        step<KH, ND, S>(xp + S * f, dy, g.kh, t, c, scratch + f, nf - f);
+    const int64_t ow = g.ow, oh = g.oh, dy = g.dh * wp;
+    int64_t oy = 0, col = 0;  // where the step's first lane falls
+    for (int64_t f = 0; oy < oh; f += L) {
+        const __m512i y = step<KH, ND, S>(xp + S * f, dy, g.kh, t, c);
+        int64_t lane = 0;
+        while (lane < L && oy < oh) {
+            const int64_t run = wp - col;  // lanes left in this row (padding columns too)
+            if (col < ow) {
+                const int64_t b = lane + (ow - col < L - lane ? ow - col : L - lane);
+                const __mmask64 k = first(b) & ~first(lane);
+                const auto base = reinterpret_cast<uintptr_t>(out + oy * ow + col) - lane;
+                _mm512_mask_storeu_epi8(reinterpret_cast<void*>(base), k, y);
+            }
+            if (run > L - lane) {
+                col += L - lane;
+                break;
+            }
+            lane += run;
+            col = 0;
+            ++oy;
+        }
     }
-    copy_flat_rows(scratch, wp, g.oh, g.ow, out);
 }
 
 template <int KH, int ND, int S>
 void plane(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
-           const ChannelQ& c, uint8_t* out, uint8_t* scratch) {
+           const ChannelQ& c, uint8_t* out) {
     constexpr int64_t L = 64 / S;
     const int64_t flat_steps = ((g.oh - 1) * wp + g.ow + L - 1) / L;
     const int64_t row_steps = g.oh * ((g.ow + L - 1) / L);
-    if (g.sh == S && flat_steps <= row_steps) return flat<KH, ND, S>(xp, wp, g, t, c, out, scratch);
+    if (g.sh == S && flat_steps <= row_steps) return flat<KH, ND, S>(xp, wp, g, t, c, out);
     rows<KH, ND, S>(xp, wp, g, t, c, out);
 }
 
 template <int S>
 void plane_any(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
-               const ChannelQ& c, uint8_t* out, uint8_t* scratch) {
-    if (g.kh == 3 && g.kw == 3) return plane<3, 1, S>(xp, wp, g, t, c, out, scratch);
-    if (g.kh == 5 && g.kw == 5) return plane<5, 2, S>(xp, wp, g, t, c, out, scratch);
-    if (g.kw <= 4) return plane<0, 1, S>(xp, wp, g, t, c, out, scratch);
-    plane<0, 2, S>(xp, wp, g, t, c, out, scratch);
+               const ChannelQ& c, uint8_t* out) {
+    if (g.kh == 3 && g.kw == 3) return plane<3, 1, S>(xp, wp, g, t, c, out);
+    if (g.kh == 5 && g.kw == 5) return plane<5, 2, S>(xp, wp, g, t, c, out);
+    if (g.kw <= 4) return plane<0, 1, S>(xp, wp, g, t, c, out);
+    plane<0, 2, S>(xp, wp, g, t, c, out);
+}
+
+// Unpadded, stride 1, ow == w: output f = oy * w + ox reads input f shifted by each tap's
+// row and column offset, so steps of 64 outputs read the plane in place; bytes outside it
+// (and taps past kw) load as the zero point through masked loads (`masks`, built by
+// int8_depthwise.cpp), and a step's 64 outputs are one store. Flip: s8 input.
+template <int KH, int ND, bool Flip>
+void direct(const uint8_t* x, const ConvGeom& g, const uint64_t* masks, const TapWords& t,
+            const ChannelQ& c, __m512i zv, uint8_t* out) {
+    const int64_t total = g.oh * g.ow, kh = KH ? KH : g.kh;
+    const __m512i fv = _mm512_set1_epi8(static_cast<char>(0x80));
+    const auto base = reinterpret_cast<uintptr_t>(x);
+    for (int64_t f = 0; f < total; f += 64) {
+        const __m512i z = _mm512_setzero_si512();
+        __m512i a[4] = {z, z, z, z};
+#pragma GCC unroll 8
+        for (int64_t i = 0; i < kh; ++i) {
+            // row may start before the plane: only masked-in bytes are read
+            const uintptr_t row = base + f + (i * g.dh - g.pt) * g.w - g.pl;
+#pragma GCC unroll 2
+            for (int d = 0; d < ND; ++d) {
+                const __m512i wv = t.v[i * ND + d];
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; ++s) {
+                    const void* q = reinterpret_cast<const void*>(row + 4 * d + s);
+                    __m512i v = _mm512_mask_loadu_epi8(zv, masks[(i * 4 + s) * ND + d], q);
+                    if (Flip) v = _mm512_xor_si512(v, fv);
+                    a[s] = _mm512_dpbusd_epi32(a[s], v, wv);
+                }
+            }
+        }
+        masks += kh * 4 * ND;
+        _mm512_mask_storeu_epi8(out + f, first(total - f), requant_step<1>(a, c));
+    }
+}
+
+template <bool Flip>
+void direct_any(const uint8_t* x, const ConvGeom& g, const uint64_t* masks, const TapWords& t,
+                const ChannelQ& c, __m512i zv, uint8_t* out) {
+    if (g.kh == 3 && g.kw == 3) return direct<3, 1, Flip>(x, g, masks, t, c, zv, out);
+    if (g.kh == 5 && g.kw == 5) return direct<5, 2, Flip>(x, g, masks, t, c, zv, out);
+    if (g.kw <= 4) return direct<0, 1, Flip>(x, g, masks, t, c, zv, out);
+    direct<0, 2, Flip>(x, g, masks, t, c, zv, out);
+}
+
+// One input plane (h, w) into xp (hp, wp): the zero point around it, the sign bit flipped
+// for s8 input. Rows are filled with z and then overwritten by masked copies.
+void pad_plane(const uint8_t* src, const ConvGeom& g, int64_t wp, int64_t hp, uint8_t flip,
+               uint8_t z, uint8_t* xp) {
+    const __m512i zv = _mm512_set1_epi8(static_cast<char>(z));
+    const __m512i fv = _mm512_set1_epi8(static_cast<char>(flip));
+    const int64_t size = hp * wp;
+    for (int64_t i = 0; i < size; i += 64) _mm512_mask_storeu_epi8(xp + i, first(size - i), zv);
+    for (int64_t y = 0; y < g.h; ++y) {
+        uint8_t* row = xp + (g.pt + y) * wp + g.pl;
+        const uint8_t* in = src + y * g.w;
+        for (int64_t x = 0; x < g.w; x += 64) {
+            const __mmask64 k = first(g.w - x);
+            const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, in + x), fv);
+            _mm512_mask_storeu_epi8(row + x, k, v);
+        }
+    }
+}
+
+// Every channel's bias corrected for the input zero point: bias - z * sum(w), modulo 2^32.
+void corrected_bias(const int8_t* w, int64_t oc, int64_t taps, const int32_t* bias, int32_t z,
+                    int32_t* out) {
+    for (int64_t c = 0; c < oc; ++c) {
+        int32_t sum = 0;
+        for (int64_t i = 0; i < taps; ++i) sum += w[c * taps + i];
+        out[c] = static_cast<int32_t>(static_cast<uint32_t>(bias[c]) -
+                                      static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
+    }
 }
 
 }  // namespace
@@ -148,13 +243,49 @@ bool depthwise_vnni_takes(const ConvGeom& g) {
     return g.dw == 1 && (g.sw == 1 || g.sw == 2) && g.kh <= kMaxTap && g.kw <= kMaxTap;
 }
 
-void depthwise_plane_vnni(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
-                          const RowParams& q, const Requant& r, uint8_t* out,
-                          uint8_t* scratch) {
-    const TapWords t = tap_words(w, g.kh, g.kw, g.kw <= 4 ? 1 : 2);
-    const ChannelQ c = channel_q(q, r);
-    if (g.sw == 1) return plane_any<1>(xp, wp, g, t, c, out, scratch);
-    plane_any<2>(xp, wp, g, t, c, out, scratch);
+bool depthwise_vnni_unpadded(const ConvGeom& g) {
+    return depthwise_vnni_takes(g) && g.sw == 1 && g.sh == 1 && g.ow == g.w;
+}
+
+void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
+                           const int32_t* bias, const Requant& r, const uint64_t* masks,
+                           uint8_t* out) {
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
+    const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
+    const uint8_t flip = flip_of(x);
+    const int32_t z = zero_of(x);
+    const __m512i zv = _mm512_set1_epi8(static_cast<char>(z ^ flip));
+    const int nd = g.kw <= 4 ? 1 : 2;
+    int32_t* words = new int32_t[static_cast<size_t>(g.oc * g.kh * nd)];
+    int32_t* cbias = new int32_t[static_cast<size_t>(g.oc)];
+    all_tap_words(w, g.oc, g.kh, g.kw, nd, words);
+    corrected_bias(w, g.oc, taps, bias, z, cbias);
+#pragma omp parallel if (g.n * g.oc * p * taps > (1 << 15))
+    {
+        uint8_t* xp = masks ? nullptr : new uint8_t[static_cast<size_t>(hp * wp + kPadSlack)]();
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < g.n * g.oc; ++t) {
+            const int64_t oc = t % g.oc;
+            const uint8_t* plane = x.data + (t / g.oc * g.c + oc / mult) * g.h * g.w;
+            const TapWords tw = broadcast(words + oc * g.kh * nd, g.kh * nd);
+            const ChannelQ c = channel_q(RowParams{cbias + oc, r.multiplier + oc, r.shift + oc}, r);
+            if (masks && flip) {
+                direct_any<true>(plane, g, masks, tw, c, zv, out + t * p);
+            } else if (masks) {
+                direct_any<false>(plane, g, masks, tw, c, zv, out + t * p);
+            } else {
+                pad_plane(plane, g, wp, hp, flip, static_cast<uint8_t>(z), xp);
+                if (g.sw == 1) {
+                    plane_any<1>(xp, wp, g, tw, c, out + t * p);
+                } else {
+                    plane_any<2>(xp, wp, g, tw, c, out + t * p);
+                }
+            }
+        }
+        delete[] xp;
+    }
+    delete[] words;
+    delete[] cbias;
 }
 
 }  // namespace int8

@@ -26,6 +26,10 @@ struct QIn {
     int32_t zero_point;
 };
 
+// x as u8: bytes xor flip_of(x), zero point zero_of(x).
+static inline uint8_t flip_of(const QIn& x) { return x.is_signed ? 0x80 : 0; }
+static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed ? 128 : 0); }
+
 // Weights packed per group (group g at g * packed_size(OC/groups, C/groups*kh*kw)) with
 // row sums (OC,); bias (OC,) s32; r carries per-channel multiplier/shift (step 1) and the
 // output zero point/bounds (r.bias is ignored). out (N, OC, oh, ow).
@@ -35,6 +39,16 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
 // Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                       const Requant& r, uint8_t* out);
+
+// The VNNI depthwise kernel (int8_depthwise_vnni.cpp) and the geometries it takes:
+// column dilation 1, column stride 1 or 2, kernels up to 8x8. Unpadded ones (stride 1,
+// output as wide as the input) read the input in place through `masks` (built by
+// int8_depthwise.cpp); the others pass nullptr and run on planes padded with the zero point.
+bool depthwise_vnni_takes(const ConvGeom& g);
+bool depthwise_vnni_unpadded(const ConvGeom& g);
+void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
+                           const int32_t* bias, const Requant& r, const uint64_t* masks,
+                           uint8_t* out);
 
 // Linear: x (M, K) -> out (M, N) requantized; weights packed by pack_weights.
 void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,

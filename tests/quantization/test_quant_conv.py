@@ -37,6 +37,8 @@ CASES = [
     (1, 3, 11, 13, 6, 7, 6, 1, (3, 2, 1, 4), 1, 3),  # 7x6 kernel, asymmetric pad, mult 2
     (1, 2, 12, 12, 2, 3, 4, (2, 1), 1, (2, 1), 2),   # row dilation, row stride 2: rows
     (1, 2, 9, 9, 2, 1, 9, 1, (0, 4), 1, 2),       # kernel wider than 8: AVX-512 path
+    (1, 2, 12, 12, 2, 3, 3, 1, (2, 2, 1, 1), (2, 1), 2),  # row dilation, unpadded path
+    (2, 3, 6, 5, 3, 3, 3, 1, (0, 0, 1, 1), 1, 3),  # unpadded, no row padding: oh < h
 ]
 
 
