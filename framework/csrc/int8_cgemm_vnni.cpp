@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "int8_cgemm.h"
+#include "int8_requant_avx512.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -25,26 +26,10 @@ inline __mmask16 lanes(int64_t n) {
                    : static_cast<__mmask16>(n <= 0 ? 0 : (1u << n) - 1);
 }
 
-// 16 accumulators of channel i -> 16 requantized bytes at out (masked to n lanes).
-inline void store16(__m512i acc, const RowParams& q, int64_t i, const Requant& r,
-                    uint8_t* out, int64_t n) {
+// 16 accumulators of one channel -> 16 requantized bytes at out (masked to n lanes).
+inline void store16(__m512i acc, const ChannelQ& c, uint8_t* out, int64_t n) {
     if (n <= 0) return;
-    const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFFll);
-    const __m512i t = _mm512_add_epi32(acc, _mm512_set1_epi32(q.bias[i]));
-    const __m512i m = _mm512_set1_epi32(q.multiplier[i]);
-    const int32_t s = q.shift[i];
-    const __m512i half = _mm512_set1_epi64(int64_t{1} << (s - 1));
-    const __m128i sc = _mm_cvtsi32_si128(s);
-    const __m512i lo = _mm512_set1_epi64(r.lo - r.zero_point);
-    const __m512i hi = _mm512_set1_epi64(r.hi - r.zero_point);
-    __m512i ye = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(t, m), half), sc);
-    __m512i yo = _mm512_sra_epi64(
-        _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), m), half), sc);
-    ye = _mm512_min_epi64(_mm512_max_epi64(ye, lo), hi);
-    yo = _mm512_min_epi64(_mm512_max_epi64(yo, lo), hi);
-    const __m512i y = _mm512_or_si512(_mm512_and_si512(ye, low32), _mm512_slli_epi64(yo, 32));
-    const __m512i b = _mm512_add_epi32(y, _mm512_set1_epi32(r.zero_point));
-    _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(b));
+    _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(requant16(acc, c)));
 }
 
 // Named accumulators: GCC keeps arrays of vectors in memory.
@@ -57,13 +42,14 @@ inline void store16(__m512i acc, const RowParams& q, int64_t i, const Requant& r
         if (P > 2) c##i##2 = _mm512_dpbusd_epi32(c##i##2, x2, wv);             \
         if (P > 3) c##i##3 = _mm512_dpbusd_epi32(c##i##3, x3, wv);             \
     }
-#define TY_STORE(i)                                                            \
-    if (R > i) {                                                               \
-        uint8_t* oi = out + i * ldo;                                           \
-        store16(c##i##0, q, i, r, oi, npos);                                   \
-        if (P > 1) store16(c##i##1, q, i, r, oi + 16, npos - 16);              \
-        if (P > 2) store16(c##i##2, q, i, r, oi + 32, npos - 32);              \
-        if (P > 3) store16(c##i##3, q, i, r, oi + 48, npos - 48);              \
+#define TY_STORE(i)                                                                 \
+    if (R > i) {                                                                    \
+        const ChannelQ cq = channel_q(q.bias[i], q.multiplier[i], q.shift[i], r);   \
+        uint8_t* oi = out + i * ldo;                                                \
+        store16(c##i##0, cq, oi, npos);                                             \
+        if (P > 1) store16(c##i##1, cq, oi + 16, npos - 16);                        \
+        if (P > 2) store16(c##i##2, cq, oi + 32, npos - 32);                        \
+        if (P > 3) store16(c##i##3, cq, oi + 48, npos - 48);                        \
     }
 
 template <int R, int P>

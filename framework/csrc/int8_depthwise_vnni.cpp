@@ -268,7 +268,7 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
             const int64_t oc = t % g.oc;
             const uint8_t* plane = x.data + (t / g.oc * g.c + oc / mult) * g.h * g.w;
             const TapWords tw = broadcast(words + oc * g.kh * nd, g.kh * nd);
-            const ChannelQ c = channel_q(RowParams{cbias + oc, r.multiplier + oc, r.shift + oc}, r);
+            const ChannelQ c = channel_q(cbias[oc], r.multiplier[oc], r.shift[oc], r);
             if (masks && flip) {
                 direct_any<true>(plane, g, masks, tw, c, zv, out + t * p);
             } else if (masks) {

@@ -1,9 +1,12 @@
 // One channel's requantization on 16 s32 lanes, exactly reference.requantize:
 // t = acc + bias (s32, wrapping); p = t * m as s64 (vpmuldq on even and odd lanes);
-// y = (p + 2^(s-1)) >>arith s; clamp in s64 to [lo - zp, hi - zp]; + zp. The result is the
-// output byte in the low 8 bits of each s32 lane. Included only by AVX-512 translation
-// units; everything is `static` so that each unit keeps its own copy (no COMDAT the linker
-// could pick for a unit built with other flags).
+// y = (p + 2^(s-1)) >>arith s; clamp to [lo - zp, hi - zp]; + zp. The result is the output
+// byte in the low 8 bits of each s32 lane. For s >= 32 (scales below 1/2, the usual case)
+// y = ((p + 2^(s-1)) >> 32) >> (s - 32): the high halves of the products, which fit s32, so
+// the shift and the clamp run on 16 s32 lanes instead of twice 8 s64 (floor of a floor is
+// the floor). Included only by AVX-512 translation units; everything is `static` so that
+// each unit keeps its own copy (no COMDAT the linker could pick for a unit built with other
+// flags).
 #pragma once
 
 #include <immintrin.h>
@@ -15,28 +18,43 @@
 namespace tianyuan {
 namespace int8 {
 
-// A channel's constants as vectors, set up once per plane.
+// A channel's constants as vectors, set up once per channel.
 struct ChannelQ {
-    __m512i bias, mult, half, lo, hi, zp;
-    __m128i shift;
+    __m512i bias, mult, half, lo, hi, zp;  // lo, hi: s32 lanes when wide, else s64
+    __m128i shift;                         // s - 32 when wide, else s
+    bool wide;                             // s >= 32
 };
 
-static inline ChannelQ channel_q(const RowParams& q, const Requant& r) {
-    const int32_t s = q.shift[0];
-    return {_mm512_set1_epi32(q.bias[0]),
-            _mm512_set1_epi32(q.multiplier[0]),
+static inline ChannelQ channel_q(int32_t bias, int32_t mult, int32_t s, const Requant& r) {
+    const bool wide = s >= 32;
+    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
+    return {_mm512_set1_epi32(bias),
+            _mm512_set1_epi32(mult),
             _mm512_set1_epi64(int64_t{1} << (s - 1)),
-            _mm512_set1_epi64(r.lo - r.zero_point),
-            _mm512_set1_epi64(r.hi - r.zero_point),
+            wide ? _mm512_set1_epi32(lo) : _mm512_set1_epi64(lo),
+            wide ? _mm512_set1_epi32(hi) : _mm512_set1_epi64(hi),
             _mm512_set1_epi32(r.zero_point),
-            _mm_cvtsi32_si128(s)};
+            _mm_cvtsi32_si128(wide ? s - 32 : s),
+            wide};
+}
+
+static inline ChannelQ channel_q(const RowParams& q, const Requant& r) {
+    return channel_q(q.bias[0], q.multiplier[0], q.shift[0], r);
 }
 
 static inline __m512i requant16(__m512i acc, const ChannelQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
-    __m512i ye = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half), c.shift);
-    __m512i yo = _mm512_sra_epi64(
-        _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult), c.half), c.shift);
+    const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half);
+    const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult),
+                                        c.half);
+    if (c.wide) {
+        // even lanes: the high half of pe; odd lanes: the high half of po (already in place)
+        const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+        const __m512i y = _mm512_sra_epi32(high, c.shift);
+        return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi), c.zp);
+    }
+    __m512i ye = _mm512_sra_epi64(pe, c.shift);
+    __m512i yo = _mm512_sra_epi64(po, c.shift);
     ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
     yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
     // odd lanes' results into the high halves of the even lanes' qwords

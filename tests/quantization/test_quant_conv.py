@@ -42,13 +42,14 @@ CASES = [
 ]
 
 
-def _case(rng, case, in_dtype):
+def _case(rng, case, in_dtype, scales=None):
     n, c, h, w, oc, kh, kw, stride, padding, dilation, groups = case
     lo, hi = R.qrange(in_dtype)
     x = rng.integers(lo, hi + 1, (n, c, h, w)).astype(in_dtype)
     wt = rng.integers(-128, 128, (oc, c // groups, kh, kw)).astype(np.int8)
     bias = rng.integers(-3000, 3000, oc).astype(np.int32)
-    mult, shift = R.quantize_multiplier(rng.uniform(2e-4, 4e-3, oc))
+    real = rng.uniform(2e-4, 4e-3, oc) if scales is None else np.resize(scales, oc)
+    mult, shift = R.quantize_multiplier(real)
     geom = dict(stride=stride, padding=padding, dilation=dilation)
     return x, wt, bias, mult, shift, geom, groups
 
@@ -75,6 +76,22 @@ def test_conv2d_out_max_is_relu6_clamp(case):
     args = (bias, mult, shift, 20, True, np.uint8)
     check_quant(lambda: K.conv2d(x, 131, packed, *args, **geom, out_max=90),
                 lambda: np.minimum(R.qconv2d(x, 131, wt, *args, groups=groups, **geom), 90))
+
+
+@pytest.mark.parametrize("case", [CASES[3], CASES[9], CASES[17], CASES[19], CASES[24]])
+def test_conv2d_large_scales(case):
+    """Requantization scales 0.02 to 1.3 (shifts 30 to 36): the kernels take a 32-bit
+    shortcut for shifts >= 32 only. Small weights keep most results inside the range."""
+    rng = np.random.default_rng(11)
+    scales = [0.02, 0.3, 0.7, 1.3]
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8, scales)
+    assert shift.min() < 32 <= shift.max()
+    wt = (wt // 64).astype(np.int8)
+    bias = bias // 64
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 100, False, np.uint8)
+    check_quant(lambda: K.conv2d(x, 120, packed, *args, **geom),
+                lambda: R.qconv2d(x, 120, wt, *args, groups=groups, **geom))
 
 
 def test_conv2d_checks_shapes():
