@@ -4,17 +4,21 @@ engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipp
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s.
 
 Layers are found by running the zoo model once with forward hooks on its Conv2d modules.
-Ours runs in this process, the peers in a child process per network and batch.
-Time = median (or --stat min, steadier on a shared machine) of --repeat runs after a
-warm-up; TOP/s = 2 * MACs / time. Ours runs as the int8 modules do: a `PreparedConv` made
+Ours runs in this process, the peers in a child process per network and batch; the two
+alternate --rounds times, so that a slow spell of the shared machine hits both, and a
+layer's time is the median over the rounds of its per-round times. Time = median (or
+--stat min) of --repeat runs after a warm-up; TOP/s = 2 * MACs / time. --json PATH also
+writes every layer's times and the totals. Ours runs as the int8 modules do: a `PreparedConv` made
 once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized.Conv2d,
 per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ model
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
 
-    python bench/bench_int8.py [--batches 1,16] [--repeat 5] [--stat min] [--threads N] [--layers]
+    python bench/bench_int8.py [--batches 1,16] [--repeat 5] [--rounds 3] [--stat min]
+                               [--threads N] [--layers] [--json results.json]
 """
 import argparse
+import json
 import time
 import types
 import warnings
@@ -165,21 +169,26 @@ def peer_rows(specs, batch, repeat, stat, threads):
     return rows
 
 
-def bench_net(layers, batch, repeat, stat):
-    """[(name, {col: ms, "macs": n})] for every layer."""
+def bench_net(layers, batch, repeat, stat, rounds):
+    """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds."""
+    specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
+    runs = []
+    for _ in range(rounds):
+        mine = []
+        for name, conv, shape in layers:
+            x_u8, x_f32 = layer_inputs(shape, batch)
+            int8, f32 = ours(conv, x_u8, x_f32)
+            mine.append({"int8": median_ms(int8, repeat, stat),
+                         "f32": median_ms(f32, repeat, stat)})
+        peers = in_child(peer_rows, specs, batch, repeat, stat, ty.get_num_threads())
+        runs.append([dict(m, **p) for m, p in zip(mine, peers)])
     rows = []
-    for name, conv, shape in layers:
-        x_u8, x_f32 = layer_inputs(shape, batch)
-        int8, f32 = ours(conv, x_u8, x_f32)
-        row = {"int8": median_ms(int8, repeat, stat), "f32": median_ms(f32, repeat, stat)}
-        out = F.conv2d(ty.tensor(x_f32[:1]), conv.weight, None, conv.stride, conv.padding,
-                       conv.dilation, conv.groups)
+    for i, (name, conv, shape) in enumerate(layers):
+        row = {c: float(np.median([run[i][c] for run in runs])) for c in runs[0][i]}
+        out = F.conv2d(ty.tensor(np.zeros((1,) + tuple(shape[1:]), np.float32)), conv.weight,
+                       None, conv.stride, conv.padding, conv.dilation, conv.groups)
         row["macs"] = batch * out.data[0].size * conv.weight.data[0].size
         rows.append((name, row))
-    specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
-    for (_, row), peer in zip(rows, in_child(peer_rows, specs, batch, repeat, stat,
-                                             ty.get_num_threads())):
-        row.update(peer)
     return rows
 
 
@@ -197,7 +206,7 @@ def report(net, batch, rows, show_layers):
     if peers:
         ratio += f"  int8/best peer {total['int8'] / min(peers):.2f}x"
     print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  {ratio}")
-    return total
+    return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops}
 
 
 def _peer_notes():
@@ -212,9 +221,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternations of ours and the peers; median over them")
     parser.add_argument("--stat", choices=sorted(STAT), default="median")
     parser.add_argument("--threads", type=int, default=0, help="0: the library default")
     parser.add_argument("--layers", action="store_true", help="print every layer")
+    parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     # numpy came before tianyuan here: OpenBLAS must get its short spin from a restart, or
     # its workers slow the float convolutions that follow its GEMMs
@@ -222,12 +234,18 @@ def main():
     if args.threads:
         ty.set_num_threads(args.threads)
     print(f"ISA {ty.current_isa()}, {ty.get_num_threads()} threads; {args.stat} of "
-          f"{args.repeat}")
+          f"{args.repeat}, median over {args.rounds} alternating rounds")
     _peer_notes()
+    results = {"isa": ty.current_isa(), "threads": ty.get_num_threads(), "stat": args.stat,
+               "repeat": args.repeat, "rounds": args.rounds, "networks": {}}
     for net in NETWORKS:
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
-            report(net, batch, bench_net(layers, batch, args.repeat, args.stat), args.layers)
+            rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds)
+            results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers)
+            if args.json:  # rewritten after each network: a killed run keeps what it has
+                with open(args.json, "w") as f:
+                    json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
