@@ -1,5 +1,7 @@
 // int8 add (+relu), concat requantization and max/average pooling: generic C++ loops of
-// the reference formulas (memory bound; the compiler vectorises the inner loops).
+// the reference formulas; add and concat dispatch to int8_eltwise_avx512.cpp where the ISA
+// allows.
+#include "cpu.h"
 #include "int8_ops.h"
 
 namespace tianyuan {
@@ -26,6 +28,10 @@ inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a +
 }  // namespace
 
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
+    if (current_isa() >= Isa::avx512 && a.is_signed == b.is_signed) {
+        add_avx512(a, b, size, p, out);
+        return;
+    }
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t i = 0; i < size; ++i) {
         const int64_t s = static_cast<int64_t>(value(a, i) - a.zero_point) * p.m_a +
@@ -36,6 +42,10 @@ void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* 
 
 void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    if (current_isa() >= Isa::avx512) {
+        concat_part_avx512(x, outer, inner, mult, shift, out_zp, out_signed, out, out_inner);
+        return;
+    }
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t o = 0; o < outer; ++o) {

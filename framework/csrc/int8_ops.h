@@ -63,10 +63,14 @@ struct AddParams {
     int32_t m_a, m_b, shift, zero_point, lo, hi;
 };
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
+void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 
 // One concat input (outer, inner) rescaled into out rows of out_inner bytes at offset.
 void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
+void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult,
+                        int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
+                        int64_t out_inner);
 
 struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;

@@ -1,0 +1,108 @@
+// AVX-512 int8 add (+relu) and concat requantization, 16 elements a step, lane for lane the
+// reference formulas (int8_eltwise.cpp has the scalar loops): the products of the centred
+// inputs and the multipliers as s64 (vpmuldq on even and odd lanes), rounded shift and clamp
+// in s64, narrowed to bytes. Tails go through masked loads and stores.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+inline __mmask16 lanes(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// 16 input bytes as s32 lanes minus the zero point.
+template <bool Signed>
+inline __m512i centred(const uint8_t* p, __mmask16 k, __m512i zp) {
+    const __m128i v = _mm_maskz_loadu_epi8(k, p);
+    const __m512i x = Signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+    return _mm512_sub_epi32(x, zp);
+}
+
+// The s64 sums (even lanes, odd lanes) -> rounded shift, clamp to [lo, hi] (already minus
+// the output zero point), + zero point, 16 bytes to out.
+struct Out {
+    __m512i half, lo, hi, zp;
+    __m128i shift;
+};
+
+inline Out out_params(int32_t shift, int32_t zp, int32_t lo, int32_t hi) {
+    return {_mm512_set1_epi64(int64_t{1} << (shift - 1)), _mm512_set1_epi64(lo - zp),
+            _mm512_set1_epi64(hi - zp), _mm512_set1_epi32(zp), _mm_cvtsi32_si128(shift)};
+}
+
+inline void store(__m512i pe, __m512i po, const Out& o, uint8_t* out, __mmask16 k) {
+    __m512i ye = _mm512_sra_epi64(_mm512_add_epi64(pe, o.half), o.shift);
+    __m512i yo = _mm512_sra_epi64(_mm512_add_epi64(po, o.half), o.shift);
+    ye = _mm512_min_epi64(_mm512_max_epi64(ye, o.lo), o.hi);
+    yo = _mm512_min_epi64(_mm512_max_epi64(yo, o.lo), o.hi);
+    const __m512i y = _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
+    _mm_mask_storeu_epi8(out, k, _mm512_cvtepi32_epi8(_mm512_add_epi32(y, o.zp)));
+}
+
+template <bool Signed>
+void add_range(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddParams& p,
+               uint8_t* out) {
+    const __m512i za = _mm512_set1_epi32(a.zero_point), zb = _mm512_set1_epi32(b.zero_point);
+    const __m512i ma = _mm512_set1_epi32(p.m_a), mb = _mm512_set1_epi32(p.m_b);
+    const Out o = out_params(p.shift, p.zero_point, p.lo, p.hi);
+    for (int64_t i = i0; i < i1; i += 16) {
+        const __mmask16 k = lanes(i1 - i);
+        const __m512i da = centred<Signed>(a.data + i, k, za);
+        const __m512i db = centred<Signed>(b.data + i, k, zb);
+        const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(da, ma), _mm512_mul_epi32(db, mb));
+        const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(da, 32), ma),
+                                            _mm512_mul_epi32(_mm512_srli_epi64(db, 32), mb));
+        store(pe, po, o, out + i, k);
+    }
+}
+
+template <bool Signed>
+void rescale_row(const uint8_t* x, int64_t n, __m512i z, __m512i m, const Out& o,
+                 uint8_t* out) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = lanes(n - i);
+        const __m512i d = centred<Signed>(x + i, k, z);
+        store(_mm512_mul_epi32(d, m), _mm512_mul_epi32(_mm512_srli_epi64(d, 32), m), o,
+              out + i, k);
+    }
+}
+
+}  // namespace
+
+void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
+    constexpr int64_t kChunk = 1 << 14;  // elements per task (a multiple of 16)
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i0 = c * kChunk, i1 = i0 + kChunk < size ? i0 + kChunk : size;
+        if (a.is_signed) {
+            add_range<true>(a, b, i0, i1, p, out);
+        } else {
+            add_range<false>(a, b, i0, i1, p, out);
+        }
+    }
+}
+
+void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult,
+                        int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
+                        int64_t out_inner) {
+    const Out o = out_params(shift, out_zp, out_signed ? -128 : 0, out_signed ? 127 : 255);
+    const __m512i z = _mm512_set1_epi32(x.zero_point), m = _mm512_set1_epi32(mult);
+#pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
+    for (int64_t r = 0; r < outer; ++r) {
+        if (x.is_signed) {
+            rescale_row<true>(x.data + r * inner, inner, z, m, o, out + r * out_inner);
+        } else {
+            rescale_row<false>(x.data + r * inner, inner, z, m, o, out + r * out_inner);
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan
