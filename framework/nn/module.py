@@ -273,7 +273,14 @@ class Module:
         for key, tensor in expected.items():
             if key in state_dict:
                 np.copyto(tensor.data, np.asarray(_array_of(state_dict[key])), casting="unsafe")
+        for module in self.modules():
+            module._state_loaded()
         return IncompatibleKeys(missing, unexpected)
+
+    def _state_loaded(self):
+        """Called on every module after load_state_dict has copied the state in: a module
+        that derives something from its parameters or buffers (packed int8 weights, cached
+        requantization constants) rebuilds it here."""
 
     def _load_error(self, missing, unexpected, mismatched):
         lines = [f"load_state_dict: error(s) loading state_dict for {type(self).__name__}:"]

@@ -112,6 +112,19 @@ def test_int8_model_state(trained):
     assert not any(k.endswith("running_mean") for k in state)
 
 
+def test_int8_state_loads_into_another_int8_model(trained, data):
+    """load_state_dict repacks the weights and drops the cached requantization constants."""
+    float_model, _, int8 = trained
+    _, (xt, _) = data
+    other = Q.quantize(Q.calibrate(Q.quantize_qat(float_model, Q.calibration_qconfig),
+                                   [xt[:50]]))
+    before = predict(other, xt[:64])          # fills the caches with the old constants
+    other.load_state_dict(int8.state_dict())
+    after, want = predict(other, xt[:64]), predict(int8, xt[:64])
+    assert not np.array_equal(before, want)
+    np.testing.assert_array_equal(after, want)
+
+
 def test_calibration_ptq(trained, data):
     float_model, _, _ = trained
     (x, _), (xt, yt) = data

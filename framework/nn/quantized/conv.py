@@ -45,6 +45,11 @@ class _WeightedModule(QuantizedModule):
         self.activation = qat.activation
         self._cache = {}
 
+    def _state_loaded(self):
+        super()._state_loaded()  # drops _cache
+        self._cache = {}
+        self.pack()
+
     def requant(self, s_in):
         key = float(s_in)
         if key not in self._cache:
@@ -82,8 +87,11 @@ class Conv2d(_WeightedModule):
             setattr(m, key, getattr(qat, key))
         m.padding = _padding(qat)
         m.set_weights(qat)
-        m.packed = K.pack_weights(m.weight.data, m.groups)
+        m.pack()
         return m
+
+    def pack(self):
+        self.packed = K.pack_weights(self.weight.data, self.groups)
 
     def prepared(self, s_in):
         """The PreparedConv for input scale s_in (made once per scale)."""
@@ -140,8 +148,11 @@ class Linear(_WeightedModule):
         m = cls()
         m.in_features, m.out_features = qat.in_features, qat.out_features
         m.set_weights(qat)
-        m.packed = K.pack_weights(m.weight.data)
+        m.pack()
         return m
+
+    def pack(self):
+        self.packed = K.pack_weights(self.weight.data)
 
     def forward(self, x):
         q = qarray_of(x, type(self).__name__)

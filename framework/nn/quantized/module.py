@@ -18,6 +18,10 @@ class QuantizedModule(Module):
         self.register_buffer("zero_point", Tensor(np.asarray(qparams.zero_point, np.int64)))
         self.dtype_name = str(np.dtype(qparams.dtype))
 
+    def _state_loaded(self):
+        # constants worked out from the old scales (per input scale) are stale now
+        self.__dict__.pop("_cache", None)
+
     @property
     def out_dtype(self):
         # by name: a deep-copied np.dtype is not the singleton the native bindings check for
