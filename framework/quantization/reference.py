@@ -37,12 +37,15 @@ import numpy as np
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
+_QRANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
 def qrange(dtype):
     """(qmin, qmax) of uint8 or int8."""
-    info = np.iinfo(np.dtype(dtype))
-    if info.bits != 8:
-        raise ValueError(f"quantization: dtype must be uint8 or int8, got {np.dtype(dtype)}")
-    return int(info.min), int(info.max)
+    dtype = np.dtype(dtype)
+    if dtype not in _QRANGES:
+        raise ValueError(f"quantization: dtype must be uint8 or int8, got {dtype}")
+    return _QRANGES[dtype]
 
 
 def _channel_shape(ndim, axis):

@@ -38,13 +38,21 @@ class Add(QuantizedModule):
         m.set_output(qat.act_qparams())
         return m
 
+    def multipliers(self, scale_a, scale_b):
+        """(m_a, m_b, shift) for these input scales, worked out once per pair."""
+        cache = self.__dict__.setdefault("_cache", {})
+        key = (float(scale_a), float(scale_b))
+        if key not in cache:
+            cache[key] = R.add_multipliers(scale_a, scale_b, self.out_scale)
+        return cache[key]
+
     def forward(self, a, b):
         op = type(self).__name__
         qa, qb = qarray_of(a, op), qarray_of(b, op)
         if qa.dtype != qb.dtype or qa.shape != qb.shape:
             raise ValueError(f"{op}: inputs differ: {qa.dtype} {qa.shape} and {qb.dtype} "
                              f"{qb.shape}")
-        ma, mb, shift = R.add_multipliers(qa.scale, qb.scale, self.out_scale)
+        ma, mb, shift = self.multipliers(qa.scale, qb.scale)
         out = K.add(qa, qa.zero_point, qb, qb.zero_point, ma, mb, shift, self.out_zero_point,
                     self.relu, self.out_dtype)
         return wrap(out, self.out_scale, self.out_zero_point)
@@ -62,10 +70,17 @@ class Concat(QuantizedModule):
         m.set_output(qat.act_qparams())
         return m
 
+    def multipliers(self, scales):
+        """(m (K,), shift (K,)) rescaling each input scale to the output's, once per tuple."""
+        cache = self.__dict__.setdefault("_cache", {})
+        key = tuple(float(s) for s in scales)
+        if key not in cache:
+            cache[key] = R.quantize_multiplier(np.array(key, np.float64) / self.out_scale)
+        return cache[key]
+
     def forward(self, tensors):
         qs = [qarray_of(t, "Concat") for t in tensors]
-        real = np.array([q.scale for q in qs], np.float64) / self.out_scale
-        mult, shift = R.quantize_multiplier(real)
+        mult, shift = self.multipliers([q.scale for q in qs])
         out = K.concat(qs, [q.zero_point for q in qs], mult, shift, self.out_zero_point,
                        self.out_dtype, self.axis)
         return wrap(out, self.out_scale, self.out_zero_point)
