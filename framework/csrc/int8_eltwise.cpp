@@ -1,6 +1,6 @@
 // int8 add (+relu), concat requantization and max/average pooling: generic C++ loops of
-// the reference formulas; add and concat dispatch to int8_eltwise_avx512.cpp where the ISA
-// allows.
+// the reference formulas; add, concat and max pooling (column strides 1, 2) dispatch to
+// int8_eltwise_avx512.cpp where the ISA allows.
 #include "cpu.h"
 #include "int8_ops.h"
 
@@ -57,6 +57,10 @@ void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32
 }
 
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
+        max_pool2d_avx512(x, g, out);
+        return;
+    }
     const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80
 #pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
     for (int64_t pl = 0; pl < g.planes; ++pl) {

@@ -1,7 +1,9 @@
 // AVX-512 int8 add (+relu) and concat requantization, 16 elements a step, lane for lane the
 // reference formulas (int8_eltwise.cpp has the scalar loops): the products of the centred
 // inputs and the multipliers as s64 (vpmuldq on even and odd lanes), rounded shift and clamp
-// in s64, narrowed to bytes. Tails go through masked loads and stores.
+// in s64, narrowed to bytes. Tails go through masked loads and stores. Max pooling at
+// column stride 1 or 2: per output row the window's input rows are max-reduced into one
+// padded row, then the kernel columns, 64 (stride 1) or 32 (stride 2) outputs a step.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -73,7 +75,63 @@ void rescale_row(const uint8_t* x, int64_t n, __m512i z, __m512i m, const Out& o
     }
 }
 
+inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+// Output row oy of one plane: row = max over the window's valid input rows (u8 order:
+// signed input comes sign-flipped), columns shifted by the left padding, zeros (the
+// smallest value) outside; then the max over each window's kw columns.
+void max_pool_row(const uint8_t* in, const PoolGeom& g, int64_t oy, __m512i flip, uint8_t* row,
+                  int64_t width, uint8_t* out) {
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t x = 0; x < width; x += 64) _mm512_storeu_si512(row + x, zero);
+    for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t iy = oy * g.sh - g.pt + i;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t x = 0; x < g.w; x += 64) {
+            const __mmask64 k = first64(g.w - x);
+            const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, in + iy * g.w + x), flip);
+            uint8_t* r = row + g.pl + x;
+            _mm512_mask_storeu_epi8(r, k, _mm512_max_epu8(_mm512_maskz_loadu_epi8(k, r), v));
+        }
+    }
+    const int64_t step = g.sw == 1 ? 64 : 32;
+    for (int64_t x0 = 0; x0 < g.ow; x0 += step) {
+        __m512i m = zero;
+        for (int64_t j = 0; j < g.kw; ++j) {
+            m = _mm512_max_epu8(m, _mm512_loadu_si512(row + g.sw * x0 + j));
+        }
+        const int64_t n = g.ow - x0 < step ? g.ow - x0 : step;
+        if (g.sw == 1) {
+            _mm512_mask_storeu_epi8(out + x0, first64(n), _mm512_xor_si512(m, flip));
+            continue;
+        }
+        // stride 2: output x0 + t is the low byte of word t (bytes 2t + j of the row)
+        const __m256i packed = _mm512_cvtepi16_epi8(m);
+        _mm256_mask_storeu_epi8(out + x0, static_cast<__mmask32>(first64(n)),
+                                _mm256_xor_si256(packed, _mm512_castsi512_si256(flip)));
+    }
+}
+
 }  // namespace
+
+void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(x.is_signed ? 0x80 : 0));
+    // the padded row: every column a window reads, and a whole step's loads past the last
+    const int64_t span = (g.ow - 1) * g.sw + g.kw, valid = g.pl + g.w;
+    const int64_t width = (span > valid ? span : valid) + 2 * 64 + g.kw;
+#pragma omp parallel if (g.planes * g.oh * g.ow > (1 << 14))
+    {
+        uint8_t* row = new uint8_t[static_cast<size_t>(width + 64)];
+#pragma omp for schedule(static)
+        for (int64_t pl = 0; pl < g.planes; ++pl) {
+            for (int64_t oy = 0; oy < g.oh; ++oy) {
+                max_pool_row(x.data + pl * g.h * g.w, g, oy, flip, row, width,
+                             out + (pl * g.oh + oy) * g.ow);
+            }
+        }
+        delete[] row;
+    }
+}
 
 void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
     constexpr int64_t kChunk = 1 << 14;  // elements per task (a multiple of 16)

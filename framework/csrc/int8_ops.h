@@ -76,6 +76,7 @@ struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
 };
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out);
+void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out);
 
 }  // namespace int8
