@@ -177,9 +177,15 @@ constexpr int64_t kFlatMaxPlane = 1 << 14, kFlatMaxTaps = 25;
 struct FlatPlan {
     int64_t chunks = 0, taps = 0;
     bool aligned = false;          // tap t reads x + p + shift[t]
+    // Stride 2, no dilation, out_w == ceil(w / 2): the plane is read as its four quarters
+    // (even/odd rows x even/odd columns, each qh x qw with qw == out_w), where tap t is a
+    // unit-stride read of quarter[t] at p + shift[t]: no gathers.
+    bool quad = false;
+    int64_t qh = 0, qw = 0;
     int64_t shift[kFlatMaxTaps];
+    int64_t quarter[kFlatMaxTaps];
     __mmask16* mask = nullptr;     // (chunks, taps): lanes whose input exists
-    int32_t* offset = nullptr;     // (chunks, taps, 16) gather offsets unless aligned
+    int32_t* offset = nullptr;     // (chunks, taps, 16) gather offsets unless aligned / quad
     FlatPlan() = default;
     ~FlatPlan() {
         delete[] mask;
@@ -189,16 +195,27 @@ struct FlatPlan {
     FlatPlan& operator=(const FlatPlan&) = delete;
 };
 
+// floor(v / 2), negative v too
+inline int64_t half_down(int64_t v) { return v >= 0 ? v / 2 : -((1 - v) / 2); }
+
 void flat_plan(const Conv2dGeometry& g, FlatPlan* f) {
     const int64_t oh = g.out_h(), ow = g.out_w();
     f->chunks = (oh * ow + 15) / 16;
     f->taps = g.kh * g.kw;
     f->aligned = g.sh == 1 && g.sw == 1 && ow == g.w;
+    f->quad = g.sh == 2 && g.sw == 2 && g.dh == 1 && g.dw == 1 && ow == (g.w + 1) / 2;
+    f->qh = (g.h + 1) / 2;
+    f->qw = (g.w + 1) / 2;
     f->mask = new __mmask16[f->chunks * f->taps]();
-    if (!f->aligned) f->offset = new int32_t[f->chunks * f->taps * 16]();
+    if (!f->aligned && !f->quad) f->offset = new int32_t[f->chunks * f->taps * 16]();
     for (int64_t t = 0; t < f->taps; ++t) {
         const int64_t di = (t / g.kw) * g.dh - g.pt, dj = (t % g.kw) * g.dw - g.pl;
         f->shift[t] = di * g.w + dj;
+        if (f->quad) {  // input (2 oy + di, 2 ox + dj) lies in quarter (di & 1, dj & 1)
+            const int64_t ri = half_down(di), rj = half_down(dj);
+            f->quarter[t] = (di - 2 * ri) * 2 + (dj - 2 * rj);
+            f->shift[t] = ri * f->qw + rj;
+        }
         const TapRange cols = tap_range(dj, g.sw, g.w, ow);
         for (int64_t oy = 0; oy < oh; ++oy) {
             const int64_t iy = oy * g.sh + di;
@@ -212,9 +229,44 @@ void flat_plan(const Conv2dGeometry& g, FlatPlan* f) {
     }
 }
 
-// Step q's inputs of tap t from plane x, 0 in the lanes outside mask m.
+// A plane (h, w) as the four quarters of a quad plan, each (qh, qw), at q (4 * qh * qw).
+void quarters(const float* x, const Conv2dGeometry& g, const FlatPlan& f, float* q) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const int64_t size = f.qh * f.qw;
+    for (int64_t y = 0; y < g.h; ++y) {
+        const float* row = x + y * g.w;
+        float* e = q + (y & 1) * 2 * size + (y >> 1) * f.qw;  // quarter (y & 1, 0)
+        float* o = e + size;                                   // quarter (y & 1, 1)
+        for (int64_t c = 0; c < g.w; c += 32) {
+            const __m512 x0 = _mm512_maskz_loadu_ps(low_bits(g.w - c), row + c);
+            const __m512 x1 = _mm512_maskz_loadu_ps(low_bits(g.w - c - 16), row + c + 16);
+            const int64_t k = c / 2;
+            _mm512_mask_storeu_ps(e + k, low_bits((g.w + 1) / 2 - k),
+                                  _mm512_permutex2var_ps(x0, even, x1));
+            _mm512_mask_storeu_ps(o + k, low_bits(g.w / 2 - k),
+                                  _mm512_permutex2var_ps(x0, odd, x1));
+        }
+    }
+}
+
+// Where a plan's tap reads come from for one plane: the plane itself, or (quad) its quarters
+// written into `space` (4 * qh * qw floats, one per thread).
+inline const float* tap_source(const FlatPlan& f, const float* x, const Conv2dGeometry& g,
+                               float* space) {
+    if (!f.quad) return x;
+    quarters(x, g, f, space);
+    return space;
+}
+
+// Step q's inputs of tap t from plane x (its quarters for a quad plan), 0 in the lanes
+// outside mask m.
 inline __m512 tap_read(const FlatPlan& f, const float* x, int64_t q, int64_t t, __mmask16 m) {
     if (f.aligned) return _mm512_maskz_loadu_ps(m, x + 16 * q + f.shift[t]);
+    if (f.quad) {
+        return _mm512_maskz_loadu_ps(m, x + f.quarter[t] * f.qh * f.qw + 16 * q + f.shift[t]);
+    }
     const __m512i at = _mm512_loadu_si512(f.offset + (q * f.taps + t) * 16);
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, x, 4);
 }
@@ -238,11 +290,16 @@ void forward_flat(const float* x, const float* w, const float* bias, const Conv2
     flat_plan(g, &f);
     const int64_t in_plane = g.h * g.w, plane = g.out_h() * g.out_w();
     const bool parallel = g.n * g.c * plane * f.taps >= kDwParallelMin;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t p = 0; p < g.n * g.c; ++p) {
-        const int64_t c = p % g.c;
-        forward_flat_plane(x + p * in_plane, w + c * f.taps, bias ? bias[c] : 0.0f, f, plane,
-                           out + p * plane);
+#pragma omp parallel if (parallel)
+    {
+        float* space = f.quad ? new float[4 * f.qh * f.qw]() : nullptr;
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.n * g.c; ++p) {
+            const int64_t c = p % g.c;
+            forward_flat_plane(tap_source(f, x + p * in_plane, g, space), w + c * f.taps,
+                               bias ? bias[c] : 0.0f, f, plane, out + p * plane);
+        }
+        delete[] space;
     }
 }
 
@@ -291,30 +348,39 @@ bool backward_input_as_forward(const float* gy, const float* w, const Conv2dGeom
     return true;
 }
 
-// gw[c][t] = sum over images and positions of gy * x at tap t, on the forward's flat plan.
+// gw[c][t] for one channel c: the sum over images and positions of gy * x at tap t.
+void weight_grad_channel(const float* x, const float* gy, const Conv2dGeometry& g,
+                         const FlatPlan& f, int64_t c, float* space, float* gw) {
+    const int64_t in_plane = g.h * g.w, plane = g.out_h() * g.out_w();
+    __m512 acc[kFlatMaxTaps];
+    for (int64_t t = 0; t < f.taps; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t n = 0; n < g.n; ++n) {
+        const float* xp = tap_source(f, x + (n * g.c + c) * in_plane, g, space);
+        const float* gp = gy + (n * g.c + c) * plane;
+        for (int64_t q = 0; q < f.chunks; ++q) {
+            const __m512 gv = _mm512_maskz_loadu_ps(low_bits(plane - 16 * q), gp + 16 * q);
+            const __mmask16* m = f.mask + q * f.taps;
+            for (int64_t t = 0; t < f.taps; ++t) {
+                if (!m[t]) continue;
+                acc[t] = _mm512_fmadd_ps(tap_read(f, xp, q, t, m[t]), gv, acc[t]);
+            }
+        }
+    }
+    for (int64_t t = 0; t < f.taps; ++t) gw[c * f.taps + t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// gw (C, taps) on the forward's flat plan, channels in parallel.
 void backward_weight_flat(const float* x, const float* gy, const Conv2dGeometry& g,
                           float* gw) {
     FlatPlan f;
     flat_plan(g, &f);
-    const int64_t in_plane = g.h * g.w, plane = g.out_h() * g.out_w();
-    const bool parallel = g.n * g.c * plane * f.taps >= kDwParallelMin;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t c = 0; c < g.c; ++c) {
-        __m512 acc[kFlatMaxTaps];
-        for (int64_t t = 0; t < f.taps; ++t) acc[t] = _mm512_setzero_ps();
-        for (int64_t n = 0; n < g.n; ++n) {
-            const float* xp = x + (n * g.c + c) * in_plane;
-            const float* gp = gy + (n * g.c + c) * plane;
-            for (int64_t q = 0; q < f.chunks; ++q) {
-                const __m512 gv = _mm512_maskz_loadu_ps(low_bits(plane - 16 * q), gp + 16 * q);
-                const __mmask16* m = f.mask + q * f.taps;
-                for (int64_t t = 0; t < f.taps; ++t) {
-                    if (!m[t]) continue;
-                    acc[t] = _mm512_fmadd_ps(tap_read(f, xp, q, t, m[t]), gv, acc[t]);
-                }
-            }
-        }
-        for (int64_t t = 0; t < f.taps; ++t) gw[c * f.taps + t] = _mm512_reduce_add_ps(acc[t]);
+    const bool parallel = g.n * g.c * g.out_h() * g.out_w() * f.taps >= kDwParallelMin;
+#pragma omp parallel if (parallel)
+    {
+        float* space = f.quad ? new float[4 * f.qh * f.qw]() : nullptr;
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < g.c; ++c) weight_grad_channel(x, gy, g, f, c, space, gw);
+        delete[] space;
     }
 }
 
