@@ -348,6 +348,104 @@ bool backward_input_as_forward(const float* gy, const float* w, const Conv2dGeom
     return true;
 }
 
+// Stride-2 input gradient on a quad plan: position (r, c) of quarter Q of gx sums
+// w[t] * gy[r - ri_t][c - rj_t] over the taps t that read quarter Q, and since out_w == qw
+// that is a unit-stride read of gy at p - shift[t]; the four quarters are then interleaved
+// back into the plane. mask (4, chunks, taps): lanes whose gy position exists.
+struct QuadGrad {
+    int64_t chunks = 0;
+    int64_t ntaps[4] = {0, 0, 0, 0};   // the taps that read quarter Q: tap[Q][0 .. ntaps[Q])
+    int64_t tap[4][kFlatMaxTaps];
+    __mmask16* mask = nullptr;
+    QuadGrad() = default;
+    ~QuadGrad() { delete[] mask; }
+    QuadGrad(const QuadGrad&) = delete;
+    QuadGrad& operator=(const QuadGrad&) = delete;
+};
+
+void quad_grad_plan(const Conv2dGeometry& g, const FlatPlan& f, QuadGrad* q) {
+    const int64_t oh = g.out_h(), ow = g.out_w(), size = f.qh * f.qw;
+    q->chunks = (size + 15) / 16;
+    q->mask = new __mmask16[4 * q->chunks * f.taps]();
+    for (int64_t t = 0; t < f.taps; ++t) {
+        q->tap[f.quarter[t]][q->ntaps[f.quarter[t]]++] = t;
+        const int64_t a = f.quarter[t] / 2, b = f.quarter[t] % 2;
+        const int64_t ri = half_down((t / g.kw) - g.pt), rj = half_down((t % g.kw) - g.pl);
+        for (int64_t p = 0; p < size; ++p) {
+            const int64_t r = p / f.qw, c = p % f.qw, y = r - ri, x = c - rj;
+            const bool in = 2 * r + a < g.h && 2 * c + b < g.w && y >= 0 && y < oh && x >= 0 &&
+                            x < ow;
+            if (in) q->mask[(f.quarter[t] * q->chunks + p / 16) * f.taps + t] |= 1u << (p % 16);
+        }
+    }
+}
+
+// The four quarters at q (each qh x qw) interleaved back into a plane (h, w).
+void interleave(const float* q, const Conv2dGeometry& g, const FlatPlan& f, float* x) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,
+                                         23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const int64_t size = f.qh * f.qw;
+    for (int64_t y = 0; y < g.h; ++y) {
+        const float* e = q + (y & 1) * 2 * size + (y >> 1) * f.qw;
+        const float* o = e + size;
+        float* row = x + y * g.w;
+        for (int64_t c = 0; c < g.w; c += 32) {
+            const int64_t k = c / 2;
+            const __m512 ev = _mm512_maskz_loadu_ps(low_bits((g.w + 1) / 2 - k), e + k);
+            const __m512 ov = _mm512_maskz_loadu_ps(low_bits(g.w / 2 - k), o + k);
+            _mm512_mask_storeu_ps(row + c, low_bits(g.w - c), _mm512_permutex2var_ps(ev, lo, ov));
+            _mm512_mask_storeu_ps(row + c + 16, low_bits(g.w - c - 16),
+                                  _mm512_permutex2var_ps(ev, hi, ov));
+        }
+    }
+}
+
+void quad_grad_plane(const float* gy, const float* w, const Conv2dGeometry& g,
+                     const FlatPlan& f, const QuadGrad& q, float* space, float* gx) {
+    const int64_t size = f.qh * f.qw;
+    for (int64_t quarter = 0; quarter < 4; ++quarter) {
+        float* out = space + quarter * size;
+        for (int64_t k = 0; k < q.chunks; ++k) {
+            const __mmask16* m = q.mask + (quarter * q.chunks + k) * f.taps;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t u = 0; u < q.ntaps[quarter]; ++u) {
+                const int64_t t = q.tap[quarter][u];
+                const __m512 v = _mm512_maskz_loadu_ps(m[t], gy + 16 * k - f.shift[t]);
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), v, acc);
+            }
+            _mm512_mask_storeu_ps(out + 16 * k, low_bits(size - 16 * k), acc);
+        }
+    }
+    interleave(space, g, f, gx);
+}
+
+// Planes up to 64x64: the quarters stay in L1 between the sums and the interleave (at
+// 112x112 the row kernel was 15 % faster).
+constexpr int64_t kQuadGradMaxPlane = 64 * 64;
+
+bool backward_input_quad(const float* gy, const float* w, const Conv2dGeometry& g, float* gx) {
+    if (!flat_fits(g) || g.h * g.w > kQuadGradMaxPlane) return false;
+    FlatPlan f;
+    flat_plan(g, &f);
+    if (!f.quad) return false;
+    QuadGrad q;
+    quad_grad_plan(g, f, &q);
+    const int64_t in_plane = g.h * g.w, plane = g.out_h() * g.out_w();
+    const bool parallel = g.n * g.c * plane * f.taps >= kDwParallelMin;
+#pragma omp parallel if (parallel)
+    {
+        float* space = new float[4 * f.qh * f.qw + 16]();
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.n * g.c; ++p) {
+            quad_grad_plane(gy + p * plane, w + p % g.c * f.taps, g, f, q, space,
+                            gx + p * in_plane);
+        }
+        delete[] space;
+    }
+    return true;
+}
+
 // gw[c][t] for one channel c: the sum over images and positions of gy * x at tap t.
 void weight_grad_channel(const float* x, const float* gy, const Conv2dGeometry& g,
                          const FlatPlan& f, int64_t c, float* space, float* gw) {
@@ -395,7 +493,7 @@ void depthwise_forward_avx512(const float* x, const float* w, const float* bias,
 
 void depthwise_backward_input_avx512(const float* gy, const float* w, const Conv2dGeometry& g,
                                      float* gx) {
-    if (backward_input_as_forward(gy, w, g, gx)) return;
+    if (backward_input_as_forward(gy, w, g, gx) || backward_input_quad(gy, w, g, gx)) return;
     dw_backward_input<float, Avx512Rows>(gy, w, g, gx);
 }
 
