@@ -4,7 +4,6 @@
 #include <array>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <vector>
 

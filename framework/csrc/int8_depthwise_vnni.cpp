@@ -1,12 +1,14 @@
-// AVX512-VNNI depthwise int8 convolution of one channel plane (column dilation 1, kernel
-// width <= 8, column stride 1 or 2; the layout of the padded plane is the AVX-512 kernel's).
-// vpdpbusd multiplies 4 adjacent bytes of one kernel row by 4 taps and sums them into each
-// s32 lane, so no input is widened: an unaligned 64-byte load at row + s holds in lane t the
-// bytes row[s + 4t .. s + 4t + 3]. At column stride 1 these are the window row of output
-// 4t + s, so the loads at s = 0..3 give 4 accumulators covering 64 outputs; at stride 2 the
-// loads at s = 0, 2 cover outputs 2t and 2t + 1 (32 outputs). Kernels wider than 4 add a
-// second tap word per row (taps 4..7, loads at + 4). After the channel's requantization
+// AVX512-VNNI depthwise int8 convolution (column dilation 1, column stride 1 or 2, kernels
+// up to 8x8). vpdpbusd multiplies 4 adjacent bytes of one kernel row by 4 taps and sums them
+// into each s32 lane, so no input is widened: an unaligned 64-byte load at row + s holds in
+// lane t the bytes row[s + 4t .. s + 4t + 3]. At column stride 1 these are the window row of
+// output 4t + s, so the loads at s = 0..3 give 4 accumulators covering 64 outputs; at stride
+// 2 the loads at s = 0, 2 cover outputs 2t and 2t + 1 (32 outputs). Kernels wider than 4 add
+// a second tap word per row (taps 4..7, loads at + 4). After the channel's requantization
 // the phases are interleaved back into consecutive bytes with masked byte moves.
+// Stride 1 with the output as wide as the input reads each plane in place (`direct`, the
+// zero point brought in at the borders by masked loads); other shapes run on a copy of the
+// plane padded with the zero point (the AVX-512 kernel's layout).
 #include <immintrin.h>
 
 #include <cstdint>
