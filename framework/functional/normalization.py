@@ -91,6 +91,20 @@ def _eval_affine(x, running_mean, running_var, weight, bias, eps, op):
     return scale, shift
 
 
+def eval_affine_arrays(dtype, running_mean, running_var, weight, bias, eps):
+    """_eval_affine on numpy arrays (weight, bias arrays or None), no autograd: the same
+    operations in the same order, so the same bits, for inference paths (frozen BN folded into
+    a conv) where building Tensors cost more than the arithmetic."""
+    inv = 1.0 / np.sqrt(np.asarray(running_var, np.float64) + eps)
+    scale = inv.astype(dtype)
+    if weight is not None:
+        scale = scale * weight
+    shift = -scale * np.asarray(running_mean, dtype)
+    if bias is not None:
+        shift = shift + bias
+    return scale, shift
+
+
 def batch_norm_composed(x, running_mean, running_var, weight=None, bias=None, training=False,
                         momentum=0.1, eps=1e-5):
     """batch_norm composed from primitives: the reference the native path is tested against."""

@@ -10,7 +10,7 @@ parts in order. Their names are the parts' short names, so the QAT and int8 twin
 """
 from .. import functional as F
 from ..autograd import is_grad_enabled
-from ..functional.normalization import _eval_affine
+from ..functional.normalization import eval_affine_arrays
 from .container import Sequential
 
 SHORT_NAMES = {"Conv2d": "Conv", "BatchNorm2d": "Bn", "ReLU": "ReLU", "ReLU6": "ReLU6",
@@ -68,9 +68,9 @@ def _frozen_affine(fused):
         bn = fused[parts.index("BatchNorm2d")]
         if bn.running_mean is None:
             return None
-        scale, bn_shift = (t.numpy() for t in _eval_affine(
-            conv.weight, bn.running_mean.numpy(), bn.running_var.numpy(), bn.weight, bn.bias,
-            bn.eps, type(fused).__name__))
+        weight, bias = (None if t is None else t.numpy() for t in (bn.weight, bn.bias))
+        scale, bn_shift = eval_affine_arrays(conv.weight.dtype, bn.running_mean.numpy(),
+                                             bn.running_var.numpy(), weight, bias, bn.eps)
         shift = bn_shift if shift is None else bn_shift + scale * shift
     return scale, shift, _ACTS.get(parts[-1])
 
