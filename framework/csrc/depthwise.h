@@ -33,6 +33,14 @@ void depthwise_backward_input_avx512(const float* gy, const float* w, const Conv
                                      float* gx);
 void depthwise_backward_weight_avx512(const float* x, const float* gy, const Conv2dGeometry& g,
                                       float* gw);
+// The flat-plan kernels (depthwise_flat_avx512.cpp): false, doing nothing, for shapes they
+// do not take.
+bool depthwise_flat_forward_avx512(const float* x, const float* w, const float* bias,
+                                   const Conv2dGeometry& g, float* out);
+bool depthwise_flat_backward_input_avx512(const float* gy, const float* w,
+                                          const Conv2dGeometry& g, float* gx);
+bool depthwise_flat_backward_weight_avx512(const float* x, const float* gy,
+                                           const Conv2dGeometry& g, float* gw);
 void depthwise_forward_avx2(const float* x, const float* w, const float* bias,
                             const Conv2dGeometry& g, float* out);
 void depthwise_backward_input_avx2(const float* gy, const float* w, const Conv2dGeometry& g,
