@@ -27,6 +27,9 @@ CASES = [  # (fused class, conv kwargs, BN affine)
     (fused.ConvReLU2d, dict(in_channels=4, out_channels=6, kernel_size=3, padding="same",
                             bias=True), None),
     (fused.ConvBnReLU2d, dict(in_channels=32, out_channels=32, kernel_size=3, padding=1), True),
+    # deep kernel on a small map: the BN scale multiplies the output, not the weights
+    (fused.ConvBnReLU2d, dict(in_channels=64, out_channels=16, kernel_size=3, padding=1,
+                              size=3), True),
 ]
 
 
@@ -34,6 +37,8 @@ CASES = [  # (fused class, conv kwargs, BN affine)
 def test_eval_fused_conv_matches_its_parts_on_every_isa(cls, conv_kwargs, affine):
     rng = np.random.default_rng(0)
     ty.manual_seed(0)
+    conv_kwargs = dict(conv_kwargs)
+    size = conv_kwargs.pop("size", 30)
     parts = [nn.Conv2d(**conv_kwargs)]
     if "BatchNorm2d" in cls.parts:
         parts.append(nn.BatchNorm2d(conv_kwargs["out_channels"], affine=affine))
@@ -41,8 +46,8 @@ def test_eval_fused_conv_matches_its_parts_on_every_isa(cls, conv_kwargs, affine
     if cls.parts[-1] in ("ReLU", "ReLU6"):
         parts.append(getattr(nn, cls.parts[-1])())
     module = cls(*parts).eval()
-    x = ty.tensor(rng.standard_normal((2, conv_kwargs["in_channels"], 30, 30)).astype(np.float32)
-                  * 3)
+    x = ty.tensor(rng.standard_normal((2, conv_kwargs["in_channels"], size, size))
+                  .astype(np.float32) * 3)
     want = x
     for part in parts:
         want = part(want)
