@@ -1,4 +1,5 @@
 // pybind11 glue: int8 kernels (framework/csrc/int8_*.{h,cpp}, requant*.cpp).
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -215,6 +216,16 @@ void bind_int8_conv(py::module_& m) {
 }
 
 void bind_int8_eltwise(py::module_& m) {
+    m.def("int8_quantize", [](const Array<float>& x, float scale, int zp, bool out_signed) {
+        if (!(scale > 0.0f) || !std::isfinite(scale))
+            throw std::invalid_argument("int8_quantize: scale must be positive and finite");
+        std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
+        py::array out = int8_output(out_signed, shape);
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::quantize(x.data(), x.size(), scale, zp, out_signed, o);
+        return out;
+    }, "float32 x -> u8/s8 clamp(round_half_even(x / scale) + zp), per tensor");
     m.def("int8_add", [](const py::array& a, int za, const py::array& b, int zb, int32_t ma,
                          int32_t mb, int shift, int out_zp, bool relu, bool out_signed) {
         const int8::QIn qa = int8_input(a, za, "int8_add"), qb = int8_input(b, zb, "int8_add");

@@ -1,6 +1,8 @@
 // int8 add (+relu), concat requantization and max/average pooling: generic C++ loops of
 // the reference formulas; add, concat and max pooling (column strides 1, 2) dispatch to
 // int8_eltwise_avx512.cpp where the ISA allows.
+#include <cmath>
+
 #include "cpu.h"
 #include "int8_ops.h"
 
@@ -37,6 +39,23 @@ void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* 
         const int64_t s = static_cast<int64_t>(value(a, i) - a.zero_point) * p.m_a +
                           static_cast<int64_t>(value(b, i) - b.zero_point) * p.m_b;
         out[i] = clamp_zp(round_shift(s, p.shift), p.zero_point, p.lo, p.hi);
+    }
+}
+
+void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+              uint8_t* out) {
+    if (current_isa() >= Isa::avx512) {
+        quantize_avx512(x, size, scale, zp, out_signed, out);
+        return;
+    }
+    const float lo = static_cast<float>((out_signed ? -128 : 0) - zp);
+    const float hi = static_cast<float>((out_signed ? 127 : 255) - zp);
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t i = 0; i < size; ++i) {
+        float q = std::nearbyint(x[i] / scale);  // the default rounding: half to even
+        q = q >= lo ? q : lo;                    // NaN too
+        q = q <= hi ? q : hi;
+        out[i] = static_cast<uint8_t>(static_cast<int32_t>(q) + zp);
     }
 }
 

@@ -4,6 +4,7 @@
 // in s64, narrowed to bytes. Tails go through masked loads and stores. Max pooling at
 // column stride 1 or 2: per output row the window's input rows are max-reduced into one
 // padded row, then the kernel columns, 64 (stride 1) or 32 (stride 2) outputs a step.
+// Quantization of float32: IEEE division by the scale, rounding half to even, clamp.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -143,6 +144,28 @@ void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, ui
             add_range<true>(a, b, i0, i1, p, out);
         } else {
             add_range<false>(a, b, i0, i1, p, out);
+        }
+    }
+}
+
+void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                     uint8_t* out) {
+    const __m512 s = _mm512_set1_ps(scale);
+    const __m512 lo = _mm512_set1_ps(static_cast<float>((out_signed ? -128 : 0) - zp));
+    const __m512 hi = _mm512_set1_ps(static_cast<float>((out_signed ? 127 : 255) - zp));
+    const __m512i z = _mm512_set1_epi32(zp);
+    constexpr int64_t kChunk = 1 << 14;
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i1 = (c + 1) * kChunk < size ? (c + 1) * kChunk : size;
+        for (int64_t i = c * kChunk; i < i1; i += 16) {
+            const __mmask16 k = lanes(i1 - i);
+            __m512 q = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), s),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);  // max(NaN, lo) is lo
+            const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(q), z);
+            _mm_mask_storeu_epi8(out + i, k, _mm512_cvtepi32_epi8(v));
         }
     }
 }

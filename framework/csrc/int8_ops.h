@@ -72,6 +72,13 @@ void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult
                         int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
                         int64_t out_inner);
 
+// float32 x (size,) -> clamp(round_half_even(x / scale) + zp) as u8/s8 (reference.quantize,
+// per tensor; NaN gives the lowest value).
+void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+              uint8_t* out);
+void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                     uint8_t* out);
+
 struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
 };

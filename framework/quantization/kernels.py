@@ -157,6 +157,12 @@ def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
     return conv(_input(x), x_zero_point)
 
 
+def quantize(x, scale, zero_point, dtype):
+    """float x (...) -> dtype (...) per tensor, exactly reference.quantize (native, parallel)."""
+    return _C.int8_quantize(np.asarray(x, np.float32), float(np.float32(scale)),
+                            int(zero_point), _signed(dtype))
+
+
 def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):
     """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers."""
     a, b = _input(a), _input(b)

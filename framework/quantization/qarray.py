@@ -16,6 +16,7 @@ array([0.        , 0.49803925, 1.        ], dtype=float32)
 import numpy as np
 
 from ..tensor import Tensor
+from . import kernels as K
 from . import reference as R
 
 
@@ -49,9 +50,9 @@ def is_quantized(x):
 
 
 def quantized_tensor(x, scale, zero_point, dtype):
-    """float array/Tensor -> Tensor(QArray) with R.quantize (round half to even)."""
+    """float array/Tensor -> Tensor(QArray): R.quantize (round half to even), natively."""
     values = np.asarray(getattr(x, "data", x), np.float32)
-    return Tensor(QArray(R.quantize(values, scale, zero_point, dtype), scale, zero_point))
+    return Tensor(QArray(K.quantize(values, scale, zero_point, dtype), scale, zero_point))
 
 
 def wrap(values, scale, zero_point):

@@ -57,6 +57,7 @@ def _channel_shape(ndim, axis):
 
 def quantize(x, scale, zero_point, dtype, axis=None):
     """float x -> q = clip(round_half_even(x / scale) + zero_point); per channel if axis.
+    NaN gives the lowest value; x / scale in float32 (IEEE division, as the native twin).
 
     x (...); scale, zero_point scalars, or (C,) with C = x.shape[axis].
     """
@@ -66,8 +67,13 @@ def quantize(x, scale, zero_point, dtype, axis=None):
         scale = scale.reshape(_channel_shape(x.ndim, axis))
         zero_point = zero_point.reshape(_channel_shape(x.ndim, axis))
     lo, hi = qrange(dtype)
-    q = np.rint(np.asarray(x, np.float32) / scale).astype(np.int64) + zero_point
-    return np.clip(q, lo, hi).astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are clamped below
+        q = np.rint(np.asarray(x, np.float32) / scale)
+    # clamp while still float (NaN to the low end, as vmaxps does), so that huge values
+    # saturate instead of wrapping in the integer cast
+    q = np.minimum(np.fmax(q, (lo - zero_point).astype(np.float32)),
+                   (hi - zero_point).astype(np.float32))
+    return (q.astype(np.int64) + zero_point).astype(dtype)
 
 
 def dequantize(q, scale, zero_point, axis=None):

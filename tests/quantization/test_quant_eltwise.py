@@ -25,6 +25,23 @@ def test_add(shape, scales, relu, dtype, zps):
     check_quant(lambda: K.add(*args), lambda: R.add(*args))
 
 
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0),
+                                      (np.int8, -7)])
+@pytest.mark.parametrize("size", [1, 17, 70001])
+def test_quantize(dtype, zp, size):
+    """Native float -> int8 against the reference: exact ties (k + 1/2) * scale round to
+    even, far out-of-range values saturate, NaN gives the lowest value."""
+    rng = np.random.default_rng(size)
+    scale = np.float32(0.037)
+    x = (rng.standard_normal(size) * 4).astype(np.float32)
+    ties = (rng.integers(-300, 300, size) + 0.5).astype(np.float32) * scale
+    x[::3] = ties[::3]
+    x[:8] = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, 1e20, 0.0, -0.0],
+                     np.float32)[:min(size, 8)]
+    check_quant(lambda: K.quantize(x, scale, zp, dtype),
+                lambda: R.quantize(x, scale, zp, dtype))
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("dtype,zps", [(np.uint8, (10, 200, 128, 77)), (np.int8, (0, 0, 0, 0))])
 def test_concat(axis, dtype, zps):
