@@ -1,6 +1,6 @@
-// int8 add (+relu), concat requantization and max/average pooling: generic C++ loops of
-// the reference formulas; add, concat and max pooling (column strides 1, 2) dispatch to
-// int8_eltwise_avx512.cpp where the ISA allows.
+// int8 add (+relu), concat requantization, float -> int8 quantization and max/average
+// pooling: generic C++ loops of the reference formulas; add, concat, quantization and max
+// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp where the ISA allows.
 #include <cmath>
 
 #include "cpu.h"

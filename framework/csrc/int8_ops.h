@@ -1,5 +1,5 @@
 // int8 convolution, add, concat and pooling on NCHW u8/s8 tensors. Numpy twins:
-// framework/quantization/reference.py (qconv2d, add, concat, max_pool2d, avg_pool2d).
+// framework/quantization/reference.py (qconv2d, add, concat, quantize, max_pool2d, avg_pool2d).
 // Signed inputs are handled as u8 with the sign bit flipped (x ^ 0x80) and zero point
 // z + 128, which leaves every difference x - z unchanged.
 #pragma once
