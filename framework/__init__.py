@@ -19,17 +19,16 @@ def _default_env(name, value):
 
 
 # Must precede loading _C (libgomp reads them once). After a parallel region our OpenMP
-# workers spin GOMP_SPINCOUNT times, then sleep. Sleeping at once (OMP_WAIT_POLICY=PASSIVE)
-# made every small kernel pay a futex wake-up of 50-200 us on this VM (a 1x1 conv 232 -> 232
-# at 7x7: 208 us, 19 us with a short spin); libgomp's default spin (300,000) took a core
-# from numpy's BLAS threads for the GEMMs between our kernels (a GEMM right after a conv
-# 16-17 ms, 11-14 ms with 10,000 or 100,000). 100,000 rather than 10,000 (2026-12-01):
-# with the Python between a network's layers the workers had often gone to sleep, and with
-# 2 threads a batch-1 int8 ShuffleNetV2 ran 5.9-36 ms, against 4.4-6.1 ms (a training step
-# of MobileNetV2, batch 8: the same within noise). A user's OMP_WAIT_POLICY or
-# GOMP_SPINCOUNT wins.
+# workers spin GOMP_SPINCOUNT times (~20 us here), then sleep. Sleeping at once
+# (OMP_WAIT_POLICY=PASSIVE) made every small kernel pay a futex wake-up of 50-200 us on this
+# VM (a 1x1 conv 232 -> 232 at 7x7: 208 us, 19 us with the short spin); libgomp's default
+# spin (300,000) took a core from numpy's BLAS threads for the GEMMs between our kernels (a
+# GEMM right after a conv 14.8 ms, 8.8 ms with the short spin). A user's OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT wins. 100,000 (tried 2026-12-01) made batch-1 networks steadier in some
+# runs but a 0.1 ms int8 conv called in a loop took 3-14 ms a call for stretches of ~40 calls
+# (10,000: 0.1 or, in this VM's slow spells, 0.6-0.8 ms), so it stays at 10,000.
 if "OMP_WAIT_POLICY" not in _os.environ:
-    _default_env("GOMP_SPINCOUNT", "100000")
+    _default_env("GOMP_SPINCOUNT", "10000")
 # The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
 # taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
 # core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is

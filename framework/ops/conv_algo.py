@@ -103,9 +103,9 @@ def gemm_direct_wins(x, w, geo):
     numpy, so OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than
     im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at
     7x7 (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1 1.1-2x faster from 28x28
-    up and on par on 14x14 and 7x7 (0.94-1.08x) with our workers' short spin, 2x faster
-    with the spin of GOMP_SPINCOUNT=100000, during which OpenBLAS's own threads lose a core
-    (2026-12-01: 256 ch 14x14 1.66 vs 3.32 ms, 512 ch 7x7 1.79 vs 3.51)."""
+    up and on par on 14x14 and 7x7 (0.94-1.08x, 2026-12-01), where it also keeps clear of
+    OpenBLAS's threads: with a longer spin of our workers (GOMP_SPINCOUNT=100000) they lost a
+    core to them and im2col took 2x its time (256 ch 14x14 3.32 vs 1.66 ms)."""
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
     if geo.pointwise:
