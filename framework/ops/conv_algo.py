@@ -43,6 +43,8 @@ _fastrun = [os.environ.get("TIANYUAN_CONV_FASTRUN", "0") not in ("", "0")]
 _RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2", "gemm_direct")
 WINO_MIN_TILES = 128
 WINO_MIN_SIZE = 14
+GEMM_DIRECT_STEM_DEPTH = 160
+GEMM_DIRECT_MIN_POSITIONS = 784
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196
@@ -98,20 +100,21 @@ def rule(x, w, groups, geo, names):
 
 
 def gemm_direct_wins(x, w, geo):
-    """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else always. Measured at
-    2 threads on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before
-    numpy, so OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than
-    im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at
-    7x7 (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1 1.1-2x faster from 28x28
-    up and on par on 14x14 and 7x7 (0.94-1.08x, 2026-12-01), where it also keeps clear of
-    OpenBLAS's threads: with a longer spin of our workers (GOMP_SPINCOUNT=100000) they lost a
-    core to them and im2col took 2x its time (256 ch 14x14 3.32 vs 1.66 ms)."""
+    """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else either few rows
+    (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call
+    (N * out_h * out_w >= GEMM_DIRECT_MIN_POSITIONS; panels run over the whole batch, so a
+    batch of 7x7 maps fills them). Measured at 2 threads on a 2-core AVX-512 Xeon, interleaved
+    in one process (tianyuan imported before numpy, so OpenBLAS's workers sleep between
+    calls): ResNet-18's stem 2.9x faster than im2col + OpenBLAS at batch 16; 3x3 layers at
+    batch 16, 64 channels at 56x56 to 512 at 7x7 (stride 1 and 2) 1.15-1.65x faster than
+    im2col; at batch 1, 1.1-2x faster from 28x28 up, 1.1-1.5x slower on 14x14 and 7x7."""
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
+    depth = w.shape[1] * w.shape[2] * w.shape[3]
+    oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise:
-        oh, ow = geo.out_size(*x.shape[2:])
-        return pointwise_direct_wins(x.shape[0], oh * ow, w.shape[1], w.shape[0])
-    return True
+        return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
+    return depth <= GEMM_DIRECT_STEM_DEPTH or x.shape[0] * oh * ow >= GEMM_DIRECT_MIN_POSITIONS
 
 
 def pointwise_direct_wins(batch, plane, depth, out_channels):
