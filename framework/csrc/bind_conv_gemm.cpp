@@ -23,7 +23,14 @@ const float* channel_vector(const py::object& v, int64_t co, const char* name, F
 
 py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::object& scale,
                       const py::object& shift, Pair stride, Quad padding, Pair dilation,
-                      int act) {
+                      int act, const std::string& plan_name) {
+    ConvGemmPlan plan = ConvGemmPlan::automatic;
+    if (plan_name == "slab") plan = ConvGemmPlan::slab;
+    else if (plan_name == "stream") plan = ConvGemmPlan::stream;
+    else if (plan_name == "few") plan = ConvGemmPlan::few;
+    else if (plan_name != "auto")
+        throw py::value_error("conv2d_gemm: plan must be 'auto', 'slab', 'stream' or 'few', "
+                              "got '" + plan_name + "'");
     if (!x_any.dtype().is(py::dtype::of<float>()) || !w_any.dtype().is(py::dtype::of<float>()))
         throw py::value_error("conv2d_gemm: x and w must be float32");
     F32 x = F32::ensure(x_any), w = F32::ensure(w_any);
@@ -41,7 +48,7 @@ py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::
     F32 out({g.n, co, g.out_h(), g.out_w()});
     {
         py::gil_scoped_release release;
-        conv_gemm_forward(x.data(), w.data(), co, g, epi, out.mutable_data());
+        conv_gemm_forward(x.data(), w.data(), co, g, epi, out.mutable_data(), plan);
     }
     return std::move(out);
 }
@@ -78,9 +85,11 @@ py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_an
 void bind_conv_gemm(py::module_& m) {
     m.def("conv2d_gemm", &conv2d_gemm, py::arg("x"), py::arg("w"), py::arg("scale"),
           py::arg("shift"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
-          py::arg("act") = 0,
+          py::arg("act") = 0, py::arg("plan") = "auto",
           "act(scale * conv2d(x, w) + shift) per output channel, groups 1, float32; scale and "
-          "shift (Co,) or None; act 0 none, 1 ReLU, 2 ReLU6; padding (top, bottom, left, right)");
+          "shift (Co,) or None; act 0 none, 1 ReLU, 2 ReLU6; padding (top, bottom, left, right);"
+          " plan: 'auto' (by shape) or 'slab', 'stream', 'few' (conv_gemm.h; for tests and "
+          "benchmarks: every plan gives the same bits)");
     m.def("conv2d_gemm_weight_grad", &conv2d_gemm_weight_grad, py::arg("x"), py::arg("gy"),
           py::arg("kernel"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
           "Weight gradient (Co, C, kh, kw) of conv2d(x, w) (groups 1, float32) for output "

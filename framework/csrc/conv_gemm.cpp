@@ -105,11 +105,10 @@ void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc,
                     last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
 }
 
-// packed[cb][k][r] = w[cb * kMr + r][k], rows past co zero (the AVX-512 twin transposes in
+// dst[k][r] = w[cb * kMr + r][k], rows past co zero (the AVX-512 twin transposes in
 // registers).
 void pack_weights_generic(const float* w, int64_t co, int64_t depth, int64_t cb,
-                          float* packed) {
-    float* dst = packed + cb * depth * kMr;
+                          float* dst) {
     for (int64_t k = 0; k < depth; ++k)
         for (int64_t r = 0; r < kMr; ++r) {
             const int64_t row = cb * kMr + r;
@@ -195,6 +194,137 @@ void run_item(const Plan& p, int64_t item, float* panel) {
     }
 }
 
+// The stream plan (batch 1 on deep layers: few panels, megabytes of weights). The default
+// plan packs all of w up front (a read and a write of w, then reads of the packed copy) and
+// reloads its partial sums every kKc rows; at batch 1 on 512 channels at 7x7 that was 2-2.5
+// ms against 0.7 for one read of w. Here each work item packs its panels over the whole
+// depth once (they stay in its L2), then packs one channel block of w at a time into a
+// buffer that stays in L2 and runs it over those panels, the accumulators in registers
+// through the whole depth: w is read from memory once per panel group.
+constexpr int64_t kStreamBytes = 5 << 18;  // packed panels per work item (1.25 MiB)
+constexpr int64_t kStreamPanels = 16;      // panels per work item at most
+
+// Splits the panels into p->groups groups and the channel blocks into p->splits shares for
+// about `threads` work items; false where the panels need more than `threads` groups
+// (threads 0: the plan is forced, as many groups as the panels need).
+bool stream_plan(Plan* p, int64_t threads) {
+    const int64_t bytes = p->pointwise ? 0 : p->panels * p->depth * kNr * int64_t(sizeof(float));
+    int64_t groups = (bytes + kStreamBytes - 1) / kStreamBytes;
+    const int64_t by_count = (p->panels + kStreamPanels - 1) / kStreamPanels;
+    groups = groups > by_count ? groups : by_count;
+    groups = groups < 1 ? 1 : groups;
+    if (threads == 0) threads = groups;
+    if (groups > threads) return false;
+    p->splits = threads / groups < p->co_blocks ? threads / groups : p->co_blocks;
+    p->groups = threads / p->splits < p->panels ? threads / p->splits : p->panels;
+    return true;
+}
+
+struct AlignedFloats {  // n floats at a 64-byte boundary (pack_row's aligned stores)
+    explicit AlignedFloats(int64_t n) : raw(new float[n + 16]) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(raw.get());
+        data = reinterpret_cast<float*>((at + 63) & ~uintptr_t(63));
+    }
+    std::unique_ptr<float[]> raw;
+    float* data;
+};
+
+void run_stream_item(const Plan& p, ConvGemmPackWeights pack_w, const float* w, int64_t item,
+                     float* panels, float* wblock) {
+    const int64_t split = item % p.splits, group = item / p.splits;
+    const int64_t cb0 = split * p.co_blocks / p.splits;
+    const int64_t cb1 = (split + 1) * p.co_blocks / p.splits;
+    const int64_t t0 = group * p.panels / p.groups, t1 = (group + 1) * p.panels / p.groups;
+    ConvGemmOut outs[kStreamPanels];
+    const float* bs[kStreamPanels];
+    int64_t ldbs[kStreamPanels];
+    for (int64_t t = t0; t < t1; ++t)
+        bs[t - t0] = panel_at(p, t, 0, p.depth, panels + (t - t0) * p.depth * kNr,
+                              &ldbs[t - t0], &outs[t - t0]);
+    for (int64_t cb = cb0; cb < cb1; ++cb) {
+        pack_w(w, p.co, p.depth, cb, wblock);
+        const int64_t r0 = cb * kMr, mr = p.co - r0 < kMr ? p.co - r0 : kMr;
+        for (int64_t t = t0; t < t1; ++t)
+            p.kernel(wblock, bs[t - t0], ldbs[t - t0], p.depth, outs[t - t0], r0, mr, true,
+                     true, p.epi->scale ? p.epi->scale + r0 : nullptr,
+                     p.epi->shift ? p.epi->shift + r0 : nullptr, p.epi->act);
+    }
+}
+
+// The few-positions plan (conv_gemm.h). Each thread owns a range of kFewNr-channel blocks;
+// per chunk of kFewKc reduction rows it packs every panel (duplicated across threads: cheap
+// next to w) and a block of w at a time, its partial sums kept transposed in `acc`.
+constexpr int64_t kFewKc = 1024;  // the chunk's panels and block of w stay in L2
+
+constexpr int64_t kFewMaxPositions = 1024;
+
+// Where the few-positions plan is taken. Measured at 2 threads, interleaved with the other
+// plans (2026-12-01): up to kFewMaxPositions positions in the batch, with more than 1024
+// reduction rows (3x3 layers from 128 channels: 512 at 7x7, batch 1 1.82 -> 1.39 ms, batch
+// 8 12.5 -> 9.8; 256 at 14x14 1.68 -> 1.26; 128 at 28x28 1.55 -> 1.42) or >= 512 output
+// channels from >= 128 (1x1 layers: 512 -> 2048 at 7x7 0.64 -> 0.52 ms, 160 -> 960 0.10 ->
+// 0.085; batch 16 2048 -> 512 13.0 -> 8.8), and a channel block for every thread. 1x1 layers
+// with fewer channels, 64 -> 128 3x3 at 28x28 and the stems ran 1.1-3x slower on it.
+bool few_plan_wins(const Plan& p, int64_t threads) {
+    const int64_t co_blocks = (p.co + kFewNr - 1) / kFewNr;
+    return p.g->n * p.positions <= kFewMaxPositions && co_blocks >= threads &&
+           (p.depth > 1024 || (p.co >= 512 && p.depth >= 128));
+}
+
+void run_few(const Plan& p, const float* w, bool parallel) {
+    const int64_t all = p.g->n * p.positions, ow = p.g->out_w();
+    const int64_t panels = (all + kFewPanel - 1) / kFewPanel;
+    const int64_t blocks = (all + kFewMr - 1) / kFewMr;
+    const int64_t co_blocks = (p.co + kFewNr - 1) / kFewNr, per_block = kFewMr * kFewNr;
+    const ConvGemmFewKernel kernel = conv_gemm_few_kernel_avx512();
+    const ConvGemmFewPackWeights pack_w = conv_gemm_few_pack_weights_avx512();
+    const ConvGemmFewStore store = conv_gemm_few_store_avx512();
+    const AlignedFloats acc(co_blocks * blocks * per_block);
+#pragma omp parallel if (parallel)
+    {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t cb0 = t * co_blocks / threads, cb1 = (t + 1) * co_blocks / threads;
+        const int64_t kc_max = p.depth < kFewKc ? p.depth : kFewKc;
+        const AlignedFloats xt(cb0 < cb1 ? panels * kc_max * kNr : 0);
+        const AlignedFloats wt(cb0 < cb1 ? kc_max * kFewNr : 0);
+        for (int64_t k0 = 0; k0 < p.depth && cb0 < cb1; k0 += kFewKc) {
+            const int64_t kc = p.depth - k0 < kFewKc ? p.depth - k0 : kFewKc;
+            for (int64_t pn = 0; pn < panels; ++pn) {
+                const int64_t p0 = pn * kFewPanel;
+                const int64_t nvalid = all - p0 < kFewPanel ? all - p0 : kFewPanel;
+                Segment seg[kNr];
+                const int64_t nseg = row_segments(p0, nvalid, p.positions, ow, seg);
+                p.pack(p.x, *p.g, seg, nseg, nvalid, k0, kc, xt.data + pn * kc * kNr);
+            }
+            for (int64_t cb = cb0; cb < cb1; ++cb) {
+                pack_w(w, p.co, p.depth, cb * kFewNr, k0, kc, wt.data);
+                const int64_t rest = p.co - cb * kFewNr;
+                const int64_t vectors = rest >= kFewNr ? kFewNr / 16 : (rest + 15) / 16;
+                for (int64_t b = 0; b < blocks; ++b)
+                    kernel(xt.data + (b * kFewMr / kFewPanel * kc) * kNr + b * kFewMr % kFewPanel,
+                           wt.data, kc, vectors, acc.data + (cb * blocks + b) * per_block,
+                           k0 == 0);
+            }
+        }
+        const ConvEpilogue& e = *p.epi;
+        for (int64_t cb = cb0; cb < cb1; ++cb) {
+            const int64_t c0 = cb * kFewNr, nc = p.co - c0 < kFewNr ? p.co - c0 : kFewNr;
+            for (int64_t b = 0; b < blocks; ++b) {
+                const float* a = acc.data + (cb * blocks + b) * per_block;
+                // the block's positions, split where they cross into the next image
+                for (int64_t q = b * kFewMr, q1 = q + kFewMr < all ? q + kFewMr : all; q < q1;) {
+                    const int64_t n = q / p.positions, pos = q % p.positions;
+                    const int64_t np = p.positions - pos < q1 - q ? p.positions - pos : q1 - q;
+                    store(a + (q - b * kFewMr) * kFewNr, np, nc,
+                          e.scale ? e.scale + c0 : nullptr, e.shift ? e.shift + c0 : nullptr,
+                          e.act, p.out + (n * p.co + c0) * p.positions + pos, p.positions);
+                    q += np;
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 ConvGemmPack conv_gemm_pack() {
@@ -206,7 +336,7 @@ int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegme
 }
 
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
-                       const ConvEpilogue& epi, float* out) {
+                       const ConvEpilogue& epi, float* out, ConvGemmPlan plan) {
     const bool avx512 = current_isa() >= Isa::avx512;
     Plan p{avx512 ? conv_gemm_kernel_avx512() : kernel_generic,
            avx512 ? conv_gemm_pack_avx512() : pack_generic, x, nullptr, &epi, out, &g, co};
@@ -224,16 +354,32 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     p.splits = p.splits < 1 ? 1 : (p.splits > p.co_blocks ? p.co_blocks : p.splits);
     const ConvGemmPackWeights pack_w = avx512 ? conv_gemm_pack_weights_avx512()
                                               : pack_weights_generic;
+    const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
+    const int64_t used = parallel ? threads : 1;
+    if (avx512 && (plan == ConvGemmPlan::few ||
+                   (plan == ConvGemmPlan::automatic && few_plan_wins(p, used)))) {
+        run_few(p, w, parallel);
+        return;
+    }
+    if (plan != ConvGemmPlan::slab && stream_plan(&p, plan == ConvGemmPlan::stream ? 0 : used)) {
+        const int64_t per_item = (p.panels + p.groups - 1) / p.groups;
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t item = 0; item < p.groups * p.splits; ++item) {
+            const AlignedFloats panels(p.pointwise ? 0 : per_item * p.depth * kNr);
+            const AlignedFloats wblock(p.depth * kMr);
+            run_stream_item(p, pack_w, w, item, panels.data, wblock.data);
+        }
+        return;
+    }
     // every element is written by the packer: no zero fill (9.4 MB at 512 channels, 3x3)
     const std::unique_ptr<float[]> packed_w(new float[p.co_blocks * p.depth * kMr]);
     p.packed_w = packed_w.get();
     const int64_t items = per_split * p.splits;
-    const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
 #pragma omp parallel if (parallel)
     {
 #pragma omp for schedule(static)
         for (int64_t cb = 0; cb < p.co_blocks; ++cb)
-            pack_w(w, co, p.depth, cb, packed_w.get());
+            pack_w(w, co, p.depth, cb, packed_w.get() + cb * p.depth * kMr);
         alignas(64) float panel[kKc * kNr];
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < items; ++item) run_item(p, item, panel);

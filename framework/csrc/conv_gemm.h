@@ -32,9 +32,17 @@ struct ConvEpilogue {
     int act;             // 0 none, 1 ReLU, 2 ReLU6
 };
 
+// How the work is laid out (conv_gemm.cpp): `slab` packs all of w and runs kKc rows at a
+// time over groups of panels; `stream` packs each work item's panels over the whole depth and
+// w one channel block at a time (few panels, big weights); `few` is the few-positions plan
+// below (AVX-512 only). Every plan gives the same bits; `automatic` picks by shape, the
+// others are for tests and benchmarks.
+enum class ConvGemmPlan { automatic, slab, stream, few };
+
 // x (N, C, H, W), w (Co, C, kh, kw), out (N, Co, out_h, out_w); all contiguous.
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
-                       const ConvEpilogue& epi, float* out);
+                       const ConvEpilogue& epi, float* out,
+                       ConvGemmPlan plan = ConvGemmPlan::automatic);
 
 // Where a panel's output goes: run i holds lanes [lo[i], hi[i]), lane l of output row r
 // at base[i] + r * ldc + l (a panel packed over the batch spans several images; base may
@@ -66,8 +74,8 @@ using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
                               const ConvGemmSegment* seg, int64_t nseg, int64_t nvalid,
                               int64_t k0, int64_t kc, float* panel);
 
-// Channel block cb of w (co x depth, row-major) into packed[cb][k][r] = w[cb * kMr + r][k],
-// rows past co zero.
+// Channel block cb of w (co x depth, row-major) into dst[k][r] = w[cb * kMr + r][k], rows
+// past co zero.
 using ConvGemmPackWeights = void (*)(const float* w, int64_t co, int64_t depth, int64_t cb,
                                      float* packed);
 
@@ -78,6 +86,31 @@ ConvGemmPackWeights conv_gemm_pack_weights_avx512();
 // lanes from position p0 of an output of width ow (returns their count, at most kNr).
 ConvGemmPack conv_gemm_pack();
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg);
+
+// The few-positions plan (AVX-512; batch 1 on deep layers): vectors run over output channels
+// and positions are broadcast, so 49 or 196 positions fill whole register blocks (32-lane
+// panels of positions leave 15 of 64 lanes idle at 7x7). The kernel: acc (kFewMr positions x
+// kFewNr channels, row stride kFewNr) (+)= sum over kc reduction rows k of
+// xt[k * kConvGemmNr + i] * wt[k * kFewNr + j], for i < kFewMr and the first 16 * `vectors`
+// channels j; xt points into a packed panel (ConvGemmPack), wt at a chunk of w packed by
+// ConvGemmFewPackWeights; `first` starts from 0. Each output is summed in the order of k with
+// fused multiply-adds, as in the other plans, so every plan gives the same bits.
+constexpr int64_t kFewMr = 7;      // positions per register block (7x7 and 14x14 maps)
+constexpr int64_t kFewNr = 64;     // output channels per register block (4 vectors)
+constexpr int64_t kFewPanel = 28;  // positions per packed panel (4 blocks)
+using ConvGemmFewKernel = void (*)(const float* xt, const float* wt, int64_t kc,
+                                   int64_t vectors, float* acc, bool first);
+// dst[kk][j] = w[c0 + j][k0 + kk] for kk < kc, j < kFewNr (rows past co zero); w is
+// (co x depth), row-major.
+using ConvGemmFewPackWeights = void (*)(const float* w, int64_t co, int64_t depth, int64_t c0,
+                                        int64_t k0, int64_t kc, float* dst);
+// o[c * ldo + i] = act(scale[c] * acc[i * kFewNr + c] + shift[c]) for i < np <= kFewMr,
+// c < nc <= kFewNr (scale, shift may be null; act as in ConvEpilogue).
+using ConvGemmFewStore = void (*)(const float* acc, int64_t np, int64_t nc, const float* scale,
+                                  const float* shift, int act, float* o, int64_t ldo);
+ConvGemmFewKernel conv_gemm_few_kernel_avx512();
+ConvGemmFewStore conv_gemm_few_store_avx512();
+ConvGemmFewPackWeights conv_gemm_few_pack_weights_avx512();
 
 // Weight gradient of the same convolution, with the same panels and no im2col matrix:
 //   gw[co][k] = sum_n sum_p gy[n][co][p] * X_n[k][p]

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "conv_gemm.h"
+#include "transpose_avx512.h"
 
 namespace tianyuan {
 namespace {
@@ -57,9 +58,13 @@ void block(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvGe
     for (int r = 0; r < MR && last; ++r) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-            __m512 v = acc[r][h];
-            if (scale) v = _mm512_mul_ps(v, _mm512_set1_ps(scale[r]));
-            if (shift) v = _mm512_add_ps(v, _mm512_set1_ps(shift[r]));
+            __m512 v = acc[r][h];  // one rounding for scale and shift, as in conv_gemm_few
+            if (scale && shift)
+                v = _mm512_fmadd_ps(v, _mm512_set1_ps(scale[r]), _mm512_set1_ps(shift[r]));
+            else if (scale)
+                v = _mm512_mul_ps(v, _mm512_set1_ps(scale[r]));
+            else if (shift)
+                v = _mm512_add_ps(v, _mm512_set1_ps(shift[r]));
             if (act >= 1) v = _mm512_max_ps(v, zero);
             if (act == 2) v = _mm512_min_ps(v, six);
             acc[r][h] = v;
@@ -186,38 +191,9 @@ void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, 
     }
 }
 
-// 16 rows of 16 floats, transposed in registers (rows past `rows` are zero): t[j] = column j.
-inline void transpose16(__m512 r[16]) {
-    __m512 a[16], b[16];
-    for (int i = 0; i < 16; i += 2) {
-        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        const __m512d a0 = _mm512_castps_pd(a[i]), a1 = _mm512_castps_pd(a[i + 1]);
-        const __m512d a2 = _mm512_castps_pd(a[i + 2]), a3 = _mm512_castps_pd(a[i + 3]);
-        b[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-        b[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-        b[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-        b[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-    }
-    // b[4q + s] holds, per 128-bit lane L, column 4L + s of rows 4q .. 4q + 3
-    for (int s = 0; s < 4; ++s) {
-        const __m512 lo01 = _mm512_shuffle_f32x4(b[s], b[4 + s], 0x44);
-        const __m512 hi01 = _mm512_shuffle_f32x4(b[s], b[4 + s], 0xEE);
-        const __m512 lo23 = _mm512_shuffle_f32x4(b[8 + s], b[12 + s], 0x44);
-        const __m512 hi23 = _mm512_shuffle_f32x4(b[8 + s], b[12 + s], 0xEE);
-        r[s] = _mm512_shuffle_f32x4(lo01, lo23, 0x88);
-        r[4 + s] = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
-        r[8 + s] = _mm512_shuffle_f32x4(hi01, hi23, 0x88);
-        r[12 + s] = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
-    }
-}
-
-// packed[cb][k][r] = w[cb * 12 + r][k]: 16 columns a step, the 12 rows transposed in
+// dst[k][r] = w[cb * 12 + r][k]: 16 columns a step, the 12 rows transposed in
 // registers (the scalar loop ran at a third of memory speed: 2.1 ms for 512 channels at 3x3).
-void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* packed) {
-    float* dst = packed + cb * depth * kConvGemmMr;
+void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* dst) {
     const int64_t r0 = cb * kConvGemmMr, rows = co - r0 < kConvGemmMr ? co - r0 : kConvGemmMr;
     const __mmask16 row_lanes = lanes(kConvGemmMr);
     for (int64_t k0 = 0; k0 < depth; k0 += 16) {

@@ -99,22 +99,28 @@ def rule(x, w, groups, geo, names):
     return min(names, key=_RULE_ORDER.index)
 
 
-def gemm_direct_wins(x, w, geo):
-    """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else either few rows
-    (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call
-    (N * out_h * out_w >= GEMM_DIRECT_MIN_POSITIONS; panels run over the whole batch, so a
-    batch of 7x7 maps fills them). Measured at 2 threads on a 2-core AVX-512 Xeon, interleaved
-    in one process (tianyuan imported before numpy, so OpenBLAS's workers sleep between
-    calls): ResNet-18's stem 2.9x faster than im2col + OpenBLAS at batch 16; 3x3 layers at
-    batch 16, 64 channels at 56x56 to 512 at 7x7 (stride 1 and 2) 1.15-1.65x faster than
-    im2col; at batch 1, 1.1-2x faster from 28x28 up, 1.1-1.5x slower on 14x14 and 7x7."""
+def gemm_direct_wins(x, w, geo, adjoint=False):
+    """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else always for a forward
+    convolution, and for the adjoint one of an input gradient (`adjoint`: its weights are a
+    transposed copy made per call) where it has few rows (C * kh * kw <=
+    GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call (N * out_h * out_w
+    >= GEMM_DIRECT_MIN_POSITIONS; panels run over the whole batch, so a batch of 7x7 maps
+    fills them). Measured at 2 threads on a 2-core AVX-512 Xeon, interleaved in one process
+    (tianyuan imported before numpy, so OpenBLAS's workers sleep between calls): ResNet-18's
+    stem 2.9x faster than im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels
+    at 56x56 to 512 at 7x7 (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1 since
+    the kernel's stream plan (w read once, 2026-12-01) 0.5-0.92x im2col's time on every
+    ResNet-18 / ResNet-50 layer from 28x28 down (256 channels at 14x14 1.79 -> 1.62 ms, 512
+    at 7x7 2.12 -> 1.96, strided 3x3 0.72-0.79x, strided 1x1 0.46-0.56x); earlier, with w
+    packed whole per call, 1.1-1.5x slower on 14x14 and 7x7, which the adjoint still is."""
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise:
         return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
-    return depth <= GEMM_DIRECT_STEM_DEPTH or x.shape[0] * oh * ow >= GEMM_DIRECT_MIN_POSITIONS
+    return (not adjoint or depth <= GEMM_DIRECT_STEM_DEPTH
+            or x.shape[0] * oh * ow >= GEMM_DIRECT_MIN_POSITIONS)
 
 
 def pointwise_direct_wins(batch, plane, depth, out_channels):

@@ -99,6 +99,39 @@ def test_gemm_direct_matches_numpy_twin_on_every_isa(shape, co, kernel, stride, 
                   conv_epilogue_ref(y, scale, shift, act), f"act {act}, {isa}")
 
 
+# plans of the direct GEMM (conv_gemm.h): 49 positions in panels of 28 and blocks of 7 with a
+# channel tail (70), 7-position blocks that straddle images (30 positions each), pointwise read
+# in place, more reduction rows than one chunk of 1024 (3x3 from 130 channels), stride 2 with
+# asymmetric padding, dilation, more panels than one stream work item holds (24x24)
+GEMM_PLANS = [
+    ((1, 64, 7, 7), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((3, 8, 5, 6), 200, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 40, 7, 7), 33, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((1, 130, 5, 5), 20, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 24, 13, 11), 130, (3, 3), (2, 2), (0, 2, 1, 0), (1, 1)),
+    ((2, 12, 9, 9), 64, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    ((1, 6, 24, 24), 17, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape,co,kernel,stride,padding,dilation", GEMM_PLANS)
+def test_gemm_direct_plans_give_the_same_bits_on_every_isa(shape, co, kernel, stride, padding,
+                                                           dilation):
+    # each output is summed in the order of k with the same multiply-adds in every plan, so
+    # the plan (chosen by shape and thread count) never changes a result
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((co, shape[1]) + kernel).astype(np.float32)
+    scale, shift = rng.standard_normal((2, co)).astype(np.float32)
+    want = conv_epilogue_ref(conv2d_ref(x, w, None, stride, padding, dilation), scale, shift, 1)
+    for isa in each_isa():
+        outs = {plan: _C.conv2d_gemm(x, w, scale, shift, stride, padding, dilation, 1, plan)
+                for plan in ("auto", "slab", "stream", "few")}
+        close(outs["slab"], want, f"slab, {isa}")
+        for plan, out in outs.items():
+            np.testing.assert_array_equal(out, outs["slab"], err_msg=f"{plan}, {isa}")
+
+
 def test_gemm_direct_binding_rejects_bad_arguments():
     x, w = np.zeros((1, 4, 5, 5), np.float32), np.zeros((2, 4, 3, 3), np.float32)
     geo = ((1, 1), (1, 1, 1, 1), (1, 1))
@@ -110,6 +143,8 @@ def test_gemm_direct_binding_rejects_bad_arguments():
         _C.conv2d_gemm(x.astype(np.float64), w, None, None, *geo)
     with pytest.raises(ValueError, match="act must be"):
         _C.conv2d_gemm(x, w, None, None, *geo, 3)
+    with pytest.raises(ValueError, match="plan must be 'auto', 'slab', 'stream' or 'few', got"):
+        _C.conv2d_gemm(x, w, None, None, *geo, 0, "fast")
 
 
 # weight gradient: besides GEMM_DIRECT's shapes, rows k past one packed block of 144 and
@@ -178,7 +213,7 @@ def test_gemm_direct_input_gradient_is_the_adjoint_convolution(xs, ws, padding, 
                                                               monkeypatch):
     # stride 1: the input gradient runs as a convolution of the output gradient with the
     # flipped, transposed kernel (conv._direct_input_grad); compared with im2col's col2im
-    monkeypatch.setattr(conv_ops.conv_algo, "gemm_direct_wins", lambda x, w, geo: True)
+    monkeypatch.setattr(conv_ops.conv_algo, "gemm_direct_wins", lambda *args, **kw: True)
     rng = np.random.default_rng(4)
     x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
     w = ty.tensor(rng.standard_normal(ws).astype(np.float32))
@@ -278,16 +313,17 @@ def test_fast_run_times_candidates_once_per_shape(monkeypatch):
 def test_default_choice_is_a_fixed_rule():
     conv_ops.conv_algo.clear_choices()
     F.conv2d(ty.randn(1, 8, 12, 12), ty.randn(8, 8, 3, 3), padding=1)  # 72 rows: stem-like
-    F.conv2d(ty.randn(1, 32, 24, 24), ty.randn(32, 32, 3, 3), padding=1)  # 144 tiles: winograd
-    F.conv2d(ty.randn(1, 32, 7, 7), ty.randn(32, 32, 3, 3), padding=1)  # 16 tiles: im2col
-    F.conv2d(ty.randn(8, 32, 7, 7), ty.randn(32, 32, 3, 3), padding=1)  # 128 tiles, 7x7: im2col
+    # 144 tiles: winograd, unless gemm_direct runs (1.5-2x faster at 24x24, batch 1)
+    F.conv2d(ty.randn(1, 32, 24, 24), ty.randn(32, 32, 3, 3), padding=1)
+    F.conv2d(ty.randn(1, 32, 7, 7), ty.randn(32, 32, 3, 3), padding=1)  # 16 tiles
+    F.conv2d(ty.randn(8, 32, 7, 7), ty.randn(32, 32, 3, 3), padding=1)  # 128 tiles, 7x7
     F.conv2d(ty.randn(1, 3, 16, 16), ty.randn(8, 3, 7, 7), stride=2, padding=3)  # 7x7 stem
     F.conv2d(ty.randn(1, 32, 28, 28), ty.randn(32, 32, 3, 3), padding=1)  # 784 positions
     # our GEMM without a column matrix is taken where its AVX-512 kernel runs
     direct = "gemm_direct" if ty.current_isa() in ("avx512", "vnni", "amx") else None
     assert list(conv_ops.algorithm_choices().values()) == [
-        direct or "im2col_gemm", "winograd_f2x2", "im2col_gemm", "im2col_gemm",
-        direct or "im2col_gemm", direct or "winograd_f2x2"]
+        direct or "im2col_gemm", direct or "winograd_f2x2", direct or "im2col_gemm",
+        direct or "im2col_gemm", direct or "im2col_gemm", direct or "winograd_f2x2"]
 
 
 def test_rule_between_winograd_and_gemm_direct():
@@ -302,7 +338,7 @@ def test_rule_between_winograd_and_gemm_direct():
     assert chosen((16, 256, 14, 14), 256) == "gemm_direct"
     assert chosen((16, 128, 28, 28), 128) == "gemm_direct"
     assert chosen((2, 256, 28, 28), 256) == "winograd_f2x2"  # wide channels on big maps
-    assert chosen((1, 512, 7, 7), 512) == "im2col_gemm"  # 49 positions
+    assert chosen((1, 512, 7, 7), 512) == "gemm_direct"  # 49 positions: w read once
 
 
 def test_choice_is_cached_per_shape_and_listed(monkeypatch):
