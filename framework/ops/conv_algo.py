@@ -51,6 +51,7 @@ POINTWISE_MIN_PLANE = 196
 POINTWISE_MIN_DEPTH = 24
 POINTWISE_MIN_DEPTH_B1 = 16
 POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
+POINTWISE_FEW_PLANE = 196
 WINO_MIN_CHANNELS = 16
 WGRAD_DIRECT_MIN_POSITIONS = 512
 
@@ -130,9 +131,12 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
     every MobileNetV2 and ShuffleNetV2 1x1 layer with >= 16 input channels (0.25-0.5x in the
     fused inference path, where it also applies the folded BN and the activation in its
     store), on par (0.84-1.13x) for ResNet-50's, 0.98-1.09x with >= 2^19 weights, where the
-    per-call weight packing tells."""
+    per-call weight packing told; since w is read once on small maps (the kernel's few-positions
+    plan), 0.75-0.9x with >= 2^19 weights at 7x7 and 14x14 (ResNet-50's 2048 -> 512 at 7x7
+    0.78 -> 0.58 ms)."""
     if batch == 1:
-        return depth >= POINTWISE_MIN_DEPTH_B1 and depth * out_channels < POINTWISE_MAX_WEIGHTS_B1
+        return depth >= POINTWISE_MIN_DEPTH_B1 and (
+            depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or plane <= POINTWISE_FEW_PLANE)
     return plane >= POINTWISE_MIN_PLANE and depth >= POINTWISE_MIN_DEPTH
 
 
