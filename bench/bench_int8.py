@@ -14,7 +14,7 @@ per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ mode
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
 
-    python bench/bench_int8.py [--batches 1,16] [--repeat 5] [--rounds 3] [--stat min]
+    python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5] [--rounds 3] [--stat min]
                                [--threads N] [--layers] [--json results.json]
 """
 import argparse
@@ -219,6 +219,7 @@ def _peer_notes():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nets", default=",".join(NETWORKS))
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1,
@@ -238,7 +239,10 @@ def main():
     _peer_notes()
     results = {"isa": ty.current_isa(), "threads": ty.get_num_threads(), "stat": args.stat,
                "repeat": args.repeat, "rounds": args.rounds, "networks": {}}
-    for net in NETWORKS:
+    for net in args.nets.split(","):
+        if net not in NETWORKS:
+            parser.error(f"--nets: unknown network {net!r}; expected some of "
+                         f"{', '.join(NETWORKS)}")
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
             rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds)
