@@ -64,9 +64,28 @@ py::array col2im_typed(const py::array& cols_any, std::tuple<int64_t, int64_t, i
     return x;
 }
 
+template <typename T>
+py::array flip_kernel_typed(const py::array& w_any) {
+    Array<T> w = Array<T>::ensure(w_any);
+    if (!w || w.ndim() != 4) throw py::value_error("conv_flip_kernel: w must be (Co, C, kh, kw)");
+    const int64_t co = w.shape(0), c = w.shape(1), kh = w.shape(2), kw = w.shape(3);
+    Array<T> out({c, co, kh, kw});
+    {
+        py::gil_scoped_release release;
+        flip_kernel<T>(w.data(), co, c, kh, kw, out.mutable_data());
+    }
+    return std::move(out);
+}
+
 }  // namespace
 
 void bind_im2col(py::module_& m) {
+    m.def("conv_flip_kernel", [](const py::array& w) {
+        return dispatch_float("conv_flip_kernel", "w", w,
+                              [&] { return flip_kernel_typed<float>(w); },
+                              [&] { return flip_kernel_typed<double>(w); });
+    }, py::arg("w"), "w (Co, C, kh, kw) -> (C, Co, kh, kw), taps reversed: the kernel of the "
+       "adjoint convolution");
     m.def("im2col", [](const py::array& x, Pair kernel, Pair stride, Quad padding, Pair dilation) {
         return dispatch_float("im2col", "x", x,
             [&] { return im2col_typed<float>(x, kernel, stride, padding, dilation); },

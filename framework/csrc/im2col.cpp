@@ -33,6 +33,23 @@ void col2im(const float* cols, const Conv2dGeometry& g, float* x) {
     c2i(cols, g, x);
 }
 
+template <typename T>
+void flip_kernel(const T* w, int64_t co, int64_t c, int64_t kh, int64_t kw, T* out) {
+    const int64_t taps = kh * kw, block = 16;  // w's rows are read 16 channels at a time
+#pragma omp parallel for schedule(static) if (co * c * taps > (1 << 16))
+    for (int64_t c0 = 0; c0 < c; c0 += block) {
+        const int64_t c1 = c0 + block < c ? c0 + block : c;
+        for (int64_t o = 0; o < co; ++o)
+            for (int64_t ci = c0; ci < c1; ++ci) {
+                const T* src = w + (o * c + ci) * taps;
+                T* dst = out + (ci * co + o) * taps;
+                for (int64_t t = 0; t < taps; ++t) dst[t] = src[taps - 1 - t];
+            }
+    }
+}
+
+template void flip_kernel<float>(const float*, int64_t, int64_t, int64_t, int64_t, float*);
+template void flip_kernel<double>(const double*, int64_t, int64_t, int64_t, int64_t, double*);
 template void im2col<double>(const double*, const Conv2dGeometry&, double*);
 template void col2im<double>(const double*, const Conv2dGeometry&, double*);
 

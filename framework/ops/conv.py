@@ -168,12 +168,11 @@ def _direct_input_grad(g, w, geo):
     (kh, kw), (pt, pb, pl, pr), (dh, dw) = geo.kernel, geo.padding, geo.dilation
     if geo.stride != (1, 1) or max(pt, pb) > dh * (kh - 1) or max(pl, pr) > dw * (kw - 1):
         return None
-    flipped = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
     padding = (dh * (kh - 1) - pt, dh * (kh - 1) - pb, dw * (kw - 1) - pl, dw * (kw - 1) - pr)
     adjoint = _Geometry(geo.kernel, (1, 1), padding, geo.dilation)
-    if not conv_algo.gemm_direct_wins(g, flipped, adjoint, adjoint=True):
+    if not conv_algo.gemm_direct_wins(g, w.transpose(1, 0, 2, 3), adjoint, adjoint=True):
         return None
-    flipped = np.ascontiguousarray(flipped)
+    flipped = _C.conv_flip_kernel(w)
     return _C.conv2d_gemm(np.ascontiguousarray(g), flipped, None, None, (1, 1), padding,
                           geo.dilation)
 

@@ -44,7 +44,7 @@ _RULE_ORDER = ("depthwise_direct", "gemm_1x1", "im2col_gemm", "winograd_f2x2", "
 WINO_MIN_TILES = 128
 WINO_MIN_SIZE = 14
 GEMM_DIRECT_STEM_DEPTH = 160
-GEMM_DIRECT_MIN_POSITIONS = 784
+ADJOINT_MIN_POSITIONS = 196
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196
@@ -102,18 +102,18 @@ def rule(x, w, groups, geo, names):
 
 def gemm_direct_wins(x, w, geo, adjoint=False):
     """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else always for a forward
-    convolution, and for the adjoint one of an input gradient (`adjoint`: its weights are a
-    transposed copy made per call) where it has few rows (C * kh * kw <=
-    GEMM_DIRECT_STEM_DEPTH: the stems) or enough output positions per call (N * out_h * out_w
-    >= GEMM_DIRECT_MIN_POSITIONS; panels run over the whole batch, so a batch of 7x7 maps
-    fills them). Measured at 2 threads on a 2-core AVX-512 Xeon, interleaved in one process
-    (tianyuan imported before numpy, so OpenBLAS's workers sleep between calls): ResNet-18's
-    stem 2.9x faster than im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels
-    at 56x56 to 512 at 7x7 (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1 since
-    the kernel's stream plan (w read once, 2026-12-01) 0.5-0.92x im2col's time on every
-    ResNet-18 / ResNet-50 layer from 28x28 down (256 channels at 14x14 1.79 -> 1.62 ms, 512
-    at 7x7 2.12 -> 1.96, strided 3x3 0.72-0.79x, strided 1x1 0.46-0.56x); earlier, with w
-    packed whole per call, 1.1-1.5x slower on 14x14 and 7x7, which the adjoint still is."""
+    convolution, and for the adjoint one of an input gradient (`adjoint`: its kernel is a
+    flipped copy made per call, _C.conv_flip_kernel) where it has few rows (C * kh * kw <=
+    GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output positions per call
+    (panels run over the whole batch, so a batch of 7x7 maps fills them). Measured at 2
+    threads on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before
+    numpy, so OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than
+    im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at 7x7
+    (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1, since the kernel reads w once
+    on small maps (2026-12-01), 0.5-0.92x im2col's time on every ResNet-18 / ResNet-50 layer
+    from 28x28 down (256 channels at 14x14 1.79 -> 1.62 ms, 512 at 7x7 2.12 -> 1.96, strided
+    3x3 0.72-0.79x, strided 1x1 0.46-0.56x). The adjoint at batch 1: 0.74x from 28x28 up,
+    0.87x at 14x14 (256 channels), 1.07x at 7x7 (512), where im2col's stays."""
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
@@ -121,7 +121,7 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
     if geo.pointwise:
         return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
     return (not adjoint or depth <= GEMM_DIRECT_STEM_DEPTH
-            or x.shape[0] * oh * ow >= GEMM_DIRECT_MIN_POSITIONS)
+            or x.shape[0] * oh * ow >= ADJOINT_MIN_POSITIONS)
 
 
 def pointwise_direct_wins(batch, plane, depth, out_channels):

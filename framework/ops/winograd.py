@@ -36,5 +36,5 @@ def conv2d(x, w, padding):
 def conv2d_input_grad(g, w, padding):
     """Input gradient of conv2d(x, w, padding): the same convolution of g with the flipped,
     transposed weights and padding 2 - p."""
-    flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    flipped = _C.conv_flip_kernel(w)
     return conv2d(np.ascontiguousarray(g), flipped, tuple(2 - p for p in padding))

@@ -36,6 +36,17 @@ def test_native_im2col_col2im_match_numpy_twin(shape, kernel, stride, padding, d
         np.testing.assert_allclose((cols * c).sum(), (x * back).sum(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(37, 21, 3, 5), (2, 40, 1, 1), (5, 3, 7, 7), (1, 1, 2, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_flip_kernel_is_the_transposed_flipped_kernel(shape, dtype):
+    w = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    np.testing.assert_array_equal(_C.conv_flip_kernel(w), w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    np.testing.assert_array_equal(_C.conv_flip_kernel(w[:, ::2]),  # a strided view is copied
+                                  w[:, ::2].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    with pytest.raises(ValueError, match=r"conv_flip_kernel: w must be \(Co, C, kh, kw\)"):
+        _C.conv_flip_kernel(w[0])
+
+
 def test_native_bindings_reject_bad_arguments():
     x = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises(ValueError, match="im2col: x must be float32 or float64"):
