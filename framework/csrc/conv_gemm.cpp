@@ -251,10 +251,12 @@ void run_stream_item(const Plan& p, ConvGemmPackWeights pack_w, const float* w, 
     }
 }
 
-// The few-positions plan (conv_gemm.h). Each thread owns a range of kFewNr-channel blocks;
-// per chunk of kFewKc reduction rows it packs every panel (duplicated across threads: cheap
-// next to w) and a block of w at a time, its partial sums kept transposed in `acc`.
-constexpr int64_t kFewKc = 1024;  // the chunk's panels and block of w stay in L2
+// The few-positions plan (conv_gemm.h). A work item is a chunk of about kFewChunkPanels
+// panels (224 positions) by a share of the kFewNr-channel blocks; per kFewKc reduction rows it
+// packs its panels and one block of w at a time, its partial sums kept transposed in `acc`.
+constexpr int64_t kFewKc = 1024;          // the chunk's panels and block of w stay in L2
+constexpr int64_t kFewChunkPanels = 8;    // 1 MiB of panels at kFewKc rows
+constexpr int64_t kFewBlocksPerPanel = kFewPanel / kFewMr;
 
 constexpr int64_t kFewMaxPositions = 1024;
 
@@ -271,45 +273,56 @@ bool few_plan_wins(const Plan& p, int64_t threads) {
            (p.depth > 1024 || (p.co >= 512 && p.depth >= 128));
 }
 
-void run_few(const Plan& p, const float* w, bool parallel) {
+void run_few(const Plan& p, const float* w, int64_t threads) {
     const int64_t all = p.g->n * p.positions, ow = p.g->out_w();
     const int64_t panels = (all + kFewPanel - 1) / kFewPanel;
     const int64_t blocks = (all + kFewMr - 1) / kFewMr;
     const int64_t co_blocks = (p.co + kFewNr - 1) / kFewNr, per_block = kFewMr * kFewNr;
+    // chunks of equal size, as many as the threads or a multiple; else split the channel
+    // blocks too (one chunk: batch 1 on 7x7 / 14x14)
+    int64_t chunks = (panels + kFewChunkPanels - 1) / kFewChunkPanels;
+    if (chunks > 1) chunks = (chunks + threads - 1) / threads * threads;
+    chunks = chunks < panels ? chunks : panels;
+    int64_t splits = chunks % threads == 0 ? 1 : threads;
+    splits = splits < co_blocks ? splits : co_blocks;
+    const int64_t kc_max = p.depth < kFewKc ? p.depth : kFewKc;
     const ConvGemmFewKernel kernel = conv_gemm_few_kernel_avx512();
     const ConvGemmFewPackWeights pack_w = conv_gemm_few_pack_weights_avx512();
     const ConvGemmFewStore store = conv_gemm_few_store_avx512();
+    const ConvEpilogue& e = *p.epi;
     const AlignedFloats acc(co_blocks * blocks * per_block);
-#pragma omp parallel if (parallel)
-    {
-        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t cb0 = t * co_blocks / threads, cb1 = (t + 1) * co_blocks / threads;
-        const int64_t kc_max = p.depth < kFewKc ? p.depth : kFewKc;
-        const AlignedFloats xt(cb0 < cb1 ? panels * kc_max * kNr : 0);
-        const AlignedFloats wt(cb0 < cb1 ? kc_max * kFewNr : 0);
-        for (int64_t k0 = 0; k0 < p.depth && cb0 < cb1; k0 += kFewKc) {
+#pragma omp parallel for schedule(static) if (threads > 1)
+    for (int64_t item = 0; item < chunks * splits; ++item) {
+        const int64_t chunk = item / splits, split = item % splits;
+        const int64_t cb0 = split * co_blocks / splits, cb1 = (split + 1) * co_blocks / splits;
+        const int64_t pn0 = chunk * panels / chunks, pn1 = (chunk + 1) * panels / chunks;
+        const int64_t b0 = pn0 * kFewBlocksPerPanel;
+        const int64_t b1 = pn1 * kFewBlocksPerPanel < blocks ? pn1 * kFewBlocksPerPanel : blocks;
+        const AlignedFloats xt((pn1 - pn0) * kc_max * kNr), wt(kc_max * kFewNr);
+        if (pn0 == pn1) continue;
+        for (int64_t k0 = 0; k0 < p.depth; k0 += kFewKc) {
             const int64_t kc = p.depth - k0 < kFewKc ? p.depth - k0 : kFewKc;
-            for (int64_t pn = 0; pn < panels; ++pn) {
-                const int64_t p0 = pn * kFewPanel;
-                const int64_t nvalid = all - p0 < kFewPanel ? all - p0 : kFewPanel;
+            for (int64_t pn = pn0; pn < pn1; ++pn) {
+                const int64_t q0 = pn * kFewPanel;
+                const int64_t nvalid = all - q0 < kFewPanel ? all - q0 : kFewPanel;
                 Segment seg[kNr];
-                const int64_t nseg = row_segments(p0, nvalid, p.positions, ow, seg);
-                p.pack(p.x, *p.g, seg, nseg, nvalid, k0, kc, xt.data + pn * kc * kNr);
+                const int64_t nseg = row_segments(q0, nvalid, p.positions, ow, seg);
+                p.pack(p.x, *p.g, seg, nseg, nvalid, k0, kc, xt.data + (pn - pn0) * kc * kNr);
             }
             for (int64_t cb = cb0; cb < cb1; ++cb) {
                 pack_w(w, p.co, p.depth, cb * kFewNr, k0, kc, wt.data);
                 const int64_t rest = p.co - cb * kFewNr;
                 const int64_t vectors = rest >= kFewNr ? kFewNr / 16 : (rest + 15) / 16;
-                for (int64_t b = 0; b < blocks; ++b)
-                    kernel(xt.data + (b * kFewMr / kFewPanel * kc) * kNr + b * kFewMr % kFewPanel,
+                for (int64_t b = b0; b < b1; ++b)
+                    kernel(xt.data + (b - b0) / kFewBlocksPerPanel * kc * kNr +
+                               b % kFewBlocksPerPanel * kFewMr,
                            wt.data, kc, vectors, acc.data + (cb * blocks + b) * per_block,
                            k0 == 0);
             }
         }
-        const ConvEpilogue& e = *p.epi;
         for (int64_t cb = cb0; cb < cb1; ++cb) {
             const int64_t c0 = cb * kFewNr, nc = p.co - c0 < kFewNr ? p.co - c0 : kFewNr;
-            for (int64_t b = 0; b < blocks; ++b) {
+            for (int64_t b = b0; b < b1; ++b) {
                 const float* a = acc.data + (cb * blocks + b) * per_block;
                 // the block's positions, split where they cross into the next image
                 for (int64_t q = b * kFewMr, q1 = q + kFewMr < all ? q + kFewMr : all; q < q1;) {
@@ -358,7 +371,7 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     const int64_t used = parallel ? threads : 1;
     if (avx512 && (plan == ConvGemmPlan::few ||
                    (plan == ConvGemmPlan::automatic && few_plan_wins(p, used)))) {
-        run_few(p, w, parallel);
+        run_few(p, w, used);
         return;
     }
     if (plan != ConvGemmPlan::slab && stream_plan(&p, plan == ConvGemmPlan::stream ? 0 : used)) {
