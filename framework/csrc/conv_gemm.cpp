@@ -254,8 +254,8 @@ void run_stream_item(const Plan& p, ConvGemmPackWeights pack_w, const float* w, 
 // The few-positions plan (conv_gemm.h). A work item is a chunk of about kFewChunkPanels
 // panels (224 positions) by a share of the kFewNr-channel blocks; per kFewKc reduction rows it
 // packs its panels and one block of w at a time, its partial sums kept transposed in `acc`.
-constexpr int64_t kFewKc = 1024;          // the chunk's panels and block of w stay in L2
-constexpr int64_t kFewChunkPanels = 8;    // 1 MiB of panels at kFewKc rows
+constexpr int64_t kFewKc = 128;           // 32 KiB of w per block: it stays in L1
+constexpr int64_t kFewChunkPanels = 8;    // 128 KiB of panels at kFewKc rows (L2)
 constexpr int64_t kFewBlocksPerPanel = kFewPanel / kFewMr;
 
 constexpr int64_t kFewMaxPositions = 1024;

@@ -101,7 +101,7 @@ def test_gemm_direct_matches_numpy_twin_on_every_isa(shape, co, kernel, stride, 
 
 # plans of the direct GEMM (conv_gemm.h): 49 positions in panels of 28 and blocks of 7 with a
 # channel tail (70), 7-position blocks that straddle images (30 positions each), pointwise read
-# in place, more reduction rows than one chunk of 1024 (3x3 from 130 channels), stride 2 with
+# in place, reduction rows in several chunks (3x3 from 130 channels: 1170), stride 2 with
 # asymmetric padding, dilation, more panels than one stream work item holds (24x24)
 GEMM_PLANS = [
     ((1, 64, 7, 7), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
