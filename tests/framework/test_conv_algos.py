@@ -84,13 +84,18 @@ GEMM_DIRECT = [
 ]
 
 
+def _gemm_case(seed, shape, co, kernel):
+    """x, w, scale, shift (float32) of a gemm_direct case."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((co, shape[1]) + kernel).astype(np.float32)
+    return (x, w) + tuple(rng.standard_normal((2, co)).astype(np.float32))
+
+
 @pytest.mark.parametrize("shape,co,kernel,stride,padding,dilation", GEMM_DIRECT)
 def test_gemm_direct_matches_numpy_twin_on_every_isa(shape, co, kernel, stride, padding,
                                                       dilation):
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((co, shape[1]) + kernel).astype(np.float32)
-    scale, shift = rng.standard_normal((2, co)).astype(np.float32)
+    x, w, scale, shift = _gemm_case(3, shape, co, kernel)
     y = conv2d_ref(x, w, None, stride, padding, dilation)
     for isa in each_isa():
         close(_C.conv2d_gemm(x, w, None, None, stride, padding, dilation), y, f"plain, {isa}")
@@ -119,10 +124,7 @@ def test_gemm_direct_plans_give_the_same_bits_on_every_isa(shape, co, kernel, st
                                                            dilation):
     # each output is summed in the order of k with the same multiply-adds in every plan, so
     # the plan (chosen by shape and thread count) never changes a result
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((co, shape[1]) + kernel).astype(np.float32)
-    scale, shift = rng.standard_normal((2, co)).astype(np.float32)
+    x, w, scale, shift = _gemm_case(5, shape, co, kernel)
     want = conv_epilogue_ref(conv2d_ref(x, w, None, stride, padding, dilation), scale, shift, 1)
     for isa in each_isa():
         outs = {plan: _C.conv2d_gemm(x, w, scale, shift, stride, padding, dilation, 1, plan)
