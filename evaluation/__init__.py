@@ -1,6 +1,6 @@
 """Metrics, quantization reports and speed/memory measurement."""
 
-from .benchmark import benchmark
+from .benchmark import benchmark, compare_latency
 from .classification import (card_preprocessing, eval_transform, evaluate_classification,
                              topk_correct)
 from .report import format_table, write_json

@@ -54,3 +54,31 @@ def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, se
             "peak_traced_mb": round(traced_peak / 2 ** 20, 2),
             "peak_rss_mb": round(_peak_rss_mb(), 1), "threads": ty.get_num_threads(),
             "isa": ty.current_isa()}
+
+
+def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, rounds=5,
+                    seed=0):
+    """Median latency in ms of each of `models` ({name: model}) at one batch size, in eval
+    mode under no_grad: after `warmup` runs of each, `rounds` alternating rounds of about
+    repeats / rounds runs of each, so that a slow spell of a shared machine hits every model
+    alike instead of the one timed when it came. Returns {name: median ms}."""
+    if batch < 1 or repeats < 1 or warmup < 0 or rounds < 1:
+        raise ValueError(f"compare_latency: need batch >= 1, repeats >= 1, warmup >= 0, "
+                         f"rounds >= 1; got {batch}, {repeats}, {warmup}, {rounds}")
+    x = ty.tensor(np.random.default_rng(seed).standard_normal(
+        (batch, *input_size)).astype(np.float32))
+    times = {name: [] for name in models}
+    per_round = max(1, -(-repeats // rounds))
+    with ty.no_grad():
+        for model in models.values():
+            model.eval()
+            for _ in range(warmup):
+                model(x)
+        for _ in range(rounds):
+            for name, model in models.items():
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    model(x)
+                    times[name].append(time.perf_counter() - start)
+    return {name: round(1000.0 * float(np.median(t)), 3) for name, t in times.items()}
+

@@ -19,7 +19,7 @@ import numpy as np
 import tianyuan as ty
 from tianyuan import quantization as Q
 
-from .benchmark import benchmark
+from .benchmark import compare_latency
 from .report import format_table, write_json
 
 MAX_DB = 200.0
@@ -121,13 +121,16 @@ class QuantReport:
         input_size = tuple(example.shape[1:])
         models = [("float", "fp32", float_model)]
         models += [(name, "int8", model) for name, model in int8_models.items()]
+        # timed in alternating rounds: a slow spell of a shared machine hits them all alike
+        latency = {batch: compare_latency({name: model for name, _, model in models}, batch,
+                                          input_size, repeats, warmup)
+                   for batch in batches}
         rows, layers = [], {}
         for name, precision, model in models:
             row = {"model": name, "precision": precision, **evaluate(model)}
             row["drop"] = rows[0]["top1"] - row["top1"] if rows else 0.0
             for batch in batches:
-                stats = benchmark(model, batch, input_size, repeats, warmup)
-                row[f"ms_batch{batch}"] = stats["latency_ms"]
+                row[f"ms_batch{batch}"] = latency[batch][name]
             row["size_kb"] = round(state_kb(model), 1)
             if precision == "int8":
                 row["output_sqnr_db"], layers[name] = sensitivity(float_model, model, example,

@@ -1,5 +1,7 @@
+import pytest
+
 from tianyuan import nn
-from tianyuan.evaluation.benchmark import benchmark
+from tianyuan.evaluation.benchmark import benchmark, compare_latency
 
 
 def test_benchmark_reports_latency_and_memory():
@@ -9,3 +11,26 @@ def test_benchmark_reports_latency_and_memory():
     assert stats["batch"] == 2 and stats["latency_ms"] > 0
     assert stats["images_per_s"] > 0 and stats["peak_traced_mb"] > 0 and stats["peak_rss_mb"] > 0
     assert stats["latency_min_ms"] <= stats["latency_ms"] <= stats["latency_p90_ms"]
+
+
+def test_compare_latency_alternates_the_models():
+    calls = []
+
+    class Probe(nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, x):
+            calls.append(self.name)
+            return x
+
+    models = {"a": Probe("a"), "b": Probe("b")}
+    models["a"].train()
+    got = compare_latency(models, batch=2, input_size=(3, 4, 4), repeats=4, warmup=1, rounds=2)
+    assert set(got) == {"a", "b"} and all(v >= 0 for v in got.values())
+    assert not models["a"].training  # timed in eval mode
+    # one warm-up each, then 2 rounds of 2 runs each, the models taking turns
+    assert calls == ["a", "b", "a", "a", "b", "b", "a", "a", "b", "b"]
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        compare_latency(models, rounds=0)
