@@ -77,7 +77,7 @@ using ConvGemmPack = void (*)(const float* xn, const Conv2dGeometry& g,
 // Channel block cb of w (co x depth, row-major) into dst[k][r] = w[cb * kMr + r][k], rows
 // past co zero.
 using ConvGemmPackWeights = void (*)(const float* w, int64_t co, int64_t depth, int64_t cb,
-                                     float* packed);
+                                     float* dst);
 
 ConvGemmKernel conv_gemm_kernel_avx512();
 ConvGemmPack conv_gemm_pack_avx512();
