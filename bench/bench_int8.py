@@ -14,8 +14,9 @@ per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ mode
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
 
-    python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5] [--rounds 3] [--stat min]
-                               [--threads N] [--layers] [--json results.json]
+    python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5]
+                               [--rounds 3] [--stat min] [--threads N] [--layers]
+                               [--json results.json]
 """
 import argparse
 import json

@@ -22,14 +22,18 @@ def _peak_rss_mb():
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0  # macOS: bytes
 
 
+def _example(batch, input_size, seed):
+    return ty.tensor(np.random.default_rng(seed).standard_normal(
+        (batch, *input_size)).astype(np.float32))
+
+
 def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, seed=0):
     """Latency statistics of `model(x)` for x of shape (batch, *input_size), in eval mode
     under no_grad."""
     if batch < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"benchmark: need batch >= 1, repeats >= 1, warmup >= 0; got "
                          f"{batch}, {repeats}, {warmup}")
-    x = ty.tensor(np.random.default_rng(seed).standard_normal(
-        (batch, *input_size)).astype(np.float32))
+    x = _example(batch, input_size, seed)
     model.eval()
     times = []
     with ty.no_grad():
@@ -65,8 +69,7 @@ def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmu
     if batch < 1 or repeats < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"compare_latency: need batch >= 1, repeats >= 1, warmup >= 0, "
                          f"rounds >= 1; got {batch}, {repeats}, {warmup}, {rounds}")
-    x = ty.tensor(np.random.default_rng(seed).standard_normal(
-        (batch, *input_size)).astype(np.float32))
+    x = _example(batch, input_size, seed)
     times = {name: [] for name in models}
     per_round = max(1, -(-repeats // rounds))
     with ty.no_grad():
@@ -81,4 +84,3 @@ def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmu
                     model(x)
                     times[name].append(time.perf_counter() - start)
     return {name: round(1000.0 * float(np.median(t)), 3) for name, t in times.items()}
-

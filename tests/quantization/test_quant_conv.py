@@ -39,8 +39,8 @@ CASES = [
     (1, 2, 9, 9, 2, 1, 9, 1, (0, 4), 1, 2),       # kernel wider than 8: AVX-512 path
     (1, 2, 12, 12, 2, 3, 3, 1, (2, 2, 1, 1), (2, 1), 2),  # row dilation, unpadded path
     (2, 3, 6, 5, 3, 3, 3, 1, (0, 0, 1, 1), 1, 3),  # unpadded, no row padding: oh < h
-    (1, 60, 7, 7, 14, 3, 3, 1, 1, 1, 1),          # 540 rows k: two slabs of the block
-    (3, 130, 4, 5, 9, 3, 3, 1, 1, 1, 1),          # three slabs, the block spans images
+    (1, 60, 7, 7, 14, 3, 3, 1, 1, 1, 1),          # 540 rows k: past 128 k-quads
+    (3, 130, 4, 5, 9, 3, 3, 1, 1, 1, 1),          # 1170 rows k, the block spans images
     (1, 140, 5, 5, 8, 3, 3, 2, 1, 1, 2),          # grouped, 630 rows k per group
 ]
 
