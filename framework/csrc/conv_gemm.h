@@ -117,8 +117,9 @@ ConvGemmFewPackWeights conv_gemm_few_pack_weights_avx512();
 // gy (N, Co, out_h, out_w) and x (N, C, H, W) contiguous, gw (Co, C, kh, kw) overwritten.
 // Computed transposed, gw^T (K x Co) += X (K x P) gy^T (P x Co), with the forward's register
 // block turned around: kWgradMr rows k broadcast from the packed panels by 32 channels
-// loaded from gy^T, whose chunk rows are gathered once per chunk. Each thread owns a range of
-// k, so the result does not depend on the number of threads.
+// loaded from gy^T, whose chunk rows are gathered once per chunk. The threads split k (and,
+// with few rows k, fixed shares of the positions), so the result does not depend on the
+// number of threads.
 // Numpy twin: framework/ops/conv_ref.py, conv2d_weight_grad_ref.
 void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
                            float* gw);

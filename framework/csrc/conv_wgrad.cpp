@@ -4,17 +4,18 @@
 // gw^T (K x Co) += X (K x P) times gy^T (P x Co), the reduction running over all positions
 // of all images. Per group of images (its gy^T under kGyBudget bytes): the threads first
 // gather the group's gy^T rows together (channel blocks of kNr, zero past Co); then each
-// thread, owning a range of k, takes blocks of up to kKb rows k and, per chunk of kChunk
-// panels (kNr positions each, any images), packs the panels straight from the image with
-// the forward's packer and runs every kWgradMr x kWgradNr register block over the chunk.
-// The thread's block of gw^T stays in L2 across the chunks and is transposed into gw once,
-// after the last group.
+// task, owning a range of k (and a share of the chunks, see kShares), takes blocks of up to
+// kKb rows k and, per chunk of kChunk panels (kNr positions each, any images), packs the
+// panels straight from the image with the forward's packer and runs every kWgradMr x
+// kWgradNr register block over the chunk. The task's block of gw^T stays in L2 across the
+// chunks; after the last group the shares are added and transposed into gw.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "conv_gemm.h"
@@ -28,6 +29,12 @@ constexpr int64_t kKb = 12 * kMr;  // rows k per packed chunk (a multiple of kMr
 constexpr int64_t kChunk = 8;      // panels per chunk: gy^T rows of 256 positions
 constexpr int64_t kParallelMacs = 1 << 20;
 constexpr int64_t kGyBudget = int64_t(16) << 20;  // bytes of gathered gy^T per image group
+// Few rows k (1x1 layers): the positions are split into kShares fixed shares, each summed
+// into its own gw^T and those added in order at the end, so that the threads stay busy
+// (5 blocks of 12 rows over 2 threads had left one waiting a third of the time) and the
+// result still does not depend on the number of threads.
+constexpr int64_t kShareMaxDepth = 8 * kMr;
+constexpr int64_t kShares = 8;
 static_assert(kCr == kNr, "gy^T rows are padded to whole register blocks");
 
 void kernel_generic(const float* b, int64_t ldp, const int64_t* nvalid, int64_t npanels,
@@ -70,7 +77,10 @@ struct Plan {
     const float* x;
     const float* gy;
     const Conv2dGeometry* g;
-    int64_t co, positions, depth, per_image, co_padded, plane, blocks, tasks;
+    int64_t co, positions, depth, per_image, co_padded, plane, blocks;
+    int64_t ranges;  // of rows k, one per task of a share
+    int64_t shares;  // of each image group's chunks (up to kShares, or 1)
+    int64_t group;   // images per group: its gy^T stays under kGyBudget (at least one)
 };
 
 // A chunk of panels of the image group from n0: where its panels lie.
@@ -94,14 +104,15 @@ int64_t first_row(const Plan& p, const Chunk& ch, int64_t n0) {
     return (ch.image[0] - n0) * p.positions + ch.p0[0];
 }
 
-// Thread t's rows [k0, k1) of gw^T += the group's contribution; acc (rows x co_padded).
-void run_task(const Plan& p, int64_t k0, int64_t k1, int64_t n0, int64_t nb, const float* gyt,
-              float* acc, float* bbuf) {
+// Rows [k0, k1) of gw^T += the contribution of the group's panels [c_begin, c_end) (whole
+// chunks); acc (rows x co_padded).
+void run_task(const Plan& p, int64_t k0, int64_t k1, int64_t n0, int64_t nb, int64_t c_begin,
+              int64_t c_end, const float* gyt, float* acc, float* bbuf) {
     const int64_t panels = nb * p.per_image, ldblock = nb * p.positions * kCr;
     for (int64_t kb0 = k0; kb0 < k1; kb0 += kKb) {
         const int64_t kb = k1 - kb0 < kKb ? k1 - kb0 : kKb;
         const int64_t kbp = (kb + kMr - 1) / kMr * kMr, ldp = kbp * kNr;
-        for (int64_t c0 = 0; c0 < panels; c0 += kChunk) {
+        for (int64_t c0 = c_begin; c0 < c_end; c0 += kChunk) {
             const Chunk ch = chunk_at(p, c0, panels, n0);
             for (int64_t i = 0; i < ch.np; ++i) {
                 ConvGemmSegment seg[kNr];
@@ -135,7 +146,14 @@ Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry
     p.plane = g.c * g.h * g.w;
     p.blocks = (p.depth + kMr - 1) / kMr;
     const int64_t threads = omp_get_max_threads();
-    p.tasks = p.blocks < threads ? p.blocks : threads;
+    // no more shares than one image group has chunks (batch 1 on 7x7: one chunk)
+    int64_t group = kGyBudget / (p.positions * p.co_padded * int64_t(sizeof(float)));
+    group = group < 1 ? 1 : (group > g.n ? g.n : group);
+    const int64_t chunks = (group * p.per_image + kChunk - 1) / kChunk;
+    p.shares = p.depth > kShareMaxDepth ? 1 : chunks < kShares ? chunks : kShares;
+    p.group = group;
+    const int64_t want = (threads + p.shares - 1) / p.shares;  // ranges per share
+    p.ranges = p.blocks < want ? p.blocks : want;
     return p;
 }
 
@@ -144,12 +162,15 @@ Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry
 void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
                            float* gw) {
     const Plan p = make_plan(x, gy, co, g);
-    const int64_t threads = omp_get_max_threads();
-    // images per group: the group's gy^T stays under kGyBudget (at least one image)
-    int64_t group = kGyBudget / (p.positions * p.co_padded * int64_t(sizeof(float)));
-    group = group < 1 ? 1 : (group > g.n ? g.n : group);
-    std::vector<float> gyt(static_cast<size_t>(group * p.positions * p.co_padded));
-    std::vector<std::vector<float>> acc(static_cast<size_t>(p.tasks));
+    const int64_t threads = omp_get_max_threads(), tasks = p.ranges * p.shares;
+    const int64_t group = p.group;
+    // every element of a group's rows is written by the gather: no zero fill
+    const std::unique_ptr<float[]> gyt(new float[group * p.positions * p.co_padded]);
+    std::vector<std::vector<float>> acc(static_cast<size_t>(tasks));
+    const auto rows_of = [&](int64_t range, int64_t* k0, int64_t* k1) {
+        *k0 = p.blocks * range / p.ranges * kMr;
+        *k1 = std::min(p.blocks * (range + 1) / p.ranges * kMr, p.depth);
+    };
     const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
 #pragma omp parallel if (parallel)
     {
@@ -161,20 +182,33 @@ void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Co
             for (int64_t c0 = 0; c0 < panels; c0 += kChunk) {
                 const Chunk ch = chunk_at(p, c0, panels, n0);
                 p.gather(gy, co, p.positions, ch.image, ch.p0, ch.nvalid, ch.np,
-                         gyt.data() + first_row(p, ch, n0) * kCr, nb * p.positions * kCr);
+                         gyt.get() + first_row(p, ch, n0) * kCr, nb * p.positions * kCr);
             }  // implicit barrier: the group's gy^T is complete
+            const int64_t chunks = (panels + kChunk - 1) / kChunk;
 #pragma omp for schedule(static)
-            for (int64_t t = 0; t < p.tasks; ++t) {
-                const int64_t k0 = p.blocks * t / p.tasks * kMr;
-                const int64_t k1 = std::min(p.blocks * (t + 1) / p.tasks * kMr, p.depth);
+            for (int64_t t = 0; t < tasks; ++t) {
+                const int64_t share = t / p.ranges;
+                int64_t k0, k1;
+                rows_of(t % p.ranges, &k0, &k1);
                 if (n0 == 0) acc[t].assign(static_cast<size_t>(
                                  (k1 - k0 + kMr - 1) / kMr * kMr * p.co_padded), 0.0f);
-                run_task(p, k0, k1, n0, nb, gyt.data(), acc[t].data(), bbuf);
-                if (n0 + nb == g.n)  // gw^T -> gw
-                    for (int64_t c = 0; c < co; ++c)
-                        for (int64_t k = k0; k < k1; ++k)
-                            gw[c * p.depth + k] = acc[t][(k - k0) * p.co_padded + c];
+                run_task(p, k0, k1, n0, nb, chunks * share / p.shares * kChunk,
+                         std::min(chunks * (share + 1) / p.shares * kChunk, panels), gyt.get(),
+                         acc[t].data(), bbuf);
             }  // implicit barrier: gy^T is reused by the next group
+        }
+#pragma omp for schedule(static)
+        for (int64_t range = 0; range < p.ranges; ++range) {  // the shares' gw^T -> gw
+            int64_t k0, k1;
+            rows_of(range, &k0, &k1);
+            float* const sum = acc[range].data();
+            for (int64_t share = 1; share < p.shares; ++share) {
+                const float* part = acc[share * p.ranges + range].data();
+                for (int64_t i = 0; i < (k1 - k0) * p.co_padded; ++i) sum[i] += part[i];
+            }
+            for (int64_t c = 0; c < co; ++c)
+                for (int64_t k = k0; k < k1; ++k)
+                    gw[c * p.depth + k] = sum[(k - k0) * p.co_padded + c];
         }
     }
 }

@@ -54,6 +54,8 @@ POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
 POINTWISE_FEW_PLANE = 196
 WINO_MIN_CHANNELS = 16
 WGRAD_DIRECT_MIN_POSITIONS = 512
+WGRAD_WIDEN_MIN_POSITIONS = 3136
+WGRAD_WIDEN_MAX_WEIGHTS = 1 << 20
 
 
 def set_fastrun(enabled):
@@ -149,14 +151,25 @@ def wgrad_direct_wins(x, w, groups, geo):
     accumulator. Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with
     the im2col path), batch 16: ResNet-18's 3x3 layers 1.1-2.0x faster (64 ch at 56x56:
     49 -> 25 ms), its stem 2.0x, 1x1 layers that narrow the channels 1.1-1.8x; batch 1 7x7
-    maps 2.3x slower, 1x1 layers that widen the channels 1.2-2.2x slower."""
+    maps 2.3x slower, 1x1 layers that widen the channels 1.2-2.2x slower. Since gy^T is
+    gathered by 16 x 16 register transposes (2026-12-01, interleaved, batch 16): widening 1x1
+    layers with >= WGRAD_WIDEN_MIN_POSITIONS positions per call and < WGRAD_WIDEN_MAX_WEIGHTS
+    weights 0.52-0.95x numpy's time (ShuffleNetV2's 24 -> 58 at 56x56 5.0 -> 2.6 ms,
+    MobileNetV2's 24 -> 144 10.0 -> 7.0, ResNet-50's 64 -> 256 23.4 -> 19.7), 512 -> 2048 at
+    7x7 1.1x; at batch 1 numpy's columns are views of x and gy, and the direct kernel is
+    1.03-2.1x slower from 28x28 down
+    (0.43-0.96x at 56x56), so widening layers at batch 1 stay on numpy."""
     if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32:
         return False
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
         return False
     oh, ow = geo.out_size(*x.shape[2:])
     depth = w.shape[1] * w.shape[2] * w.shape[3]
-    return depth >= w.shape[0] and x.shape[0] * oh * ow >= WGRAD_DIRECT_MIN_POSITIONS
+    positions = x.shape[0] * oh * ow
+    if depth >= w.shape[0]:
+        return positions >= WGRAD_DIRECT_MIN_POSITIONS
+    return (x.shape[0] > 1 and positions >= WGRAD_WIDEN_MIN_POSITIONS
+            and depth * w.shape[0] < WGRAD_WIDEN_MAX_WEIGHTS)
 
 
 def winograd_wins(x, w, geo):

@@ -175,6 +175,27 @@ def test_gemm_weight_grad_matches_numpy_twin_on_every_isa(shape, co, kernel, str
               f"weight gradient, {isa}")
 
 
+@pytest.mark.parametrize("shape,co,kernel", [((4, 20, 16, 16), 40, (1, 1)),
+                                             ((2, 34, 9, 10), 45, (3, 3))])
+def test_gemm_weight_grad_bits_do_not_depend_on_the_thread_count(shape, co, kernel):
+    # few rows k (the 1x1 layer: 20) split the positions into fixed shares summed in order;
+    # 306 rows split k between the threads
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape).astype(np.float32)
+    gy = rng.standard_normal((shape[0], co) + shape[2:]).astype(np.float32)
+    pad = (kernel[0] // 2,) * 4
+    before = ty.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            ty.set_num_threads(threads)
+            outs.append(_C.conv2d_gemm_weight_grad(x, gy, kernel, (1, 1), pad, (1, 1)))
+    finally:
+        ty.set_num_threads(before)
+    for threads, out in zip((2, 3), outs[1:]):
+        np.testing.assert_array_equal(out, outs[0], err_msg=f"{threads} threads")
+
+
 def test_gemm_weight_grad_binding_rejects_bad_arguments():
     x = np.zeros((2, 4, 5, 5), np.float32)
     geo = ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
