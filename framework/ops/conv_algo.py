@@ -47,7 +47,7 @@ GEMM_DIRECT_STEM_DEPTH = 160
 ADJOINT_MIN_POSITIONS = 196
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
-POINTWISE_MIN_PLANE = 196
+POINTWISE_MIN_PLANE = 196  # below: the batch's columns in one GEMM, without AVX-512
 POINTWISE_MIN_DEPTH = 24
 POINTWISE_MIN_DEPTH_B1 = 16
 POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
@@ -135,11 +135,15 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
     store), on par (0.84-1.13x) for ResNet-50's, 0.98-1.09x with >= 2^19 weights, where the
     per-call weight packing told; since w is read once on small maps (the kernel's few-positions
     plan), 0.75-0.9x with >= 2^19 weights at 7x7 and 14x14 (ResNet-50's 2048 -> 512 at 7x7
-    0.78 -> 0.58 ms)."""
+    0.78 -> 0.58 ms). Batches of maps under POINTWISE_MIN_PLANE (7x7) had stayed on one
+    GEMM with the batch folded into the columns; since the kernel's panels run over the whole
+    batch and its few-positions plan takes the wide ones (2026-12-01, batch 16, interleaved):
+    0.25-0.93x that GEMM's time on every MobileNetV2 / ShuffleNetV2 7x7 layer (232 -> 232
+    0.88 -> 0.82 ms, 960 -> 160 2.10 -> 1.47, 58 -> 58 0.19 -> 0.05), 0.4-0.8x at batch 2-4."""
     if batch == 1:
         return depth >= POINTWISE_MIN_DEPTH_B1 and (
             depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or plane <= POINTWISE_FEW_PLANE)
-    return plane >= POINTWISE_MIN_PLANE and depth >= POINTWISE_MIN_DEPTH
+    return depth >= POINTWISE_MIN_DEPTH
 
 
 def wgrad_direct_wins(x, w, groups, geo):

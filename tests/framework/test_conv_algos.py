@@ -397,7 +397,10 @@ def test_pointwise_rule_by_batch_and_map_size():
     F.conv2d(ty.randn(1, 1024, 7, 7), ty.randn(512, 1024, 1, 1))  # 2^19 weights, small map
     F.conv2d(ty.randn(1, 256, 28, 28), ty.randn(2048, 256, 1, 1))  # 2^19 weights: numpy's
     F.conv2d(ty.randn(2, 32, 14, 14), w)   # a batch of 14x14 maps: x read in place
-    F.conv2d(ty.randn(2, 32, 7, 7), w)     # a batch of small maps: one GEMM, batch folded
-    direct = "gemm_direct" if ty.current_isa() in ("avx512", "vnni", "amx") else "gemm_1x1"
-    assert list(conv_ops.algorithm_choices().values()) == [direct, "gemm_1x1", direct,
-                                                           "gemm_1x1", direct, "im2col_gemm"]
+    F.conv2d(ty.randn(2, 32, 7, 7), w)     # a batch of 7x7 maps: panels over the batch
+    F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 1, 1))  # 16 deep: one GEMM, batch folded
+    avx512 = ty.current_isa() in ("avx512", "vnni", "amx")
+    direct = "gemm_direct" if avx512 else "gemm_1x1"
+    assert list(conv_ops.algorithm_choices().values()) == [
+        direct, "gemm_1x1", direct, "gemm_1x1", direct,
+        "gemm_direct" if avx512 else "im2col_gemm", "im2col_gemm"]
