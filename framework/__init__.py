@@ -18,17 +18,16 @@ def _default_env(name, value):
         _os.environ[name] = ENV_DEFAULTS[name] = value
 
 
-# Must precede loading _C (libgomp reads them once). After a parallel region our OpenMP
-# workers spin GOMP_SPINCOUNT times (~20 us here), then sleep. Sleeping at once
-# (OMP_WAIT_POLICY=PASSIVE) made every small kernel pay a futex wake-up of 50-200 us on this
-# VM (a 1x1 conv 232 -> 232 at 7x7: 208 us, 19 us with the short spin); libgomp's default
-# spin (300,000) took a core from numpy's BLAS threads for the GEMMs between our kernels (a
-# GEMM right after a conv 14.8 ms, 8.8 ms with the short spin). A user's OMP_WAIT_POLICY or
-# GOMP_SPINCOUNT wins. 100,000 (tried 2026-12-01) made batch-1 networks steadier in some
-# runs but a 0.1 ms int8 conv called in a loop took 3-14 ms a call for stretches of ~40 calls
-# (10,000: 0.1 or, in this VM's slow spells, 0.6-0.8 ms), so it stays at 10,000.
-if "OMP_WAIT_POLICY" not in _os.environ:
-    _default_env("GOMP_SPINCOUNT", "10000")
+# OpenMP's idle policy is libgomp's default (this import sets nothing; a user's
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT applies): after a parallel region our workers spin
+# 300,000 times (a few ms here) before they sleep. Waking sleeping threads is slow on this VM
+# in stretches (an empty parallel region after 0.3-3 ms idle: median 75-480 us, up to 7 ms),
+# and the short spin set here until 2026-12-01 (10,000, ~0.2 ms) made batch-1 networks pay
+# it per layer. Whole models, 2 runs each (2026-12-01): int8 at batch 1 ResNet-18 9.8 ->
+# 9.5-9.9 ms, MobileNetV2 8.6 -> 5.1, ShuffleNetV2 16.1 -> 6.9; fp32 at batch 1 38 -> 32,
+# 15.6 -> 14.6-16.4, 26.9 -> 13.4-13.8; batch 16 and training steps level or faster. The
+# price: a numpy GEMM that starts while our workers still spin shares a core with them
+# (1.85 GFLOP right after a conv: 11.5-12.5 -> 18 ms).
 # The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
 # taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
 # core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is
