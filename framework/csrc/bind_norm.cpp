@@ -1,8 +1,10 @@
-// pybind11 glue: batch norm (framework/csrc/batch_norm.h).
+// pybind11 glue: batch norm (framework/csrc/batch_norm.h) and the clamp of the activations
+// that follow it (clamp.h).
 #include <string>
 #include <vector>
 
 #include "batch_norm.h"
+#include "clamp.h"
 
 #include "bind_common.h"
 
@@ -85,9 +87,43 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
     return py::make_tuple(gx, gw, gb);
 }
 
+std::vector<py::ssize_t> shape_of(const py::array& a) {
+    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
+
+py::array clamp(const py::array& x_any, float lo, float hi) {
+    if (!x_any.dtype().is(py::dtype::of<float>()))
+        throw py::value_error("clamp: x must be float32");
+    if (!(lo <= hi)) throw py::value_error("clamp: need lo <= hi, got " + std::to_string(lo) +
+                                           " and " + std::to_string(hi));
+    Array<float> x = Array<float>::ensure(x_any);
+    Array<float> y(shape_of(x));
+    py::gil_scoped_release release;
+    clamp_forward(x.data(), x.size(), lo, hi, y.mutable_data());
+    return std::move(y);
+}
+
+py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, float hi) {
+    if (!g_any.dtype().is(py::dtype::of<float>()) || !y_any.dtype().is(py::dtype::of<float>()))
+        throw py::value_error("clamp_backward: g and y must be float32");
+    Array<float> g = Array<float>::ensure(g_any), y = Array<float>::ensure(y_any);
+    if (shape_of(g) != shape_of(y))
+        throw py::value_error("clamp_backward: g and y must have the same shape, got " +
+                              std::to_string(g.size()) + " and " + std::to_string(y.size()) +
+                              " values");
+    Array<float> gx(shape_of(y));
+    py::gil_scoped_release release;
+    clamp_backward(g.data(), y.data(), y.size(), lo, hi, gx.mutable_data());
+    return std::move(gx);
+}
+
 }  // namespace
 
 void bind_norm(py::module_& m) {
+    m.def("clamp", &clamp, py::arg("x"), py::arg("lo"), py::arg("hi"),
+          "float32 x -> min(max(x, lo), hi); NaN passes through");
+    m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
+          py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
     m.def("batch_norm_stats", [](const py::array& x) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x);
         if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x);

@@ -30,11 +30,11 @@ def _check_axis(x, axis, op):
 
 
 def relu(x):
-    return E.Relu.apply(_floating(x, "relu"))
+    return E.Clamp.apply(_floating(x, "relu"), lo=0.0, hi=np.inf)
 
 
 def relu6(x):
-    return M.clip(_floating(x, "relu6"), 0.0, 6.0)
+    return E.Clamp.apply(_floating(x, "relu6"), lo=0.0, hi=6.0)
 
 
 def leaky_relu(x, negative_slope=0.01):

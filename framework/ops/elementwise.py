@@ -1,6 +1,7 @@
 """Elementwise primitives. Binary ops broadcast; their backward sums over broadcast axes."""
 import numpy as np
 
+from .. import _C
 from ..autograd import Function
 
 
@@ -163,13 +164,33 @@ class Clip(Function):
         return g * self.mask
 
 
-class Relu(Function):
-    def forward(self, x):
-        self.mask = x > 0
-        return np.where(self.mask, x, np.zeros((), x.dtype))
+def clamp_ref(x, lo, hi):
+    """Numpy twin of _C.clamp (framework/csrc/clamp.h): NaN passes through."""
+    lo, hi = x.dtype.type(lo), x.dtype.type(hi)
+    return np.where(x < lo, lo, np.where(x > hi, hi, x))
+
+
+def clamp_grad_ref(g, y, lo, hi):
+    """Numpy twin of _C.clamp_backward: g where lo < y < hi (y: the clamp's output)."""
+    return np.where((y > lo) & (y < hi), g, np.zeros((), g.dtype))
+
+
+class Clamp(Function):
+    """min(max(x, lo), hi) for the activations (ReLU: 0, inf; ReLU6: 0, 6). The gradient is
+    taken from the output (g where lo < y < hi), so no mask is kept; float32 runs natively
+    (one pass on every core: ResNet-18's ReLUs at batch 8 took 165 ms of a 975 ms training
+    step as numpy's compare + where, single-threaded)."""
+
+    def forward(self, x, lo=0.0, hi=np.inf):
+        self.lo, self.hi = lo, hi
+        native = x.dtype == np.float32
+        self.y = _C.clamp(x, lo, hi) if native else clamp_ref(x, lo, hi)
+        return self.y
 
     def backward(self, g):
-        return g * self.mask
+        if g.dtype == np.float32 and self.y.dtype == np.float32:
+            return _C.clamp_backward(g, self.y, self.lo, self.hi)
+        return clamp_grad_ref(g, self.y, self.lo, self.hi)
 
 
 class Sigmoid(Function):

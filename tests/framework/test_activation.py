@@ -3,7 +3,7 @@ import pytest
 
 import tianyuan as ty
 import tianyuan.functional as F
-from helpers import check_op
+from helpers import check_op, each_isa
 
 S = (3, 5)
 
@@ -100,3 +100,41 @@ def test_dropout_seeded_eval_and_edges():
     assert not F.dropout(x, 1.0).numpy().any()
     with pytest.raises(ValueError, match="dropout"):
         F.dropout(x, 1.5)
+
+
+@pytest.mark.parametrize("n,lo,hi", [(1, 0.0, np.inf), (17, 0.0, 6.0), ((1 << 16) + 33, 0.0, 6.0),
+                                     (70001, -1.5, 2.0)])
+def test_native_clamp_matches_its_twin_on_every_isa(n, lo, hi):
+    # sizes past one OpenMP block and the threshold for threads, the bounds themselves, NaN
+    from tianyuan.ops.elementwise import clamp_grad_ref, clamp_ref
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-3, 8, n).astype(np.float32)
+    x[: min(n, 4)] = [lo, hi if np.isfinite(hi) else 1e30, np.nan, -np.inf][: min(n, 4)]
+    g = rng.standard_normal(n).astype(np.float32)
+    want_y = clamp_ref(x, lo, hi)
+    want_g = clamp_grad_ref(g, want_y, lo, hi)
+    for isa in each_isa():
+        y = ty._C.clamp(x, lo, hi)
+        np.testing.assert_array_equal(y, want_y, err_msg=f"forward, {isa}")
+        np.testing.assert_array_equal(ty._C.clamp_backward(g, y, lo, hi), want_g,
+                                      err_msg=f"backward, {isa}")
+
+
+def test_relu_and_relu6_gradients_come_from_the_output():
+    x = ty.tensor(np.float32([-1.0, 0.0, 0.5, 6.0, 7.0, np.nan]), requires_grad=True)
+    (F.relu(x) + F.relu6(x)).sum().backward()
+    np.testing.assert_array_equal(F.relu(x).numpy(), [0, 0, 0.5, 6, 7, np.nan])
+    # the bounds themselves get no gradient (PyTorch's convention), NaN none
+    np.testing.assert_array_equal(x.grad.numpy(), [0, 0, 2, 1, 1, 0])
+    x64 = ty.tensor(np.float64([-1.0, 3.0]), requires_grad=True)
+    F.relu6(x64).sum().backward()  # the numpy twin for other dtypes
+    np.testing.assert_array_equal(x64.grad.numpy(), [0, 1])
+
+
+def test_native_clamp_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="float32"):
+        ty._C.clamp(np.zeros(3), 0.0, 1.0)
+    with pytest.raises(ValueError, match="lo <= hi"):
+        ty._C.clamp(np.zeros(3, np.float32), 1.0, 0.0)
+    with pytest.raises(ValueError, match="same shape"):
+        ty._C.clamp_backward(np.zeros(3, np.float32), np.zeros(4, np.float32), 0.0, 1.0)

@@ -1,0 +1,23 @@
+// Clamp (clamp.h): the generic build of the drivers and the ISA dispatch.
+#include "clamp.h"
+
+#include "clamp_impl.h"
+#include "cpu.h"
+
+namespace tianyuan {
+
+void clamp_forward(const float* x, int64_t n, float lo, float hi, float* y) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return clamp_forward_avx512(x, n, lo, hi, y);
+    if (isa >= Isa::avx2) return clamp_forward_avx2(x, n, lo, hi, y);
+    clamp_run(x, n, lo, hi, y);
+}
+
+void clamp_backward(const float* g, const float* y, int64_t n, float lo, float hi, float* gx) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return clamp_backward_avx512(g, y, n, lo, hi, gx);
+    if (isa >= Isa::avx2) return clamp_backward_avx2(g, y, n, lo, hi, gx);
+    clamp_backward_run(g, y, n, lo, hi, gx);
+}
+
+}  // namespace tianyuan

@@ -1,0 +1,24 @@
+// Clamp y = min(max(x, lo), hi) (ReLU: lo 0, hi +inf; ReLU6: 0, 6) and its gradient from
+// the output, gx = g where lo < y < hi, 0 elsewhere: the backward needs no mask of its own
+// and keeps nothing alive that the next layer does not keep (its input). NaN passes through
+// the forward and gets no gradient. float32, contiguous; plain loops the compiler vectorises
+// (clamp_impl.h, built generic, AVX2 and AVX-512), OpenMP over blocks of values.
+// Numpy twin: framework/ops/elementwise.py, clamp_ref.
+#pragma once
+
+#include <cstdint>
+
+namespace tianyuan {
+
+void clamp_forward(const float* x, int64_t n, float lo, float hi, float* y);
+void clamp_backward(const float* g, const float* y, int64_t n, float lo, float hi, float* gx);
+
+#define TY_CLAMP_ISA(isa)                                                                   \
+    void clamp_forward_##isa(const float* x, int64_t n, float lo, float hi, float* y);     \
+    void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo, float hi, \
+                              float* gx);
+TY_CLAMP_ISA(avx2)
+TY_CLAMP_ISA(avx512)
+#undef TY_CLAMP_ISA
+
+}  // namespace tianyuan
