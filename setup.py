@@ -67,6 +67,9 @@ ext = Pybind11Extension(
     "tianyuan._C",
     sources,
     include_dirs=["framework/csrc"],
+    # a header change rebuilds the extension (without this an in-place build after editing
+    # only a header kept the old .so)
+    depends=sorted(glob.glob("framework/csrc/*.h")),
     extra_compile_args=BASE_FLAGS,
     extra_link_args=["-fopenmp"],
     define_macros=[("TIANYUAN_BUILD_FLAGS", '"' + " ".join(BASE_FLAGS) + '"')],

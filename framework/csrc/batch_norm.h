@@ -13,7 +13,8 @@ struct BnShape {
     int64_t n, c, s;  // batch, channels, pixels per plane
 };
 
-// mean (C,), biased variance (C,) of x (N, C, S): two passes over each channel.
+// mean (C,), biased variance (C,) of x (N, C, S): one pass over each channel (sum and sum of
+// squares in double).
 template <typename T>
 void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var);
 

@@ -12,31 +12,31 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // values below which threads cost more than they save
 
-// sum over the channel's N planes of f(plane pointer, plane index)
-template <typename T, typename F>
-double channel_sum(const T* x, const BnShape& b, int64_t c, F f) {
-    double total = 0.0;
-    for (int64_t n = 0; n < b.n; ++n) total += f(x + (n * b.c + c) * b.s, n * b.c + c);
-    return total;
-}
-
 template <typename T>
 void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
     const double count = double(b.n * b.s);
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t c = 0; c < b.c; ++c) {
-        const double m = channel_sum(x, b, c, [&](const T* p, int64_t) {
-            double s = 0.0;
-            for (int64_t k = 0; k < b.s; ++k) s += p[k];
-            return s;
-        }) / count;
-        const double v = channel_sum(x, b, c, [&](const T* p, int64_t) {
-            double s = 0.0;
-            for (int64_t k = 0; k < b.s; ++k) s += (p[k] - m) * (p[k] - m);
-            return s;
-        }) / count;
+        // One pass, sum and sum of squares in double, in vector lanes (omp simd: without it
+        // no reassociation is allowed and the sums ran as one scalar chain). E[x^2] - E[x]^2
+        // in double loses ~1e-16 * E[x^2] / var relative, nothing for float32 data. Two
+        // scalar passes took 14-16 ms for (8, 96, 112, 112) at 2 threads, this 1.0-1.8.
+        double sum = 0.0, squares = 0.0;
+        for (int64_t n = 0; n < b.n; ++n) {
+            const T* p = x + (n * b.c + c) * b.s;
+            double s = 0.0, q = 0.0;
+#pragma omp simd reduction(+ : s, q)
+            for (int64_t k = 0; k < b.s; ++k) {
+                const double v = p[k];
+                s += v;
+                q += v * v;
+            }
+            sum += s;
+            squares += q;
+        }
+        const double m = sum / count, v = squares / count - m * m;
         mean[c] = T(m);
-        var[c] = T(v);
+        var[c] = T(v > 0.0 ? v : 0.0);
     }
 }
 
@@ -62,7 +62,10 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
         for (int64_t n = 0; n < b.n; ++n) {
             const T* g = gy + (n * b.c + c) * b.s;
             const T* xs = x + (n * b.c + c) * b.s;
-            T sg = T(0), sgx = T(0);  // per plane in T (vectorises), then into double
+            // per plane in T, in vector lanes (omp simd; the scalar chain had made the backward
+            // 2-3x slower), then into double
+            T sg = T(0), sgx = T(0);
+#pragma omp simd reduction(+ : sg, sgx)
             for (int64_t k = 0; k < b.s; ++k) {
                 sg += g[k];
                 sgx += g[k] * (xs[k] - m);
