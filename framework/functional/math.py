@@ -1,6 +1,7 @@
 """Arithmetic, math, reductions and shape ops: thin wrappers over the primitives that
 check arguments and name the op and the shapes when they are wrong."""
 import builtins
+import math
 
 import numpy as np
 
@@ -208,12 +209,12 @@ def _resolve_shape(x, shape):
     shape = tuple(int(s) for s in shape)
     if shape.count(-1) > 1:
         raise ValueError("only one dimension can be -1")
-    known = int(np.prod([s for s in shape if s != -1]))
+    known = math.prod(s for s in shape if s != -1)  # math.prod: np.prod costs ~3 us a call
     if -1 in shape:
         if known == 0 or x.data.size % known:
             raise ValueError("sizes do not divide")
         shape = tuple(x.data.size // known if s == -1 else s for s in shape)
-    if int(np.prod(shape)) != x.data.size:
+    if math.prod(shape) != x.data.size:
         raise ValueError("element counts differ")
     return shape
 

@@ -12,6 +12,8 @@ Weights are packed once (`pack_weights`) and reused; activations are NCHW (conv)
 ...                np.zeros(1, np.int32), m, s, 0, False, np.uint8)
 array([[20]], dtype=uint8)
 """
+import math
+
 import numpy as np
 
 from .. import _C
@@ -179,11 +181,10 @@ def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1):
     shape = list(xs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
     out = np.empty(shape, dtype)
-    outer = int(np.prod(shape[:axis]))
-    out_inner = int(np.prod(shape[axis:]))
+    outer, out_inner = math.prod(shape[:axis]), math.prod(shape[axis:])
     offset = 0
     for x, z, m, s in zip(xs, zero_points, multipliers, shifts):
-        inner = int(np.prod(x.shape[axis:]))
+        inner = math.prod(x.shape[axis:])
         _C.int8_concat_part(x, int(z), outer, inner, int(m), int(s), int(out_zero_point), out,
                             offset, out_inner)
         offset += inner
