@@ -137,8 +137,10 @@ void run_item(const Plan& p, int64_t item, float* panel) {
     const int64_t cb0 = split * p.co_blocks / p.splits;
     const int64_t cb1 = (split + 1) * p.co_blocks / p.splits;
     const int64_t t0 = group * p.panels / p.groups, t1 = (group + 1) * p.panels / p.groups;
-    for (int64_t k0 = 0; k0 < p.depth; k0 += kKc) {
-        const int64_t kc = p.depth - k0 < kKc ? p.depth - k0 : kKc;
+    // equal chunks of at most kKc rows (576 rows: 3 x 192, not 256 + 256 + 64)
+    const int64_t chunks = (p.depth + kKc - 1) / kKc, step = (p.depth + chunks - 1) / chunks;
+    for (int64_t k0 = 0; k0 < p.depth; k0 += step) {
+        const int64_t kc = p.depth - k0 < step ? p.depth - k0 : step;
         for (int64_t t = t0; t < t1; ++t) {
             ConvGemmOut o;
             int64_t ldb;

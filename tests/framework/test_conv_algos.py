@@ -67,7 +67,7 @@ def test_depthwise_kernels_match_numpy_twins_on_every_isa(shape, kernel, stride,
 
 
 # (x shape, Co, kernel, stride, padding (t, b, l, r), dilation): panels of 32 positions that
-# straddle rows and images (up to 8 images a panel, with reductions past one 128-row block),
+# straddle rows and images (up to 8 images a panel, with reductions in two chunks: 270 rows),
 # tails, Co not a multiple of 12, pointwise (read in place), 1x1 images, stride 2 and 3,
 # dilation, asymmetric padding
 GEMM_DIRECT = [
