@@ -6,13 +6,6 @@
 
 namespace tianyuan {
 
-void clamp_forward_avx512(const float* x, int64_t n, float lo, float hi, float* y) {
-    clamp_run(x, n, lo, hi, y);
-}
-
-void clamp_backward_avx512(const float* g, const float* y, int64_t n, float lo, float hi,
-                         float* gx) {
-    clamp_backward_run(g, y, n, lo, hi, gx);
-}
+TY_CLAMP_DEFINE(avx512)
 
 }  // namespace tianyuan

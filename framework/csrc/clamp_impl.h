@@ -34,3 +34,13 @@ inline void clamp_backward_run(const float* g, const float* y, int64_t n, float 
 
 }  // namespace
 }  // namespace tianyuan
+
+// The entry points of one ISA's unit (clamp.h), over this unit's build of the drivers.
+#define TY_CLAMP_DEFINE(isa)                                                              \
+    void clamp_forward_##isa(const float* x, int64_t n, float lo, float hi, float* y) {   \
+        clamp_run(x, n, lo, hi, y);                                                       \
+    }                                                                                     \
+    void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo,        \
+                              float hi, float* gx) {                                      \
+        clamp_backward_run(g, y, n, lo, hi, gx);                                          \
+    }

@@ -161,8 +161,8 @@ def wgrad_direct_wins(x, w, groups, geo):
     weights 0.52-0.95x numpy's time (ShuffleNetV2's 24 -> 58 at 56x56 5.0 -> 2.6 ms,
     MobileNetV2's 24 -> 144 10.0 -> 7.0, ResNet-50's 64 -> 256 23.4 -> 19.7), 512 -> 2048 at
     7x7 1.1x; at batch 1 numpy's columns are views of x and gy, and the direct kernel is
-    1.03-2.1x slower from 28x28 down
-    (0.43-0.96x at 56x56), so widening layers at batch 1 stay on numpy."""
+    1.03-2.1x slower from 28x28 down (0.43-0.96x at 56x56), so widening layers at batch 1
+    stay on numpy."""
     if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32:
         return False
     if _C.current_isa() not in ("avx512", "vnni", "amx"):
