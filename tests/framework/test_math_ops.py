@@ -81,6 +81,23 @@ def test_indexing_with_gradient():
     check_op(lambda x: x[ty.tensor(idx)], lambda x: x[idx], [(3, 4)])
 
 
+@pytest.mark.parametrize("index", [(1, Ellipsis, None, slice(None, None, -1)),
+                                   (slice(None), slice(1, 3)), np.int64(2), (0, 1, 2)])
+def test_basic_indexing_gradient_is_an_assignment(index):
+    # basic indices select each element once: the backward assigns instead of np.add.at,
+    # and must give what the scatter-add gives
+    from tianyuan.ops.shape import is_basic_index
+    assert is_basic_index(index)
+    x = ty.tensor(np.arange(60, dtype=np.float32).reshape(3, 4, 5), requires_grad=True)
+    y = x[index]
+    g = np.random.default_rng(0).standard_normal(y.shape).astype(np.float32)
+    (y * ty.tensor(g)).sum().backward()
+    want = np.zeros((3, 4, 5), np.float32)
+    np.add.at(want, index, g)
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+    assert not is_basic_index(np.array([0, 0])) and not is_basic_index((True,))
+
+
 def test_gather_and_where():
     index = np.array([[0, 2], [1, 1], [2, 0]])
     check_op(lambda x: F.gather(x, 1, ty.tensor(index)),
