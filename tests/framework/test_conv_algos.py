@@ -1,5 +1,6 @@
 """Convolution algorithms (framework/ops/conv_algo.py) against the numpy twins, on every ISA
-path this machine has: depthwise direct kernels, forced algorithms, the per-shape cache."""
+path this machine has: depthwise direct kernels, forced algorithms, the per-shape cache (the
+direct weight gradient: test_conv_wgrad.py)."""
 import numpy as np
 import pytest
 
@@ -9,9 +10,9 @@ from helpers import check_op, each_isa
 from tianyuan import _C
 from tianyuan.ops import conv as conv_ops
 from tianyuan.ops import winograd
-from tianyuan.ops.conv_ref import (conv2d_ref, conv2d_weight_grad_ref, conv_epilogue_ref,
-                                   depthwise_backward_input_ref, depthwise_backward_weight_ref,
-                                   depthwise_conv2d_ref, winograd_input_ref, winograd_output_ref,
+from tianyuan.ops.conv_ref import (conv2d_ref, conv_epilogue_ref, depthwise_backward_input_ref,
+                                   depthwise_backward_weight_ref, depthwise_conv2d_ref,
+                                   winograd_input_ref, winograd_output_ref,
                                    winograd_weight_transform)
 
 # (x shape, kernel, stride, padding (t, b, l, r), dilation): odd widths, 1x1 images,
@@ -147,86 +148,6 @@ def test_gemm_direct_binding_rejects_bad_arguments():
         _C.conv2d_gemm(x, w, None, None, *geo, 3)
     with pytest.raises(ValueError, match="plan must be 'auto', 'slab', 'stream' or 'few', got"):
         _C.conv2d_gemm(x, w, None, None, *geo, 0, "fast")
-
-
-# weight gradient: besides GEMM_DIRECT's shapes, rows k past one packed block of 144 and
-# tasks split mid-block (C*9 = 306), channels past one block of 32 (Co = 45), panels of
-# several images in one chunk (3x3 maps), and an output gradient gathered in two image
-# groups (3 images of 32 channels at 224x224: 6.4 MB each, budget 16 MB)
-WEIGHT_GRAD = GEMM_DIRECT + [
-    ((2, 34, 9, 10), 45, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-    ((5, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-    ((3, 2, 224, 224), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-]
-
-
-@pytest.mark.parametrize("shape,co,kernel,stride,padding,dilation", WEIGHT_GRAD)
-def test_gemm_weight_grad_matches_numpy_twin_on_every_isa(shape, co, kernel, stride, padding,
-                                                          dilation):
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal(shape).astype(np.float32)
-    gy_shape = conv2d_ref(x[:, :1], np.zeros((1, 1) + kernel), None, stride, padding,
-                          dilation).shape
-    gy = rng.standard_normal((shape[0], co) + gy_shape[2:]).astype(np.float32)
-    want = conv2d_weight_grad_ref(x.astype(np.float64), gy.astype(np.float64), kernel, stride,
-                                  padding, dilation)
-    for isa in each_isa():
-        close(_C.conv2d_gemm_weight_grad(x, gy, kernel, stride, padding, dilation), want,
-              f"weight gradient, {isa}")
-
-
-@pytest.mark.parametrize("shape,co,kernel", [((4, 20, 16, 16), 40, (1, 1)),
-                                             ((2, 34, 9, 10), 45, (3, 3))])
-def test_gemm_weight_grad_bits_do_not_depend_on_the_thread_count(shape, co, kernel):
-    # few rows k (the 1x1 layer: 20) split the positions into fixed shares summed in order;
-    # 306 rows split k between the threads
-    rng = np.random.default_rng(9)
-    x = rng.standard_normal(shape).astype(np.float32)
-    gy = rng.standard_normal((shape[0], co) + shape[2:]).astype(np.float32)
-    pad = (kernel[0] // 2,) * 4
-    before = ty.get_num_threads()
-    try:
-        outs = []
-        for threads in (1, 2, 3):
-            ty.set_num_threads(threads)
-            outs.append(_C.conv2d_gemm_weight_grad(x, gy, kernel, (1, 1), pad, (1, 1)))
-    finally:
-        ty.set_num_threads(before)
-    for threads, out in zip((2, 3), outs[1:]):
-        np.testing.assert_array_equal(out, outs[0], err_msg=f"{threads} threads")
-
-
-def test_gemm_weight_grad_binding_rejects_bad_arguments():
-    x = np.zeros((2, 4, 5, 5), np.float32)
-    geo = ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
-    with pytest.raises(ValueError, match=r"gy must be \(2, Co, 5, 5\).*got \(2, 3, 4, 5\)"):
-        _C.conv2d_gemm_weight_grad(x, np.zeros((2, 3, 4, 5), np.float32), *geo)
-    with pytest.raises(ValueError, match="float32"):
-        _C.conv2d_gemm_weight_grad(x, np.zeros((2, 3, 5, 5)), *geo)
-
-
-@pytest.mark.parametrize("transpose", [False, True])
-def test_direct_weight_gradient_agrees_with_im2col(transpose, monkeypatch):
-    # the layer's backward takes the direct weight gradient where wgrad_direct_wins says so
-    # (any forward algorithm; ConvTranspose2d through the adjoint convolution's)
-    rng = np.random.default_rng(6)
-    x = ty.tensor(rng.standard_normal((2, 6, 9, 8)).astype(np.float32))
-    w = ty.tensor(rng.standard_normal((6, 5, 3, 3) if transpose else (5, 6, 3, 3))
-                  .astype(np.float32), requires_grad=True)
-    conv = (lambda: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)) \
-        if transpose else (lambda: F.conv2d(x, w, stride=(1, 2), padding=(1, 2)))
-    grads = {}
-    for direct in (False, True):
-        monkeypatch.setattr(conv_ops.conv_algo, "wgrad_direct_wins",
-                            lambda *args, direct=direct: direct)
-        for isa in each_isa():
-            w.grad = None
-            y = conv()
-            (y * ty.tensor(np.sin(np.arange(y.numpy().size, dtype=np.float32))
-                           .reshape(y.shape))).sum().backward()
-            grads[direct, isa] = w.grad.numpy()
-    for isa in ty.available_isas():
-        close(grads[True, isa], grads[False, isa], f"weight gradient, {isa}")
 
 
 @pytest.mark.parametrize("xs,ws,padding,dilation", [
