@@ -24,6 +24,13 @@ using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
 using Pair = std::pair<int64_t, int64_t>;
 using Quad = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
+// "(2, 3, 4)": an array's shape for error messages.
+inline std::string shape_str(const py::array& a) {
+    std::string s = "(";
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+    return s + ")";
+}
+
 // float32 and float64 (float64 serves the finite-difference gradient checks).
 template <typename F32, typename F64>
 py::array dispatch_float(const char* op, const char* arg, const py::array& a, F32 f32, F64 f64) {

@@ -10,12 +10,6 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
-std::string shape_str(const py::array& a) {
-    std::string s = "(";
-    for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-    return s + ")";
-}
-
 // w must be (C, 1, kh, kw) for an input of C channels.
 void check_weight(const char* op, const py::array& w, int64_t c) {
     if (w.ndim() != 4 || w.shape(0) != c || w.shape(1) != 1)

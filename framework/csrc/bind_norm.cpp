@@ -93,7 +93,9 @@ std::vector<py::ssize_t> shape_of(const py::array& a) {
 
 py::array clamp(const py::array& x_any, float lo, float hi) {
     if (!x_any.dtype().is(py::dtype::of<float>()))
-        throw py::value_error("clamp: x must be float32");
+        throw py::value_error("clamp: x must be float32, got " +
+                              std::string(py::str(x_any.dtype())) + " of shape " +
+                              shape_str(x_any));
     if (!(lo <= hi)) throw py::value_error("clamp: need lo <= hi, got " + std::to_string(lo) +
                                            " and " + std::to_string(hi));
     Array<float> x = Array<float>::ensure(x_any);
@@ -105,12 +107,13 @@ py::array clamp(const py::array& x_any, float lo, float hi) {
 
 py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, float hi) {
     if (!g_any.dtype().is(py::dtype::of<float>()) || !y_any.dtype().is(py::dtype::of<float>()))
-        throw py::value_error("clamp_backward: g and y must be float32");
+        throw py::value_error("clamp_backward: g and y must be float32, got " +
+                              std::string(py::str(g_any.dtype())) + " and " +
+                              std::string(py::str(y_any.dtype())));
     Array<float> g = Array<float>::ensure(g_any), y = Array<float>::ensure(y_any);
     if (shape_of(g) != shape_of(y))
         throw py::value_error("clamp_backward: g and y must have the same shape, got " +
-                              std::to_string(g.size()) + " and " + std::to_string(y.size()) +
-                              " values");
+                              shape_str(g) + " and " + shape_str(y));
     Array<float> gx(shape_of(y));
     py::gil_scoped_release release;
     clamp_backward(g.data(), y.data(), y.size(), lo, hi, gx.mutable_data());
