@@ -74,14 +74,16 @@ void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& s
 }
 
 py::tuple int8_pack_conv(const Array<int8_t>& w) {
-    if (w.ndim() != 3) throw std::invalid_argument("int8_pack_conv_weights: w must be (G, N, K)");
-    const int64_t g = w.shape(0), n = w.shape(1), k = w.shape(2);
-    const int64_t size = n * int8::round_up(k, int8::kGroup);
+    if (w.ndim() != 4) {
+        throw std::invalid_argument("int8_pack_conv_weights: w must be (G, N, C/groups, kh*kw)");
+    }
+    const int64_t g = w.shape(0), n = w.shape(1), cg = w.shape(2), taps = w.shape(3);
+    const int64_t size = n * int8::round_up(cg * taps, int8::kGroup);
     Array<int8_t> packed(g * size);
     Array<int32_t> sums(g * n);
     for (int64_t i = 0; i < g; ++i) {
-        int8::pack_conv_weights(w.data() + i * n * k, n, k, packed.mutable_data() + i * size,
-                                sums.mutable_data() + i * n);
+        int8::pack_conv_weights(w.data() + i * n * cg * taps, n, cg, taps,
+                                packed.mutable_data() + i * size, sums.mutable_data() + i * n);
     }
     return py::make_tuple(packed, sums);
 }
@@ -135,7 +137,8 @@ void bind_int8_gemm(py::module_& m) {
     m.def("int8_pack_weights", &int8_pack, py::arg("w"),
           "w s8 (G, N, K) -> (packed s8, row_sums s32 (G*N,)); layout in int8_gemm.h");
     m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),
-          "w s8 (G, OC/G, K) -> (packed s8, row_sums s32 (OC,)); layout in int8_cgemm.h");
+          "w s8 (G, OC/G, C/G, kh*kw) -> (packed s8, row_sums s32 (OC,)); layout in "
+          "int8_cgemm.h");
     m.def("int8_gemm_s32", [](const py::array& x, int zp, const Array<int8_t>& packed,
                               const Array<int32_t>& sums, int64_t n) {
         if (x.ndim() != 2) throw std::invalid_argument("int8_gemm_s32: x must be (M, K)");
@@ -182,8 +185,12 @@ void bind_int8_conv(py::module_& m) {
                             const Array<int32_t>& mult, const Array<int32_t>& shift, int out_zp,
                             bool relu, bool out_signed, int out_max,
                             std::pair<int64_t, int64_t> stride, Quad64 pad,
-                            std::pair<int64_t, int64_t> dil, int64_t groups) {
+                            std::pair<int64_t, int64_t> dil, int64_t groups, int algo) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
+        if (algo < 0 || algo > 2) {
+            throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed) "
+                                        "or 2 (direct), got " + std::to_string(algo));
+        }
         int8_check_conv_packed(packed, sums, groups, g.oc / groups,
                                std::get<1>(wshape) * g.kh * g.kw);
         const int8::QIn in = int8_input(x, zp, "int8_conv2d");
@@ -192,7 +199,8 @@ void bind_int8_conv(py::module_& m) {
         py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
-        int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o);
+        int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
+                     static_cast<int8::ConvAlgo>(algo));
         return out;
     });
     m.def("int8_depthwise_conv2d", [](const py::array& x, int zp, const Array<int8_t>& w,

@@ -7,6 +7,8 @@
 #include <omp.h>
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu.h"
@@ -16,9 +18,9 @@
 namespace tianyuan {
 namespace int8 {
 
-void pack_conv_weights(const int8_t* w, int64_t oc, int64_t k, int8_t* packed,
+void pack_conv_weights(const int8_t* w, int64_t oc, int64_t cg, int64_t taps, int8_t* packed,
                        int32_t* row_sums) {
-    const int64_t kp = round_up(k, kGroup);
+    const int64_t k = cg * taps, kp = round_up(k, kGroup);
     std::memset(packed, 0, static_cast<size_t>(oc * kp));
     for (int64_t j = 0; j < oc; ++j) {
         const int64_t b = j / kOcBlock, r = j % kOcBlock;
@@ -26,8 +28,11 @@ void pack_conv_weights(const int8_t* w, int64_t oc, int64_t k, int8_t* packed,
         int8_t* block = packed + b * kOcBlock * kp;
         int32_t sum = 0;
         for (int64_t q = 0; q < k; ++q) {
-            block[(q / kGroup) * rb * kGroup + r * kGroup + q % kGroup] = w[j * k + q];
-            sum += w[j * k + q];
+            int64_t c, tap;
+            k_row(q, cg, taps, &c, &tap);
+            const int8_t v = w[j * k + c * taps + tap];
+            block[(q / kGroup) * rb * kGroup + r * kGroup + q % kGroup] = v;
+            sum += v;
         }
         row_sums[j] = sum;
     }
@@ -49,14 +54,14 @@ void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int
     }
 }
 
-void cgemm_tile_generic(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
-                        int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
-                        int64_t ldo) {
+void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                        int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                        uint8_t* out, int64_t ldo) {
     for (int64_t i = 0; i < rows; ++i) {
         for (int64_t p = 0; p < npos; ++p) {
             uint32_t acc = 0;  // wraps like vpdpbusd; the corrected sum fits int32
             for (int64_t g = 0; g < kp / kGroup; ++g) {
-                const uint8_t* a = buf + g * kPos * kGroup + p * kGroup;
+                const uint8_t* a = acts + qoff[g] + p * kGroup;
                 const int8_t* b = w + g * rows * kGroup + i * kGroup;
                 for (int64_t t = 0; t < kGroup; ++t) {
                     acc += static_cast<uint32_t>(static_cast<int32_t>(a[t]) * b[t]);
@@ -68,12 +73,12 @@ void cgemm_tile_generic(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t
     }
 }
 
+CTileFn cgemm_tile() { return current_isa() >= Isa::vnni ? cgemm_tile_vnni : cgemm_tile_generic; }
+
 namespace {
 
 using PackFn = void (*)(const uint8_t*, const int64_t*, int64_t, int64_t, const Run*, int64_t,
                         int64_t, uint8_t*);
-using TileFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, int64_t,
-                        const RowParams&, const Requant&, uint8_t*, int64_t);
 
 // Grow-only per-thread workspaces: no allocation (or page faults) per call once warm.
 uint8_t* workspace(std::vector<uint8_t>& v, int64_t size) {
@@ -163,9 +168,10 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 struct ConvPlan {
     const uint8_t* xpad;
     int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
-    std::vector<int64_t> koff;  // (kg,) offsets of (c, i, j) in a padded group
+    std::vector<int64_t> koff;  // (kg,) offsets of k's (c, i, j) in a padded group
+    std::vector<int64_t> qoff;  // (kp / 4,) k-quad q's panels in a packed block
     PackFn pack;
-    TileFn tile;
+    CTileFn tile;
 };
 
 ConvPlan plan(const QIn& x, const ConvGeom& g) {
@@ -180,22 +186,21 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     s.p = g.oh * g.ow;
     s.blocks = (g.n * s.p + kPos - 1) / kPos;  // blocks run over the batch's positions
     s.koff.resize(static_cast<size_t>(s.kg));
-    for (int64_t c = 0, q = 0; c < s.cg; ++c) {
-        for (int64_t i = 0; i < g.kh; ++i) {
-            for (int64_t j = 0; j < g.kw; ++j, ++q) {
-                s.koff[q] = c * s.hp * s.wp + i * g.dh * s.wp + j * g.dw;
-            }
-        }
+    for (int64_t q = 0; q < s.kg; ++q) {
+        int64_t c, tap;
+        k_row(q, s.cg, g.kh * g.kw, &c, &tap);
+        s.koff[q] = c * s.hp * s.wp + tap / g.kw * g.dh * s.wp + tap % g.kw * g.dw;
     }
+    s.qoff.resize(static_cast<size_t>(s.kp / kGroup));
+    for (int64_t q = 0; q < s.kp / kGroup; ++q) s.qoff[q] = q * kPos * kGroup;
     // Few position blocks (batch 1, small maps): also split the output channels.
     const int64_t oblocks = (s.ocg + kOcBlock - 1) / kOcBlock;
     const int64_t tasks = g.groups * s.blocks, want = 2 * omp_get_max_threads();
     s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
-    const Isa isa = current_isa();
-    s.pack = isa >= Isa::avx512 ? pack_block_avx512 : pack_block_generic;
-    s.tile = isa >= Isa::vnni ? cgemm_tile_vnni : cgemm_tile_generic;
+    s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512 : pack_block_generic;
+    s.tile = cgemm_tile();
     return s;
 }
 
@@ -221,10 +226,10 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         uint8_t* o = out + (spans[0].n * g.oc + c0 + j) * s.p + spans[0].q;
         if (nspans == 1) {
-            s.tile(buf, w, s.kp, rows, npos, q, r, o, s.p);
+            s.tile(buf, s.qoff.data(), w, s.kp, rows, npos, q, r, o, s.p);
             continue;
         }
-        s.tile(buf, w, s.kp, rows, npos, q, r, stage, kPos);
+        s.tile(buf, s.qoff.data(), w, s.kp, rows, npos, q, r, stage, kPos);
         for (int64_t i = 0; i < rows; ++i)
             for (int64_t t = 0; t < nspans; ++t)
                 std::memcpy(out + (spans[t].n * g.oc + c0 + j + i) * s.p + spans[t].q,
@@ -248,9 +253,18 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 }  // namespace
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
-            const int32_t* bias, const Requant& r, uint8_t* out) {
-    const ConvPlan s = plan(x, g);
+            const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo) {
+    if (algo == ConvAlgo::direct && !direct_takes(g)) {
+        throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
+                                    " by 4, got " + std::to_string(g.c / g.groups));
+    }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    if (algo == ConvAlgo::direct || (algo == ConvAlgo::automatic && direct_wins(g))) {
+        conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, b.data(),
+                      r, out);
+        return;
+    }
+    const ConvPlan s = plan(x, g);
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     if (s.chunks == 1) {  // enough position blocks: each task packs its own
 #pragma omp parallel for schedule(static) if (blocks > 1)

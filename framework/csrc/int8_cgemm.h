@@ -3,13 +3,22 @@
 // into NCHW, with no s32 intermediate and no transpose. Numpy twin: reference.qconv2d.
 //
 // Conv weight layout (ISA independent; packed once at quantize() time):
-//   per group, OCg rows of K s8 (K = C/groups*kh*kw in (c, i, j) order), Kp = K rounded up
-//   to 4; rows in blocks of kOcBlock (the last block may be shorter, rb rows):
+//   per group, OCg rows of K s8, Kp = K rounded up to 4. K runs in (c, i, j) order, or,
+//   when C/groups is a multiple of 4, in (c / 4, i, j, c % 4) order: then every k-quad is
+//   4 channels at one kernel tap, which the direct algorithm reads straight from its
+//   quad-interleaved input. Rows in blocks of kOcBlock (the last block may be shorter,
+//   rb rows):
 //     packed[g*OCg*Kp + b*kOcBlock*Kp + (k/4)*rb*4 + r*4 + k%4] = W[b*kOcBlock + r][k]
 //   so one k-quad of the rb rows of a block is rb consecutive 32-bit words (broadcasts).
-// Activation block layout (built per call, per block of up to kPos output positions):
-//   buf[(k/4)*kPos*4 + p*4 + k%4] = xpad[koff[k] + src(p)]: 4 consecutive k of one position
-//   form the u8 operand lane of vpdpbusd; positions past the block end hold junk.
+// Two algorithms feed the same register tile, which reads k-quad q's 64 positions at
+// `acts + qoff[q]` (4 consecutive k of one position per 32-bit lane):
+//   packed: per block of up to kPos output positions, the block's activations are gathered
+//     into buf[(k/4)*kPos*4 + p*4 + k%4] = xpad[koff[k] + src(p)], so qoff[q] = q*kPos*4.
+//   direct (stride-any convolutions with C/groups % 4 == 0; int8_conv_direct.cpp): the input
+//     is rewritten once into quad planes, per channel quad and phase (a, b) of the stride
+//     quads[y][x] = 4 channels of xpad[sh*y + a][sw*x + b], and the tile runs over "virtual"
+//     positions v = oy*Wph + ox of the phase planes' width Wph >= ow: each tap is one offset,
+//     so no per-block gather; the Wph - ow columns past the row end are computed and dropped.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +31,21 @@ namespace int8 {
 constexpr int64_t kOcBlock = 6;  // output channels per weight block (register rows)
 constexpr int64_t kPos = 64;     // output positions per activation block (4 zmm panels)
 
-// W (OC, K) s8 row-major -> conv layout above (oc*Kp bytes) and row sums (OC,).
-void pack_conv_weights(const int8_t* w, int64_t oc, int64_t k, int8_t* packed,
+// W (OC, C/groups, kh*kw) s8 row-major -> conv layout above (oc*Kp bytes), row sums (OC,).
+void pack_conv_weights(const int8_t* w, int64_t oc, int64_t cg, int64_t taps, int8_t* packed,
                        int32_t* row_sums);
+
+// Whether k runs in channel quads (c / 4, i, j, c % 4), and the (c, tap) of k-row q.
+inline bool quad_order(int64_t cg) { return cg % 4 == 0; }
+inline void k_row(int64_t q, int64_t cg, int64_t taps, int64_t* c, int64_t* tap) {
+    if (quad_order(cg)) {
+        *c = q / (4 * taps) * 4 + q % 4;
+        *tap = q / 4 % taps;
+    } else {
+        *c = q / taps;
+        *tap = q % taps;
+    }
+}
 
 // A run of consecutive output positions of one block that read one input row:
 // buf position dst + t reads xpad[koff + src + t * stride], t < len.
@@ -46,20 +67,41 @@ struct RowParams {
 };
 
 // rows (<= kOcBlock) channels x npos (<= kPos) positions: out[r*ldo + p] = requantized
-// sum_k w[r][k] * buf[k][p]. w is the block's packed rows.
-void cgemm_tile_generic(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
-                        int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
-                        int64_t ldo);
-void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
-                     int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
-                     int64_t ldo);
+// sum_k w[r][k] * acts[qoff[k/4] + 4*p + k%4]. w is the block's packed rows.
+void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                        int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                        uint8_t* out, int64_t ldo);
+void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                     int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                     uint8_t* out, int64_t ldo);
+using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
+                         int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
+CTileFn cgemm_tile();  // the tile of the current ISA
+
+// The direct algorithm's quad planes of one channel quad of one image: 4 rows of the input
+// (c0..c3, each h x w, sign bit flipped by `flip`, zero point z outside) -> per phase (a, b)
+// of the stride, hph x wph quads at dst + (a*sw + b)*plane*4; plane >= hph*wph, and dst is
+// writable 64 quads past the last phase's last row (rows may be written whole panels wide).
+struct QuadPlanes {
+    int64_t h, w, pt, pl, sh, sw, hph, wph, plane;
+    uint8_t z, flip;
+};
+void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
+void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
+
+// The direct algorithm (int8_conv_direct.cpp): whether it can run g, whether the automatic
+// choice takes it, and the convolution itself (bias already corrected for the zero point).
+struct ConvGeom;
+bool direct_takes(const ConvGeom& g);
+bool direct_wins(const ConvGeom& g);
+void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
+                   const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out);
 
 // Depthwise, one channel plane: xp (Hp, Wp) padded with the zero point (u8, sign bit
 // flipped for s8) and readable kPadSlack bytes past its end; q holds the channel's bias
 // (already minus z * sum(w)), multiplier and shift; out (oh, ow); scratch >= oh * wp + 64
 // bytes. Any stride and dilation (fast paths at strides 1 and 2).
 constexpr int64_t kPadSlack = 256;
-struct ConvGeom;
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                             const RowParams& q, const Requant& r, uint8_t* out,
                             uint8_t* scratch);

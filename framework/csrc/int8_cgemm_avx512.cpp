@@ -1,4 +1,5 @@
-// AVX-512BW activation block pack for the int8 convolution (layout in int8_cgemm.h).
+// AVX-512BW activation block pack for the int8 convolution (layout in int8_cgemm.h), and
+// the direct algorithm's quad planes (the same interleave, once per input row).
 // Per k-quad: 4 rows of 64 positions are gathered into zmm registers (stride 1: masked
 // loads merged at the run's place; stride 2: the even bytes of a masked 128-byte window,
 // vpmovwb, merged at the run's place; larger strides through a small buffer), then
@@ -109,6 +110,35 @@ void pack_rows(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp, 
 
 }  // namespace
 
+// One row of a phase plane, 64 columns from x0: lane l reads input column sw*(x0+l) + b - pl
+// of each of the 4 rows (z outside the input), stride 1 and 2 in vector loads.
+inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, int64_t b,
+                         __m512i zf, __m512i flip) {
+    const int64_t c0 = p.sw * x0 + b - p.pl;
+    const auto window = [&](int64_t start) {  // input columns [start, start + 64) in range
+        const int64_t lo = start < 0 ? -start : 0, hi = p.w - start;
+        return hi <= lo ? 0 : low_bits(hi) & ~low_bits(lo);
+    };
+    __m512i v;
+    if (p.sw == 1) {
+        v = _mm512_mask_loadu_epi8(zf, window(c0), src + c0);
+    } else if (p.sw == 2) {
+        const __m512i lo = _mm512_mask_loadu_epi8(zf, window(c0), src + c0);
+        const __m512i hi = _mm512_mask_loadu_epi8(zf, window(c0 + 64), src + c0 + 64);
+        v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(lo)),
+                               _mm512_cvtepi16_epi8(hi), 1);
+    } else {
+        alignas(64) uint8_t row[kPos];
+        _mm512_store_si512(row, zf);
+        for (int64_t l = 0; l < kPos; ++l) {
+            const int64_t col = c0 + p.sw * l;
+            if (col >= 0 && col < p.w) row[l] = src[col];
+        }
+        v = _mm512_load_si512(row);
+    }
+    return _mm512_xor_si512(v, flip);
+}
+
 void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
     if (sw <= 2) {
@@ -123,6 +153,33 @@ void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int6
     }
     pack_rows(xpad, koff, k, kp,
               [&](const uint8_t* src) { return read_row_strided(src, runs, nruns, sw); }, buf);
+}
+
+void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(p.flip));
+    const __m512i zf = _mm512_set1_epi8(static_cast<char>(p.z ^ p.flip));  // z after the xor
+    const __m512i zq = _mm512_set1_epi8(static_cast<char>(p.z));
+    for (int64_t a = 0; a < p.sh; ++a) {
+        for (int64_t b = 0; b < p.sw; ++b) {
+            uint8_t* plane = dst + (a * p.sw + b) * p.plane * kGroup;
+            for (int64_t y = 0; y < p.hph; ++y) {
+                const int64_t row = p.sh * y + a - p.pt;
+                uint8_t* out = plane + y * p.wph * kGroup;
+                // whole panels: the last one runs into the next row, written after it
+                for (int64_t x0 = 0; x0 < p.wph; x0 += kPos, out += kPos * kGroup) {
+                    if (row < 0 || row >= p.h) {
+                        for (int64_t i = 0; i < 4; ++i) _mm512_storeu_si512(out + 64 * i, zq);
+                        continue;
+                    }
+                    const int64_t at = row * p.w;
+                    store_quads(plane_row(rows4[0] + at, p, x0, b, zf, flip),
+                                plane_row(rows4[1] + at, p, x0, b, zf, flip),
+                                plane_row(rows4[2] + at, p, x0, b, zf, flip),
+                                plane_row(rows4[3] + at, p, x0, b, zf, flip), out);
+                }
+            }
+        }
+    }
 }
 
 }  // namespace int8

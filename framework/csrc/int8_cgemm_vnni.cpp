@@ -1,8 +1,8 @@
 // AVX512-VNNI tile of the int8 convolution (layouts in int8_cgemm.h): R output channels
 // x P panels of 16 positions in R*P zmm accumulators (up to 6 x 4). Per k-quad: P loads of
-// the activation block (u8 operand) and R broadcasts of 4 weight bytes (s8 operand); the
-// store requantizes each accumulator with its channel's (bias, m, shift) exactly like
-// reference.requantize and writes 16 output bytes into the NCHW row.
+// the activations at that quad's offset (u8 operand) and R broadcasts of 4 weight bytes
+// (s8 operand); the store requantizes each accumulator with its channel's (bias, m, shift)
+// exactly like reference.requantize and writes 16 output bytes into the NCHW row.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -53,12 +53,12 @@ inline void store16(__m512i acc, const ChannelQ& c, uint8_t* out, int64_t n) {
     }
 
 template <int R, int P>
-void tile(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t npos, const RowParams& q,
-          const Requant& r, uint8_t* out, int64_t ldo) {
+void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp, int64_t npos,
+          const RowParams& q, const Requant& r, uint8_t* out, int64_t ldo) {
     const __m512i z = _mm512_setzero_si512();
     TY_ACC(0) TY_ACC(1) TY_ACC(2) TY_ACC(3) TY_ACC(4) TY_ACC(5)
     for (int64_t g = 0; g < kp / kGroup; ++g) {
-        const uint8_t* a = buf + g * kPos * kGroup;
+        const uint8_t* a = acts + qoff[g];
         const int8_t* wq = w + g * R * kGroup;
         const __m512i x0 = _mm512_loadu_si512(a);
         const __m512i x1 = P > 1 ? _mm512_loadu_si512(a + 64) : z;
@@ -73,8 +73,8 @@ void tile(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t npos, const R
 #undef TY_DOT
 #undef TY_STORE
 
-using TileFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, const RowParams&,
-                        const Requant&, uint8_t*, int64_t);
+using TileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
+                        const RowParams&, const Requant&, uint8_t*, int64_t);
 
 template <int R>
 TileFn pick_panels(int64_t npos) {
@@ -88,9 +88,9 @@ TileFn pick_panels(int64_t npos) {
 
 }  // namespace
 
-void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t rows,
-                     int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
-                     int64_t ldo) {
+void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                     int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                     uint8_t* out, int64_t ldo) {
     TileFn fn;
     switch (rows) {
         case 1: fn = pick_panels<1>(npos); break;
@@ -100,7 +100,7 @@ void cgemm_tile_vnni(const uint8_t* buf, const int8_t* w, int64_t kp, int64_t ro
         case 5: fn = pick_panels<5>(npos); break;
         default: fn = pick_panels<6>(npos); break;
     }
-    fn(buf, w, kp, npos, q, r, out, ldo);
+    fn(acts, qoff, w, kp, npos, q, r, out, ldo);
 }
 
 }  // namespace int8

@@ -33,8 +33,12 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // Weights packed per group (group g at g * packed_size(OC/groups, C/groups*kh*kw)) with
 // row sums (OC,); bias (OC,) s32; r carries per-channel multiplier/shift (step 1) and the
 // output zero point/bounds (r.bias is ignored). out (N, OC, oh, ow).
+// algo: which of the two algorithms of int8_cgemm.h runs (automatic: a rule on the shape);
+// direct needs C/groups % 4 == 0 (std::invalid_argument otherwise).
+enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2 };
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
-            const int32_t* bias, const Requant& r, uint8_t* out);
+            const int32_t* bias, const Requant& r, uint8_t* out,
+            ConvAlgo algo = ConvAlgo::automatic);
 
 // Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,

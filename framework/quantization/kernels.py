@@ -39,8 +39,10 @@ class PackedWeight:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
             self.raw = None
+            per_group = (groups, w.shape[0] // groups) + (
+                (w.shape[1], w.shape[2] * w.shape[3]) if w.ndim == 4 else (-1,))
             pack = _C.int8_pack_conv_weights if w.ndim == 4 else _C.int8_pack_weights
-            self.packed, self.row_sums = pack(w.reshape(groups, w.shape[0] // groups, -1))
+            self.packed, self.row_sums = pack(w.reshape(per_group))
 
     @property
     def out_channels(self):
@@ -112,18 +114,28 @@ def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
                           s, int(out_zero_point), bool(relu), _signed(dtype))
 
 
+CONV_ALGORITHMS = ("auto", "packed", "direct")
+
+
 class PreparedConv:
     """An int8 conv with everything but the input fixed once (int32 parameters, geometry),
     so a call is one native call: `PreparedConv(...)(x, x_zero_point)`.
 
     out_max: an extra upper clamp (ReLU6: zp + round(6 / s_out)), applied in the kernel.
+    algorithm: "auto" (a rule on the shape), "packed" (activations gathered per block of
+    positions) or "direct" (read in place from a channel-quad copy of the input; needs
+    C/groups divisible by 4); layouts in framework/csrc/int8_cgemm.h. Depthwise convolutions
+    have their own kernel and ignore it.
     """
 
     def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride=1,
-                 padding=0, dilation=1, out_max=None):
+                 padding=0, dilation=1, out_max=None, algorithm="auto"):
         if len(packed.shape) != 4:
             raise ValueError(f"conv2d: weights must be packed from (OC, C/groups, kh, kw), "
                              f"got {packed.shape}")
+        if algorithm not in CONV_ALGORITHMS:
+            raise ValueError(f"conv2d: unknown algorithm {algorithm!r}; expected one of "
+                             f"{', '.join(CONV_ALGORITHMS)}")
         b, m, s = _params(packed.shape[0], bias, multiplier, shift)
         signed = _signed(dtype)
         top = qrange(dtype)[1] if out_max is None else int(out_max)
@@ -135,7 +147,7 @@ class PreparedConv:
             self._fn = _C.int8_depthwise_conv2d
         else:
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
-                packed.groups,)
+                packed.groups, CONV_ALGORITHMS.index(algorithm))
             self._fn = _C.int8_conv2d
 
     def __call__(self, x, x_zero_point):
@@ -147,15 +159,16 @@ class PreparedConv:
 
 
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
-           stride=1, padding=0, dilation=1, out_max=None):
+           stride=1, padding=0, dilation=1, out_max=None, algorithm="auto"):
     """x u8/s8 (N, C, H, W), packed W (OC, C/groups, kh, kw) -> dtype (N, OC, OH, OW).
 
     Padding is the activation zero point. Convolutions run as a channels x positions GEMM
     whose store requantizes straight into NCHW; depthwise runs direct loops. out_max: an
-    extra upper clamp (ReLU6), as np.minimum after the reference would.
+    extra upper clamp (ReLU6), as np.minimum after the reference would. algorithm: as in
+    `PreparedConv`.
     """
     conv = PreparedConv(packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride,
-                        padding, dilation, out_max)
+                        padding, dilation, out_max, algorithm)
     return conv(_input(x), x_zero_point)
 
 

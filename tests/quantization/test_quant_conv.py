@@ -1,4 +1,5 @@
-"""Native int8 conv2d (1x1 GEMM, im2row, grouped, depthwise): bit-exact on every ISA path."""
+"""Native int8 conv2d (packed and direct algorithms, grouped, depthwise): bit-exact on every
+ISA path."""
 import numpy as np
 import pytest
 from helpers import check_quant
@@ -101,3 +102,43 @@ def test_conv2d_checks_shapes():
     packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
     with pytest.raises(ValueError, match="conv2d"):
         K.conv2d(np.zeros((1, 2, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False, np.uint8)
+
+
+# The two algorithms of the non-depthwise conv (framework/csrc/int8_cgemm.h), each forced:
+# every case above whose C/groups is a multiple of 4 (which direct needs), and shapes for the
+# direct algorithm's edges: rows wider than a 64-position block, blocks over several rows,
+# stride phases 2 and 3, dilation, asymmetric padding, oh < h, output-channel chunks at
+# batch 1, groups, several images.
+ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + [
+    (1, 4, 3, 70, 5, 3, 3, 1, 1, 1, 1),
+    (2, 8, 9, 11, 13, 3, 3, 2, 1, 1, 1),
+    (1, 12, 20, 70, 9, 3, 3, 1, 1, 1, 1),
+    (1, 8, 9, 9, 6, 3, 3, 1, 2, 2, 1),
+    (1, 8, 11, 13, 5, 5, 3, (2, 1), (2, 1, 0, 3), 1, 1),
+    (1, 4, 17, 19, 5, 3, 3, 3, 1, 1, 1),
+    (2, 8, 6, 7, 5, 3, 3, 1, 0, 1, 1),
+    (1, 8, 5, 5, 40, 3, 3, 1, 1, 1, 1),
+    (2, 16, 7, 9, 12, 3, 3, 1, 1, 1, 2),
+    (1, 8, 20, 33, 8, 1, 1, 2, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", ALGO_CASES)
+@pytest.mark.parametrize("algorithm", ["packed", "direct"])
+@pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])
+def test_conv2d_algorithms(case, algorithm, in_dtype, in_zp, relu):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 5)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, in_dtype)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 64, relu, np.uint8)
+    check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm=algorithm),
+                lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+def test_conv2d_algorithm_errors():
+    packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
+    x = np.zeros((1, 3, 5, 5), np.uint8)
+    with pytest.raises(ValueError, match="direct algorithm needs C/groups divisible by 4, got 3"):
+        K.conv2d(x, 0, packed, 0, 1 << 30, 31, 0, False, np.uint8, algorithm="direct")
+    with pytest.raises(ValueError, match="unknown algorithm 'winograd'"):
+        K.conv2d(x, 0, packed, 0, 1 << 30, 31, 0, False, np.uint8, algorithm="winograd")
