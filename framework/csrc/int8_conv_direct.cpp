@@ -38,11 +38,21 @@ void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8
 
 bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 
-// Measured on ResNet-18's 3x3 layers (2 threads, interleaved against packed): 0.74-0.89x
-// packed's time at batch 1, 0.82-1.0x at batch 16 (strides 1 and 2; 7x7 maps included,
-// where 2 of every 9 positions are dropped). 1x1 layers lose, 1.3-2.4x: the gather they
-// save is one pass anyway, and the staging copy is a large part of a short depth.
-bool direct_wins(const ConvGeom& g) { return direct_takes(g) && g.kh * g.kw > 1; }
+// Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
+// over one image's virtual positions, wph - ow of every wph dropped and the last block short.
+// Measured on ResNet-18's layers, all 20 in one run per algorithm as in a forward pass
+// (2 threads, 7-15 alternating rounds): at batch 1 direct is 0.75-0.97x packed's time on
+// every 3x3 layer (lanes level: a 7x7 or 14x14 map wastes a block's tail either way); at
+// batch 16 0.88-0.97x at 56x56 (direct computes 1.04x the lanes), 0.96-1.11x at 28x28
+// (1.14x), 1.03-1.21x at 14x14 and 7x7 (1.3x). 1x1 layers lose 1.3-2.4x in isolation: the
+// gather they save is one pass anyway, and the staging copy is a large part of a short depth.
+bool direct_wins(const ConvGeom& g) {
+    if (!direct_takes(g) || g.kh * g.kw == 1) return false;
+    const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
+    const int64_t direct = g.n * round_up((g.oh - 1) * wph + g.ow, kPos);
+    const int64_t packed = round_up(g.n * g.oh * g.ow, kPos);
+    return 10 * packed >= 9 * direct;
+}
 
 namespace {
 
