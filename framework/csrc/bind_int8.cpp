@@ -1,11 +1,13 @@
 // pybind11 glue: int8 kernels (framework/csrc/int8_*.{h,cpp}, requant*.cpp).
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "int8_amx.h"
 #include "int8_cgemm.h"
 #include "int8_ops.h"
 
@@ -185,14 +187,20 @@ void bind_int8_conv(py::module_& m) {
                             const Array<int32_t>& mult, const Array<int32_t>& shift, int out_zp,
                             bool relu, bool out_signed, int out_max,
                             std::pair<int64_t, int64_t> stride, Quad64 pad,
-                            std::pair<int64_t, int64_t> dil, int64_t groups, int algo) {
+                            std::pair<int64_t, int64_t> dil, int64_t groups, int algo,
+                            const std::optional<Array<int8_t>>& amx) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
-        if (algo < 0 || algo > 2) {
-            throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed) "
-                                        "or 2 (direct), got " + std::to_string(algo));
+        if (algo < 0 || algo > 3) {
+            throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed), "
+                                        "2 (direct) or 3 (amx), got " + std::to_string(algo));
         }
         int8_check_conv_packed(packed, sums, groups, g.oc / groups,
                                std::get<1>(wshape) * g.kh * g.kw);
+        if (amx && amx->size() != int8::amx_packed_size(g.oc, g.c, g.kh * g.kw)) {
+            throw std::invalid_argument("int8_conv2d: AMX weights have " +
+                                        std::to_string(amx->size()) + " bytes, expected " +
+                                        std::to_string(g.oc * g.c * g.kh * g.kw));
+        }
         const int8::QIn in = int8_input(x, zp, "int8_conv2d");
         const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
                                              "int8_conv2d", out_max);
@@ -200,9 +208,25 @@ void bind_int8_conv(py::module_& m) {
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
         int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
-                     static_cast<int8::ConvAlgo>(algo));
+                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr);
         return out;
-    });
+    }, py::arg("x"), py::arg("zp"), py::arg("packed"), py::arg("sums"), py::arg("wshape"),
+       py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
+       py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
+       py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none());
+    m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
+        if (w.ndim() != 4) {
+            throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");
+        }
+        const int64_t oc = w.shape(0), c = w.shape(1), taps = w.shape(2) * w.shape(3);
+        if (c % int8::kAmxK || oc % int8::kAmxOc) {
+            throw std::invalid_argument("int8_pack_conv_weights_amx: C must be a multiple of 64"
+                                        " and OC of 32, got w " + shape_str(w));
+        }
+        Array<int8_t> out(int8::amx_packed_size(oc, c, taps));
+        int8::amx_pack_weights(w.data(), oc, c, taps, out.mutable_data());
+        return out;
+    }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the AMX tiles' weight layout (int8_amx.h)");
     m.def("int8_depthwise_conv2d", [](const py::array& x, int zp, const Array<int8_t>& w,
                                       const Array<int32_t>& bias, const Array<int32_t>& mult,
                                       const Array<int32_t>& shift, int out_zp, bool relu,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "int8_amx.h"
 #include "int8_cgemm.h"
 #include "int8_ops.h"
 
@@ -253,12 +254,25 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 }  // namespace
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
-            const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo) {
+            const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo,
+            const int8_t* wamx) {
     if (algo == ConvAlgo::direct && !direct_takes(g)) {
         throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
                                     " by 4, got " + std::to_string(g.c / g.groups));
     }
+    if (algo == ConvAlgo::amx && (!amx_takes(g) || !wamx || !cpu_features().os_avx512)) {
+        throw std::invalid_argument(
+            "int8_conv2d: the amx algorithm needs groups 1, C a multiple of 64, OC of 32, "
+            "weights packed for it and AVX-512; got C " + std::to_string(g.c) + ", OC " +
+            std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
+    }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    const bool real_amx = current_isa() == Isa::amx && wamx && amx_takes(g);
+    if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
+        conv2d_amx(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, wamx, b.data(), r,
+                   out, !cpu_features().os_amx);
+        return;
+    }
     if (algo == ConvAlgo::direct || (algo == ConvAlgo::automatic && direct_wins(g))) {
         conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, b.data(),
                       r, out);

@@ -33,12 +33,15 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // Weights packed per group (group g at g * packed_size(OC/groups, C/groups*kh*kw)) with
 // row sums (OC,); bias (OC,) s32; r carries per-channel multiplier/shift (step 1) and the
 // output zero point/bounds (r.bias is ignored). out (N, OC, oh, ow).
-// algo: which of the two algorithms of int8_cgemm.h runs (automatic: a rule on the shape);
-// direct needs C/groups % 4 == 0 (std::invalid_argument otherwise).
-enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2 };
+// algo: which of the algorithms of int8_cgemm.h and int8_amx.h runs (automatic: a rule on
+// the shape; AMX where the OS grants it, weights are packed for it, the shape fits and the
+// tiles passed their check); direct needs C/groups % 4 == 0, amx the shapes amx_takes and
+// wamx, on real tiles where granted and emulated ones elsewhere (std::invalid_argument
+// otherwise).
+enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2, amx = 3 };
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out,
-            ConvAlgo algo = ConvAlgo::automatic);
+            ConvAlgo algo = ConvAlgo::automatic, const int8_t* wamx = nullptr);
 
 // Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,

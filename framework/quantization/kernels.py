@@ -35,6 +35,7 @@ class PackedWeight:
                              f"with OC divisible by groups={groups}")
         self.shape, self.groups = tuple(w.shape), int(groups)
         self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
+        self._w4, self._amx = (w if w.ndim == 4 and groups == 1 else None), None
         if self.depthwise:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
@@ -49,9 +50,19 @@ class PackedWeight:
         return self.shape[0]
 
     @property
+    def amx(self):
+        """The AMX tiles' layout (framework/csrc/int8_amx.h), packed on first use; None
+        where they cannot run this weight (groups 1, C a multiple of 64, OC of 32)."""
+        if self._amx is None and self._w4 is not None and self.shape[1] % 64 == 0 and (
+                self.shape[0] % 32 == 0):
+            self._amx = _C.int8_pack_conv_weights_amx(self._w4)
+        return self._amx
+
+    @property
     def nbytes(self):
         return (self.raw.nbytes if self.depthwise
-                else self.packed.nbytes + self.row_sums.nbytes)
+                else self.packed.nbytes + self.row_sums.nbytes +
+                (self._amx.nbytes if self._amx is not None else 0))
 
 
 def pack_weights(w, groups=1):
@@ -114,7 +125,7 @@ def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
                           s, int(out_zero_point), bool(relu), _signed(dtype))
 
 
-CONV_ALGORITHMS = ("auto", "packed", "direct")
+CONV_ALGORITHMS = ("auto", "packed", "direct", "amx")
 
 
 class PreparedConv:
@@ -122,10 +133,12 @@ class PreparedConv:
     so a call is one native call: `PreparedConv(...)(x, x_zero_point)`.
 
     out_max: an extra upper clamp (ReLU6: zp + round(6 / s_out)), applied in the kernel.
-    algorithm: "auto" (a rule on the shape), "packed" (activations gathered per block of
-    positions) or "direct" (read in place from a channel-quad copy of the input; needs
-    C/groups divisible by 4); layouts in framework/csrc/int8_cgemm.h. Depthwise convolutions
-    have their own kernel and ignore it.
+    algorithm: "auto" (a rule on the shape, AMX tiles where the OS grants them),
+    "packed" (activations gathered per block of positions), "direct" (read in place from a
+    channel-quad copy of the input; needs C/groups divisible by 4; layouts in
+    framework/csrc/int8_cgemm.h) or "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
+    of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests).
+    Depthwise convolutions have their own kernel and ignore it.
     """
 
     def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride=1,
@@ -146,8 +159,10 @@ class PreparedConv:
             self._args = (packed.raw, b, m, s) + tail
             self._fn = _C.int8_depthwise_conv2d
         else:
+            amx = packed.amx if algorithm == "amx" or (
+                algorithm == "auto" and _C.current_isa() == "amx") else None
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
-                packed.groups, CONV_ALGORITHMS.index(algorithm))
+                packed.groups, CONV_ALGORITHMS.index(algorithm), amx)
             self._fn = _C.int8_conv2d
 
     def __call__(self, x, x_zero_point):

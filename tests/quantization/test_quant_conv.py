@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from helpers import check_quant
 
+from tianyuan import available_isas
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -142,3 +143,41 @@ def test_conv2d_algorithm_errors():
         K.conv2d(x, 0, packed, 0, 1 << 30, 31, 0, False, np.uint8, algorithm="direct")
     with pytest.raises(ValueError, match="unknown algorithm 'winograd'"):
         K.conv2d(x, 0, packed, 0, 1 << 30, 31, 0, False, np.uint8, algorithm="winograd")
+
+
+# The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
+# on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
+# strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images.
+AMX_CASES = [
+    (1, 64, 5, 5, 32, 3, 3, 1, 1, 1, 1),
+    (2, 64, 9, 11, 64, 3, 3, 2, 1, 1, 1),
+    (1, 128, 7, 7, 32, 1, 1, 1, 0, 1, 1),
+    (1, 64, 6, 40, 32, 3, 3, 1, (0, 2, 1, 1), (1, 2), 1),
+    (2, 64, 3, 3, 96, 3, 3, 1, 1, 1, 1),
+    (1, 64, 4, 70, 32, 3, 3, 1, 1, 1, 1),
+    (1, 64, 3, 140, 32, 3, 3, 3, 1, 1, 1),
+    (1, 64, 5, 131, 32, 1, 1, 2, 0, 1, 1),
+]
+needs_avx512 = pytest.mark.skipif("avx512" not in available_isas(),
+                                  reason="the amx algorithm's store needs AVX-512")
+
+
+@needs_avx512
+@pytest.mark.parametrize("case", AMX_CASES)
+@pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])
+def test_conv2d_amx(case, in_dtype, in_zp, relu):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, in_dtype)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 64, relu, np.uint8)
+    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="amx")
+    np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+@needs_avx512
+def test_conv2d_amx_errors():
+    packed = K.pack_weights(np.zeros((32, 48, 3, 3), np.int8))
+    assert packed.amx is None and K.pack_weights(np.zeros((32, 64, 1, 1), np.int8)).amx.size
+    with pytest.raises(ValueError, match="amx algorithm needs groups 1, C a multiple of 64"):
+        K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
+                 np.uint8, algorithm="amx")

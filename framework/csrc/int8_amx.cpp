@@ -1,0 +1,177 @@
+// int8 convolution on AMX tiles, the driver (layouts in int8_amx.h): the NHWC phase planes,
+// the work split, the staging copy into NCHW, the weight packing and the once-per-process
+// check of the real tiles against the emulated ones.
+#include "int8_amx.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+bool amx_takes(const ConvGeom& g) {
+    return g.groups == 1 && g.c % kAmxK == 0 && g.oc % kAmxOc == 0;
+}
+
+int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps) { return oc * c * taps; }
+
+void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst) {
+    const int64_t chunks = c / kAmxK;
+    for (int64_t j = 0; j < oc; ++j) {
+        const int64_t ob = j / kAmxOc, h = j % kAmxOc / 16, o = j % 16;
+        for (int64_t ch = 0; ch < c; ++ch) {
+            const int64_t cc = ch / kAmxK, q = ch % kAmxK / 4, i = ch % 4;
+            for (int64_t t = 0; t < taps; ++t) {
+                dst[((ob * taps + t) * chunks + cc) * 2048 + h * 1024 + q * 64 + o * 4 + i] =
+                    w[(j * c + ch) * taps + t];
+            }
+        }
+    }
+}
+
+namespace {
+
+struct AmxPlan {
+    int64_t hph, wph, plane, phases, image, nv, vblocks, oblocks, chunks, taps;
+    std::vector<int64_t> toff;  // (taps,) positions from a block's first
+};
+
+AmxPlan amx_plan(const ConvGeom& g) {
+    AmxPlan p;
+    p.hph = (g.h + g.pt + g.pb + g.sh - 1) / g.sh;
+    p.wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
+    p.plane = p.hph * p.wph;
+    p.phases = g.sh * g.sw;
+    p.image = p.phases * p.plane + kAmxPos;  // a block's junk rows read up to kAmxPos past
+    p.nv = (g.oh - 1) * p.wph + g.ow;
+    p.vblocks = (p.nv + kAmxPos - 1) / kAmxPos;
+    p.oblocks = g.oc / kAmxOc;
+    p.chunks = g.c / kAmxK;
+    p.taps = g.kh * g.kw;
+    p.toff.resize(static_cast<size_t>(p.taps));
+    for (int64_t t = 0; t < p.taps; ++t) {
+        const int64_t di = t / g.kw * g.dh, dj = t % g.kw * g.dw;
+        p.toff[t] = (di % g.sh * g.sw + dj % g.sw) * p.plane + di / g.sh * p.wph + dj / g.sw;
+    }
+    return p;
+}
+
+// Image n, phase row (ph, y) of the NHWC planes, c bytes per position: the phase row of
+// every channel into tmp (c x wph), then one transpose.
+void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, const AmxPlan& p,
+              int64_t n, int64_t ph, int64_t y, uint8_t* tmp, uint8_t* planes) {
+    const int64_t a = ph / g.sw, b = ph % g.sw, row = g.sh * y + a - g.pt;
+    uint8_t* dst = planes + (n * p.image + ph * p.plane + y * p.wph) * g.c;
+    if (row < 0 || row >= g.h) {
+        std::memset(dst, z, static_cast<size_t>(p.wph * g.c));
+        return;
+    }
+    // output columns [lo, hi) read input columns sw * xx + b - pl inside the row
+    int64_t lo = 0, hi = p.wph;
+    while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
+    while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+        const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w;
+        uint8_t* t = tmp + ch * p.wph;
+        std::memset(t, z, static_cast<size_t>(lo));
+        for (int64_t xx = lo; xx < hi; ++xx) t[xx] = src[g.sw * xx + b - g.pl] ^ flip;
+        std::memset(t + hi, z, static_cast<size_t>(p.wph - hi));
+    }
+    amx_transpose(tmp, g.c, p.wph, dst);
+}
+
+}  // namespace
+
+void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
+                const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
+                bool emulate) {
+    const AmxPlan p = amx_plan(g);
+    // grow-only; the slack, read only for dropped positions, stays defined (resize zero-fills)
+    static thread_local std::vector<uint8_t> space;
+    if (static_cast<int64_t>(space.size()) < g.n * p.image * g.c) {
+        space.resize(static_cast<size_t>(g.n * p.image * g.c));
+    }
+    uint8_t* planes = space.data();
+    const auto item = emulate ? amx_item_emulated : amx_item_tiles;
+    const int64_t rows = g.n * p.phases * p.hph, items = g.n * p.vblocks * p.oblocks;
+    const int64_t plane_out = g.oh * g.ow;
+#pragma omp parallel
+    {
+        std::vector<uint8_t> tmp(static_cast<size_t>(g.c * p.wph));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < rows; ++t) {
+            nhwc_row(x, flip, z, g, p, t / (p.phases * p.hph), t / p.hph % p.phases, t % p.hph,
+                     tmp.data(), planes);
+        }
+        if (!emulate) amx_tiles_begin();
+        alignas(64) int32_t acc[kAmxPos * kAmxOc];
+        alignas(64) uint8_t stage[kAmxOc * kAmxPos];
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; ++it) {
+            const int64_t ob = it % p.oblocks, vb = it / p.oblocks % p.vblocks;
+            const int64_t n = it / (p.oblocks * p.vblocks), v0 = vb * kAmxPos;
+            item(planes + (n * p.image + v0) * g.c, g.c, p.toff.data(), p.taps, p.chunks,
+                 wamx + ob * p.taps * p.chunks * 2048, acc);
+            const int64_t c0 = ob * kAmxOc;
+            const RowParams q{bias + c0, r.multiplier + c0, r.shift + c0};
+            amx_requant(acc, kAmxOc, q, r, stage);
+            const int64_t end = p.nv - v0 < kAmxPos ? p.nv : v0 + kAmxPos;
+            for (int64_t v = v0; v < end;) {  // row segments of the block's valid positions
+                const int64_t oy = v / p.wph, ox = v % p.wph, row_end = v - ox + p.wph;
+                if (ox < g.ow) {
+                    const int64_t len = (end < v - ox + g.ow ? end : v - ox + g.ow) - v;
+                    uint8_t* o = out + (n * g.oc + c0) * plane_out + oy * g.ow + ox;
+                    for (int64_t j = 0; j < kAmxOc; ++j) {
+                        std::memcpy(o + j * plane_out, stage + j * kAmxPos + (v - v0),
+                                    static_cast<size_t>(len));
+                    }
+                }
+                v = row_end;
+            }
+        }
+        if (!emulate) amx_tiles_end();
+    }
+}
+
+bool amx_verified() {
+    static const bool ok = [] {
+        if (!cpu_features().os_amx) return false;
+        // a 3x3 conv of 64 -> 32 channels on a 6x5 map, stride 1, zero points != 0
+        ConvGeom g{1, 64, 6, 5, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 5};
+        std::vector<uint8_t> x(static_cast<size_t>(64 * 30));
+        std::vector<int8_t> w(static_cast<size_t>(32 * 64 * 9)), wa(w.size());
+        uint32_t s = 12345;
+        const auto next = [&s] { return (s = s * 1103515245u + 12345u) >> 16; };
+        for (auto& v : x) v = static_cast<uint8_t>(next());
+        for (auto& v : w) v = static_cast<int8_t>(next());
+        amx_pack_weights(w.data(), 32, 64, 9, wa.data());
+        std::vector<int32_t> bias(32, -1000), mult(32, 1 << 30), shift(32, 40);
+        Requant r{};
+        r.multiplier = mult.data();
+        r.shift = shift.data();
+        r.step = 1;
+        r.zero_point = 3;
+        r.lo = 0;
+        r.hi = 255;
+        std::vector<uint8_t> real(32 * 30), emulated(32 * 30);
+        conv2d_amx(x.data(), 0, 7, g, wa.data(), bias.data(), r, real.data(), false);
+        conv2d_amx(x.data(), 0, 7, g, wa.data(), bias.data(), r, emulated.data(), true);
+        const bool same = real == emulated;
+        if (!same) {
+            std::fprintf(stderr, "tianyuan: AMX int8 tiles disagree with their emulation; int8 "
+                                 "convolutions stay on VNNI\n");
+        }
+        return same;
+    }();
+    return ok;
+}
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,72 @@
+// int8 convolution on AMX tiles (TDPBUSD: 16 x 16 s32 += 16 x 64 u8 . 64 x 16 s8 per
+// instruction, 8x a VNNI instruction's work). Numpy twin: reference.qconv2d.
+//
+// The tile's u8 operand holds 64 consecutive k of each of 16 positions in a row, so the
+// input is rewritten once per call as NHWC planes per stride phase (as the direct algorithm
+// of int8_cgemm.h does with channel quads): per image, phase (a, b) of the stride and
+// position (y, x) of a hph x wph plane, c bytes of xpad[sh*y + a][sw*x + b] (sign bit
+// flipped for s8, zero point outside); images lie image_positions * c bytes apart, the last
+// kAmxPos positions of each being slack. Virtual positions v = oy*wph + ox run in blocks of
+// kAmxPos, tap t reads the block at v + toff[t] positions, and the wph - ow columns past each
+// row end are computed and dropped.
+// Weights (packed once, amx_pack_weights), per block of kAmxOc output channels, tap and
+// chunk of kAmxK input channels, two s8 tiles of 16 k-quad rows x 16 channels x 4 bytes:
+//   w[((ob*taps + t)*chunks + cc)*2048 + h*1024 + q*64 + o*4 + i]
+//     = W[ob*32 + h*16 + o][cc*64 + q*4 + i][t]
+// A work item (image, block of positions, block of channels) runs 4 accumulator tiles (2 x 2
+// of 16 positions x 16 channels) over every (tap, chunk), then transposes and requantizes.
+//
+// This VM exposes no AMX, so the same kernel also runs on emulated tiles (plain C++ with the
+// instructions' semantics), which is what the tests check bit for bit against the
+// reference; on a machine that grants AMX the real tiles are checked against the emulated
+// ones once per process before the automatic choice takes them.
+#pragma once
+
+#include <cstdint>
+
+#include "int8_gemm.h"
+
+namespace tianyuan {
+namespace int8 {
+
+struct ConvGeom;
+struct RowParams;
+
+constexpr int64_t kAmxPos = 32;  // positions per work item (2 tiles of 16 rows)
+constexpr int64_t kAmxOc = 32;   // output channels per work item (2 tiles of 16 columns)
+constexpr int64_t kAmxK = 64;    // input channels per k step (one tile row of u8)
+
+// groups 1, C a multiple of kAmxK, OC of kAmxOc.
+bool amx_takes(const ConvGeom& g);
+int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps);
+// W (OC, C, taps) s8 row-major -> the layout above.
+void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst);
+
+// The convolution (bias already corrected for the input zero point); emulate: emulated
+// tiles instead of the real ones (needs AVX-512 for the store).
+void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
+                const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
+                bool emulate);
+// Whether the real tiles give the emulated tiles' bits (checked once per process; false
+// where the OS grants no AMX).
+bool amx_verified();
+
+// The AMX unit (int8_tiles_amx.cpp). acc (kAmxPos x kAmxOc s32, row stride kAmxOc) = sum over
+// taps t and chunks cc of the u8 block at a + toff[t] * lda + cc * kAmxK (16-row tiles, row
+// stride lda) times w's tiles; tiles_begin / tiles_end configure and release the tiles of
+// the calling thread (real tiles only).
+void amx_tiles_begin();
+void amx_tiles_end();
+void amx_item_tiles(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
+                    int64_t chunks, const int8_t* w, int32_t* acc);
+void amx_item_emulated(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
+                       int64_t chunks, const int8_t* w, int32_t* acc);
+// dst[x * c + ch] = src[ch * n + x] for ch < c (a multiple of 16), x < n.
+void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst);
+// stage[o * kAmxPos + p] = requantized acc[p][o] for o < rows (channel o's parameters at
+// q.*[o]), p < kAmxPos.
+void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
+                 uint8_t* stage);
+
+}  // namespace int8
+}  // namespace tianyuan

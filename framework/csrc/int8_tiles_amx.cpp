@@ -1,0 +1,158 @@
+// AMX unit of the int8 convolution (layouts in int8_amx.h): the work item's tile loop, once
+// on the real tiles and once on emulated ones (the same body, included twice with other
+// tile macros), and the transposing requantization of the accumulators.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "int8_amx.h"
+#include "int8_cgemm.h"
+#include "int8_requant_avx512.h"
+#include "transpose_avx512.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+// palette 1: tiles 0-3 accumulators (16 rows x 64 bytes of s32), 4-5 the u8 operands
+// (16 positions x 64 k), 6-7 the s8 operands (16 k-quads x 16 channels x 4 bytes).
+struct alignas(64) TileConfig {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+// The emulated tiles: the instructions' semantics on plain arrays, per thread.
+thread_local uint8_t emu[8][16][64];
+
+inline void emu_load(int t, const void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r)
+        std::memcpy(emu[t][r], static_cast<const uint8_t*>(p) + r * stride, 64);
+}
+inline void emu_store(int t, void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<uint8_t*>(p) + r * stride, emu[t][r], 64);
+}
+inline void emu_zero(int t) { std::memset(emu[t], 0, sizeof(emu[t])); }
+// TDPBUSD: c[m][n] += sum over 16 k-quads q and i < 4 of u8 a[m][4q + i] * s8 b[q][4n + i],
+// 32-bit sums that wrap.
+inline void emu_dpbusd(int c, int a, int b) {
+    for (int m = 0; m < 16; ++m) {
+        for (int n = 0; n < 16; ++n) {
+            uint32_t acc;
+            std::memcpy(&acc, &emu[c][m][4 * n], 4);
+            for (int q = 0; q < 16; ++q)
+                for (int i = 0; i < 4; ++i)
+                    acc += static_cast<uint32_t>(static_cast<int32_t>(emu[a][m][4 * q + i]) *
+                                                 static_cast<int8_t>(emu[b][q][4 * n + i]));
+            std::memcpy(&emu[c][m][4 * n], &acc, 4);
+        }
+    }
+}
+
+}  // namespace
+
+// The real tiles. The intrinsics' asm names no memory, hence the compiler barriers.
+#define TY_TILE_LOAD(t, p, s) _tile_loadd(t, p, s)
+#define TY_TILE_STORE(t, p, s) _tile_stored(t, p, s)
+#define TY_TILE_ZERO(t) _tile_zero(t)
+#define TY_TILE_DP(c, a, b) _tile_dpbusd(c, a, b)
+#define TY_ITEM_NAME amx_item_tiles
+#include "int8_tiles_body.h"
+#undef TY_TILE_LOAD
+#undef TY_TILE_STORE
+#undef TY_TILE_ZERO
+#undef TY_TILE_DP
+#undef TY_ITEM_NAME
+
+#define TY_TILE_LOAD(t, p, s) emu_load(t, p, s)
+#define TY_TILE_STORE(t, p, s) emu_store(t, p, s)
+#define TY_TILE_ZERO(t) emu_zero(t)
+#define TY_TILE_DP(c, a, b) emu_dpbusd(c, a, b)
+#define TY_ITEM_NAME amx_item_emulated
+#include "int8_tiles_body.h"
+#undef TY_TILE_LOAD
+#undef TY_TILE_STORE
+#undef TY_TILE_ZERO
+#undef TY_TILE_DP
+#undef TY_ITEM_NAME
+
+void amx_tiles_begin() {
+    TileConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+void amx_tiles_end() { _tile_release(); }
+
+// dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,
+// words, dwords, qwords) leave, in 128-bit lane L of register 8H + 4G + 2E + F, the 16
+// channels of column 16L + 8H + 4G + 2E + F.
+inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64_t ldd) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(src + i * lds);
+    for (int p = 0; p < 8; ++p) {  // channel pairs; [p][H]
+        b[2 * p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
+        b[2 * p + 1] = _mm512_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
+    }
+    for (int q = 0; q < 4; ++q)  // channel quads; [q][H][G]
+        for (int h = 0; h < 2; ++h) {
+            a[4 * q + 2 * h] = _mm512_unpacklo_epi16(b[4 * q + h], b[4 * q + 2 + h]);
+            a[4 * q + 2 * h + 1] = _mm512_unpackhi_epi16(b[4 * q + h], b[4 * q + 2 + h]);
+        }
+    for (int o = 0; o < 2; ++o)  // channel octets; [o][H][G][E]
+        for (int hg = 0; hg < 4; ++hg) {
+            b[8 * o + 2 * hg] = _mm512_unpacklo_epi32(a[8 * o + hg], a[8 * o + 4 + hg]);
+            b[8 * o + 2 * hg + 1] = _mm512_unpackhi_epi32(a[8 * o + hg], a[8 * o + 4 + hg]);
+        }
+    for (int hge = 0; hge < 8; ++hge) {  // all 16 channels; [H][G][E][F]
+        a[2 * hge] = _mm512_unpacklo_epi64(b[hge], b[8 + hge]);
+        a[2 * hge + 1] = _mm512_unpackhi_epi64(b[hge], b[8 + hge]);
+    }
+    for (int j = 0; j < 16; ++j) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * ldd), _mm512_castsi512_si128(a[j]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * ldd),
+                         _mm512_extracti32x4_epi32(a[j], 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (32 + j) * ldd),
+                         _mm512_extracti32x4_epi32(a[j], 2));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (48 + j) * ldd),
+                         _mm512_extracti32x4_epi32(a[j], 3));
+    }
+}
+
+void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
+    const int64_t full = n / 64 * 64;
+    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+        for (int64_t x0 = 0; x0 < full; x0 += 64)
+            transpose_16x64(src + c0 * n + x0, n, dst + x0 * c + c0, c);
+        for (int64_t x = full; x < n; ++x)
+            for (int64_t ch = c0; ch < c0 + 16; ++ch) dst[x * c + ch] = src[ch * n + x];
+    }
+}
+
+void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
+                 uint8_t* stage) {
+    for (int64_t o0 = 0; o0 < rows; o0 += 16) {
+        for (int64_t p0 = 0; p0 < kAmxPos; p0 += 16) {
+            __m512 block[16];  // positions p0.. x channels o0.., then transposed
+            for (int i = 0; i < 16; ++i)
+                block[i] = _mm512_castsi512_ps(
+                    _mm512_loadu_si512(acc + (p0 + i) * kAmxOc + o0));
+            transpose16(block);
+            for (int64_t o = o0; o < rows && o < o0 + 16; ++o) {
+                const ChannelQ c = channel_q(q.bias[o], q.multiplier[o], q.shift[o], r);
+                const __m512i y = requant16(_mm512_castps_si512(block[o - o0]), c);
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(stage + o * kAmxPos + p0),
+                                 _mm512_cvtepi32_epi8(y));
+            }
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,32 @@
+// The AMX work item's tile loop (int8_amx.h), included by int8_tiles_amx.cpp once per tile
+// implementation: TY_TILE_LOAD / STORE / ZERO / DP and the function's name TY_ITEM_NAME are
+// defined around each inclusion. Tiles 0-3: acc (positions 0-15 | 16-31) x (channels 0-15 |
+// 16-31); 4-5: the two position halves' u8 rows; 6-7: the two channel halves' s8 rows.
+// No include guard: included on purpose twice.
+
+void TY_ITEM_NAME(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
+                  int64_t chunks, const int8_t* w, int32_t* acc) {
+    TY_TILE_ZERO(0);
+    TY_TILE_ZERO(1);
+    TY_TILE_ZERO(2);
+    TY_TILE_ZERO(3);
+    __asm__ volatile("" ::: "memory");  // the operands were written by ordinary stores
+    for (int64_t t = 0; t < taps; ++t) {
+        const uint8_t* at = a + toff[t] * lda;
+        for (int64_t cc = 0; cc < chunks; ++cc, w += 2048) {
+            TY_TILE_LOAD(4, at + cc * kAmxK, lda);
+            TY_TILE_LOAD(5, at + 16 * lda + cc * kAmxK, lda);
+            TY_TILE_LOAD(6, w, 64);
+            TY_TILE_LOAD(7, w + 1024, 64);
+            TY_TILE_DP(0, 4, 6);
+            TY_TILE_DP(1, 4, 7);
+            TY_TILE_DP(2, 5, 6);
+            TY_TILE_DP(3, 5, 7);
+        }
+    }
+    TY_TILE_STORE(0, acc, kAmxOc * 4);
+    TY_TILE_STORE(1, acc + 16, kAmxOc * 4);
+    TY_TILE_STORE(2, acc + 16 * kAmxOc, kAmxOc * 4);
+    TY_TILE_STORE(3, acc + 16 * kAmxOc + 16, kAmxOc * 4);
+    __asm__ volatile("" ::: "memory");  // acc is read by ordinary loads next
+}
