@@ -33,7 +33,8 @@ from tianyuan import nn, zoo
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
-NETWORKS = ["resnet18", "mobilenet_v2", "shufflenet_v2_x1_0"]
+NETWORKS = ["resnet18", "mobilenet_v2", "shufflenet_v2_x1_0"]  # the default; or any of EXTRA
+EXTRA = ["resnet50", "shufflenet_v1_x1_0_g3"]
 
 
 def conv_layers(name):
@@ -241,9 +242,9 @@ def main():
     results = {"isa": ty.current_isa(), "threads": ty.get_num_threads(), "stat": args.stat,
                "repeat": args.repeat, "rounds": args.rounds, "networks": {}}
     for net in args.nets.split(","):
-        if net not in NETWORKS:
+        if net not in NETWORKS + EXTRA:
             parser.error(f"--nets: unknown network {net!r}; expected some of "
-                         f"{', '.join(NETWORKS)}")
+                         f"{', '.join(NETWORKS + EXTRA)}")
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
             rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds)

@@ -14,7 +14,7 @@
 // `acts + qoff[q]` (4 consecutive k of one position per 32-bit lane):
 //   packed: per block of up to kPos output positions, the block's activations are gathered
 //     into buf[(k/4)*kPos*4 + p*4 + k%4] = xpad[koff[k] + src(p)], so qoff[q] = q*kPos*4.
-//   direct (stride-any convolutions with C/groups % 4 == 0; int8_conv_direct.cpp): the input
+//   direct (any stride, C/groups % 4 == 0; int8_conv_direct.cpp): the input
 //     is rewritten once into quad planes, per channel quad and phase (a, b) of the stride
 //     quads[y][x] = 4 channels of xpad[sh*y + a][sw*x + b], and the tile runs over "virtual"
 //     positions v = oy*Wph + ox of the phase planes' width Wph >= ow: each tap is one offset,
