@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ops import resize as R
 from ._args import image_tensor, pair
-from .math import permute, reshape
+from .math import permute, reshape, stack
 
 MODES = ("nearest", "nearest-exact", "bilinear")
 
@@ -77,3 +77,21 @@ def channel_shuffle(x, groups):
                          f"{c} channels of input {x.shape}")
     y = reshape(x, (n, groups, c // groups, h, w))
     return reshape(permute(y, (0, 2, 1, 3, 4)), (n, c, h, w))
+
+
+def concat_shuffle(tensors):
+    """channel_shuffle(concat(tensors, axis=1), len(tensors)) in one copy, for parts of equal
+    shape (N, k, H, W): output channel j * len(tensors) + i is part i's channel j. ShuffleNetV2
+    joins its two branches so; as a stack along a new axis 2 it skips the shuffle's copy."""
+    op = "concat_shuffle"
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{op}: expected a non-empty sequence of tensors")
+    for t in tensors:
+        if getattr(t, "ndim", None) != 4:
+            image_tensor(t, op)
+    shapes = {tuple(t.shape) for t in tensors}
+    if len(shapes) != 1:
+        raise ValueError(f"{op}: the parts must have one shape (N, k, H, W), got {sorted(shapes)}")
+    n, k, h, w = tensors[0].shape
+    return reshape(stack(tensors, axis=2), (n, k * len(tensors), h, w))

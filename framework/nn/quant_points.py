@@ -41,14 +41,25 @@ class AddReLU(Module):
 
 
 class Concat(Module):
-    """Concatenation along `axis`; quantized, its inputs are requantized to one scale."""
+    """Concatenation along `axis`; quantized, its inputs are requantized to one scale.
 
-    def __init__(self, axis=1):
+    shuffle: interleave the parts' channels as well (axis 1, parts of one shape): the
+    channel_shuffle with one group per part that ShuffleNetV2 applies after its concat, in
+    the same copy (F.concat_shuffle; int8: each part requantized straight into its
+    interleaved place).
+    """
+
+    def __init__(self, axis=1, shuffle=False):
         super().__init__()
-        self.axis = axis
+        if shuffle and axis != 1:
+            raise ValueError(f"Concat: shuffle interleaves channels (axis 1), got axis={axis}")
+        self.axis, self.shuffle = axis, bool(shuffle)
+
+    def join(self, tensors):
+        return F.concat_shuffle(tensors) if self.shuffle else F.concat(list(tensors), self.axis)
 
     def forward(self, tensors):
-        return F.concat(list(tensors), self.axis)
+        return self.join(tensors)
 
     def extra_repr(self):
-        return f"axis={self.axis}"
+        return f"axis={self.axis}" + (", shuffle=True" if self.shuffle else "")

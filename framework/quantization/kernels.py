@@ -202,9 +202,25 @@ def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
                        int(shift), int(out_zero_point), bool(relu), _signed(dtype))
 
 
-def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1):
-    """Each x_i requantized to the output's (scale, zero point) and joined along axis."""
+def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, shuffle=False):
+    """Each x_i requantized to the output's (scale, zero point) and joined along axis.
+
+    shuffle: the parts (N, k, H, W), of one shape, interleaved along axis 1 instead
+    (output channel j * len(xs) + i is x_i's channel j: channel_shuffle after the concat),
+    each written straight into its places.
+    """
     xs = [_input(x) for x in xs]
+    if shuffle:
+        if axis % 4 != 1 or any(x.ndim != 4 or x.shape != xs[0].shape for x in xs):
+            raise ValueError("concat: shuffle needs parts of one shape (N, k, H, W) on axis 1, "
+                             f"got {[x.shape for x in xs]} on axis {axis}")
+        n, k, h, w = xs[0].shape
+        out = np.empty((n, k * len(xs), h, w), dtype)
+        for i, (x, z, m, s) in enumerate(zip(xs, zero_points, multipliers, shifts)):
+            # rows (n, j) of h * w go to output channel j * len(xs) + i
+            _C.int8_concat_part(x, int(z), n * k, h * w, int(m), int(s), int(out_zero_point),
+                                out, i * h * w, len(xs) * h * w)
+        return out
     axis = axis % xs[0].ndim
     shape = list(xs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in xs)

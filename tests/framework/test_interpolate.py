@@ -5,6 +5,7 @@ import pytest
 
 import tianyuan as ty
 import tianyuan.functional as F
+from tianyuan import nn
 from helpers import check_op, gradcheck
 
 
@@ -110,3 +111,15 @@ def test_channel_shuffle():
     gradcheck(lambda t: F.channel_shuffle(t, 2), [x])
     with pytest.raises(ValueError, match="channel_shuffle: groups=4 must be a positive int"):
         F.channel_shuffle(ty.tensor(x), 4)
+
+
+def test_concat_shuffle_is_channel_shuffle_of_concat():
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((2, 3, 4, 5)) for _ in range(2))
+    want = F.channel_shuffle(F.concat([ty.tensor(a), ty.tensor(b)], 1), 2).numpy()
+    np.testing.assert_array_equal(F.concat_shuffle([ty.tensor(a), ty.tensor(b)]).numpy(), want)
+    gradcheck(lambda s, t: F.concat_shuffle([s, t]), [a, b])
+    with pytest.raises(ValueError, match=r"concat_shuffle: the parts must have one shape"):
+        F.concat_shuffle([ty.tensor(a), ty.tensor(b[:, :2])])
+    with pytest.raises(ValueError, match="Concat: shuffle interleaves channels"):
+        nn.Concat(axis=0, shuffle=True)

@@ -62,6 +62,20 @@ def test_concat_channels_of_different_widths():
     check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
 
 
+@pytest.mark.parametrize("parts,dtype", [(2, np.uint8), (3, np.int8)])
+def test_concat_shuffle_is_concat_then_channel_shuffle(parts, dtype):
+    rng = np.random.default_rng(5)
+    xs = [_q(rng, (2, 3, 4, 5), dtype) for _ in range(parts)]
+    m, s = R.quantize_multiplier(np.linspace(0.5, 1.5, parts))
+    zps = (7, 100, 3)[:parts] if dtype == np.uint8 else (0,) * parts
+    args = (xs, zps, m, s, 9 if dtype == np.uint8 else 0, dtype, 1)
+    joined = R.concat(*args)                  # (2, 3 * parts, 4, 5), then the shuffle
+    want = joined.reshape(2, parts, 3, 4, 5).transpose(0, 2, 1, 3, 4).reshape(joined.shape)
+    check_quant(lambda: K.concat(*args, shuffle=True), lambda: want)
+    with pytest.raises(ValueError, match="shuffle needs parts of one shape"):
+        K.concat([xs[0], xs[1][:, :2]], zps[:2], m[:2], s[:2], 0, dtype, 1, shuffle=True)
+
+
 POOLS = [((2, 3, 8, 8), 2, 2, 0), ((1, 4, 9, 7), 3, 2, 1), ((1, 2, 7, 7), 7, 1, 0),
          ((2, 3, 10, 11), (3, 2), (2, 1), (1, 1)), ((1, 1, 5, 6), 3, 1, (1, 1, 0, 1)),
          ((1, 2, 5, 150), 3, 2, 1), ((1, 2, 4, 139), (2, 5), 1, (0, 2)),  # rows > 1 step

@@ -48,15 +48,13 @@ class ShuffleUnitV2(nn.Module):
             nn.Conv2d(in_ch if stride > 1 else half, half, 1, bias=False), nn.BatchNorm2d(half),
             nn.ReLU(), _depthwise(half, stride), nn.BatchNorm2d(half),
             nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU())
-        self.cat = nn.Concat(axis=1)
+        self.cat = nn.Concat(axis=1, shuffle=True)  # with the channel shuffle, one copy
 
     def forward(self, x):
         if self.stride == 1:
             x1, x2 = F.split(x, 2, axis=1)          # two (N, C/2, H, W) halves
-            out = self.cat([x1, self.branch2(x2)])
-        else:
-            out = self.cat([self.branch1(x), self.branch2(x)])
-        return F.channel_shuffle(out, 2)
+            return self.cat([x1, self.branch2(x2)])
+        return self.cat([self.branch1(x), self.branch2(x)])
 
     def fuse_groups(self, prefix):
         groups = seq_groups(f"{prefix}.branch1", self.branch1) if self.stride > 1 else []

@@ -37,4 +37,4 @@ class Concat(float_points.Concat, QATModule):
     with_weight = False
 
     def forward(self, tensors):
-        return self.fake_quant_act(F.concat(list(tensors), self.axis))
+        return self.fake_quant_act(self.join(tensors))

@@ -66,7 +66,7 @@ class Concat(QuantizedModule):
     @classmethod
     def from_qat(cls, qat):
         m = cls()
-        m.axis = qat.axis
+        m.axis, m.shuffle = qat.axis, qat.shuffle
         m.set_output(qat.act_qparams())
         return m
 
@@ -82,5 +82,5 @@ class Concat(QuantizedModule):
         qs = [qarray_of(t, "Concat") for t in tensors]
         mult, shift = self.multipliers([q.scale for q in qs])
         out = K.concat(qs, [q.zero_point for q in qs], mult, shift, self.out_zero_point,
-                       self.out_dtype, self.axis)
+                       self.out_dtype, self.axis, self.shuffle)
         return wrap(out, self.out_scale, self.out_zero_point)
