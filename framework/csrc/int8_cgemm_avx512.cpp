@@ -108,8 +108,6 @@ void pack_rows(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp, 
     }
 }
 
-}  // namespace
-
 // One row of a phase plane, 64 columns from x0: lane l reads input column sw*(x0+l) + b - pl
 // of each of the 4 rows (z outside the input), stride 1 and 2 in vector loads.
 inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, int64_t b,
@@ -138,6 +136,8 @@ inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, in
     }
     return _mm512_xor_si512(v, flip);
 }
+
+}  // namespace
 
 void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {

@@ -90,6 +90,8 @@ void amx_tiles_begin() {
 
 void amx_tiles_end() { _tile_release(); }
 
+namespace {
+
 // dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,
 // words, dwords, qwords) leave, in 128-bit lane L of register 8H + 4G + 2E + F, the 16
 // channels of column 16L + 8H + 4G + 2E + F.
@@ -124,6 +126,8 @@ inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64
                          _mm512_extracti32x4_epi32(a[j], 3));
     }
 }
+
+}  // namespace
 
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
     const int64_t full = n / 64 * 64;
