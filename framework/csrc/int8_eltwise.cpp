@@ -103,7 +103,42 @@ void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
     }
 }
 
+namespace {
+
+// Sum of a window that lies inside the plane (no bounds to check), minus count * zp.
+template <typename T>
+int64_t window_sum(const T* p, int64_t w, int64_t kh, int64_t kw, int32_t zp) {
+    int32_t sum = 0;  // 255 * kh * kw fits: kernels are at most the plane
+    for (int64_t i = 0; i < kh; ++i) {
+        for (int64_t j = 0; j < kw; ++j) sum += p[i * w + j];
+    }
+    return sum - static_cast<int64_t>(zp) * kh * kw;
+}
+
+}  // namespace
+
 void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out) {
+    if (!(g.pt || g.pb || g.pl || g.pr)) {  // every window inside: ResNet's global pooling
+        // (16, 2048, 7, 7): 2.1-2.3 ms through the checked loop below, 0.4-0.56 here
+        const int64_t count = g.kh * g.kw;
+        // windows as wide as the plane are one contiguous run (one vectorisable loop)
+        const int64_t kh = g.kw == g.w ? 1 : g.kh, kw = g.kw == g.w ? count : g.kw;
+#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > (1 << 16))
+        for (int64_t pl = 0; pl < g.planes; ++pl) {
+            for (int64_t oy = 0; oy < g.oh; ++oy) {
+                for (int64_t ox = 0; ox < g.ow; ++ox) {
+                    const int64_t at = pl * g.h * g.w + oy * g.sh * g.w + ox * g.sw;
+                    const int64_t sum =
+                        x.is_signed ? window_sum(reinterpret_cast<const int8_t*>(x.data) + at,
+                                                 g.w, kh, kw, x.zero_point)
+                                    : window_sum(x.data + at, g.w, kh, kw, x.zero_point);
+                    out[(pl * g.oh + oy) * g.ow + ox] =
+                        static_cast<uint8_t>(floor_div(2 * sum + count, 2 * count) + x.zero_point);
+                }
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
     for (int64_t pl = 0; pl < g.planes; ++pl) {
         const int64_t base = pl * g.h * g.w;

@@ -79,7 +79,9 @@ def test_concat_shuffle_is_concat_then_channel_shuffle(parts, dtype):
 POOLS = [((2, 3, 8, 8), 2, 2, 0), ((1, 4, 9, 7), 3, 2, 1), ((1, 2, 7, 7), 7, 1, 0),
          ((2, 3, 10, 11), (3, 2), (2, 1), (1, 1)), ((1, 1, 5, 6), 3, 1, (1, 1, 0, 1)),
          ((1, 2, 5, 150), 3, 2, 1), ((1, 2, 4, 139), (2, 5), 1, (0, 2)),  # rows > 1 step
-         ((1, 1, 9, 9), 3, 3, 0)]                                          # stride 3: scalar
+         ((1, 1, 9, 9), 3, 3, 0),                                          # stride 3: scalar
+         ((2, 3, 6, 5), (2, 5), (2, 1), 0),   # unpadded, windows as wide as the rows
+         ((2, 64, 32, 32), 4, 4, 0)]          # unpadded, parallel
 
 
 @pytest.mark.parametrize("shape,kernel,stride,padding", POOLS)
