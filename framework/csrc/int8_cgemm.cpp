@@ -196,8 +196,15 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     for (int64_t q = 0; q < s.kp / kGroup; ++q) s.qoff[q] = q * kPos * kGroup;
     // Few position blocks (batch 1, small maps): also split the output channels.
     const int64_t oblocks = (s.ocg + kOcBlock - 1) / kOcBlock;
-    const int64_t tasks = g.groups * s.blocks, want = 2 * omp_get_max_threads();
+    const int64_t threads = omp_get_max_threads();
+    const int64_t tasks = g.groups * s.blocks, want = 2 * threads;
     s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
+    // A few more blocks than threads leave threads idle at the end (13 blocks on 2 threads:
+    // 7 and 6): split the channels too until the last round is nearly full.
+    while (s.chunks < oblocks && tasks * s.chunks < 16 * threads &&
+           20 * round_up(tasks * s.chunks, threads) > 21 * tasks * s.chunks) {
+        ++s.chunks;
+    }
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
     s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512 : pack_block_generic;
