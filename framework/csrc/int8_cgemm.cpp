@@ -39,6 +39,18 @@ void pack_conv_weights(const int8_t* w, int64_t oc, int64_t cg, int64_t taps, in
     }
 }
 
+void pad_plane_generic(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
+    const int64_t wp = p.pl + p.w + p.pr;
+    std::memset(dst, p.z, static_cast<size_t>(p.pt * wp));
+    for (int64_t y = 0; y < p.h; ++y) {
+        uint8_t* row = dst + (p.pt + y) * wp;
+        std::memset(row, p.z, static_cast<size_t>(p.pl));
+        for (int64_t x = 0; x < p.w; ++x) row[p.pl + x] = src[y * p.w + x] ^ p.flip;
+        std::memset(row + p.pl + p.w, p.z, static_cast<size_t>(p.pr));
+    }
+    std::memset(dst + (p.pt + p.h) * wp, p.z, static_cast<size_t>(p.pb * wp));
+}
+
 void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
                         const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
     for (int64_t q = 0; q < kp; ++q) {
@@ -94,23 +106,14 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     if (!pad && !x.is_signed) return x.data;
     static thread_local std::vector<uint8_t> space;
     uint8_t* xp = workspace(space, g.n * g.c * hp * wp + 2 * kPos);
-    const uint8_t flip = flip_of(x), z = static_cast<uint8_t>(zero_of(x));
+    const PadPlane p{g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)),
+                     flip_of(x)};
+    // masked stores per row, where memset / memcpy per row had been 3 library calls for a
+    // 1-byte border (256 channels at 14x14, batch 16: 6 % of the convolution)
+    const auto pad_fn = current_isa() >= Isa::avx512 ? pad_plane_avx512 : pad_plane_generic;
 #pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
     for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
-        uint8_t* dst = xp + plane * hp * wp;
-        const uint8_t* src = x.data + plane * g.h * g.w;
-        std::memset(dst, z, static_cast<size_t>(g.pt * wp));
-        for (int64_t y = 0; y < g.h; ++y) {
-            uint8_t* row = dst + (g.pt + y) * wp;
-            std::memset(row, z, static_cast<size_t>(g.pl));
-            if (flip) {
-                for (int64_t xx = 0; xx < g.w; ++xx) row[g.pl + xx] = src[y * g.w + xx] ^ flip;
-            } else {
-                std::memcpy(row + g.pl, src + y * g.w, static_cast<size_t>(g.w));
-            }
-            std::memset(row + g.pl + g.w, z, static_cast<size_t>(g.pr));
-        }
-        std::memset(dst + (g.pt + g.h) * wp, z, static_cast<size_t>(g.pb * wp));
+        pad_fn(x.data + plane * g.h * g.w, p, xp + plane * hp * wp);
     }
     return xp;
 }

@@ -78,6 +78,15 @@ using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t,
                          int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
 CTileFn cgemm_tile();  // the tile of the current ISA
 
+// One plane (h, w) padded: (pt + h + pb, pl + w + pr) bytes, the zero point z outside and
+// every byte xor flip (the sign bit, for s8) inside.
+struct PadPlane {
+    int64_t h, w, pt, pb, pl, pr;
+    uint8_t z, flip;
+};
+void pad_plane_generic(const uint8_t* src, const PadPlane& p, uint8_t* dst);
+void pad_plane_avx512(const uint8_t* src, const PadPlane& p, uint8_t* dst);
+
 // The direct algorithm's quad planes of one channel quad of one image: 4 rows of the input
 // (c0..c3, each h x w, sign bit flipped by `flip`, zero point z outside) -> per phase (a, b)
 // of the stride, hph x wph quads at dst + (a*sw + b)*plane*4; plane >= hph*wph, and dst is

@@ -182,5 +182,31 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
     }
 }
 
+// Each padded row in 64-byte steps: one masked load that starts pl bytes before the source
+// row (masked-off lanes are never read) over the zero point, flipped, one store.
+void pad_plane_avx512(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
+    const int64_t wp = p.pl + p.w + p.pr;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(p.flip));
+    const __m512i z = _mm512_set1_epi8(static_cast<char>(p.z));
+    const __m512i fill = _mm512_xor_si512(z, flip);  // z once flipped with the row
+    for (int64_t x = 0; x < p.pt * wp; x += 64) {
+        _mm512_mask_storeu_epi8(dst + x, low_bits(p.pt * wp - x), z);
+    }
+    for (int64_t y = 0; y < p.h; ++y) {
+        const uint8_t* from = src + y * p.w - p.pl;  // padded column c reads from[c]
+        uint8_t* row = dst + (p.pt + y) * wp;
+        for (int64_t x = 0; x < wp; x += 64) {
+            const int64_t lo = p.pl - x, hi = p.pl + p.w - x;  // data lanes [lo, hi)
+            const __mmask64 k = low_bits(hi > 0 ? hi : 0) & ~low_bits(lo > 0 ? lo : 0);
+            const __m512i v = _mm512_mask_loadu_epi8(fill, k, from + x);
+            _mm512_mask_storeu_epi8(row + x, low_bits(wp - x), _mm512_xor_si512(v, flip));
+        }
+    }
+    uint8_t* bottom = dst + (p.pt + p.h) * wp;
+    for (int64_t x = 0; x < p.pb * wp; x += 64) {
+        _mm512_mask_storeu_epi8(bottom + x, low_bits(p.pb * wp - x), z);
+    }
+}
+
 }  // namespace int8
 }  // namespace tianyuan
