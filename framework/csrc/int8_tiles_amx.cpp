@@ -85,7 +85,11 @@ void amx_tiles_begin() {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
-    _tile_loadconfig(&cfg);
+    // Not _tile_loadconfig: GCC 12's asm for it declares only the config's first 8 bytes as
+    // read, so the stores of colsb and rows above were dropped as dead (objdump: zeroing and
+    // the palette only), and the first tile instruction raised #UD - found by running the
+    // real tiles under Bochs 3.0's Sapphire Rapids model. The whole struct is the operand.
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 void amx_tiles_end() { _tile_release(); }
