@@ -18,8 +18,10 @@
 //
 // This VM exposes no AMX, so the same kernel also runs on emulated tiles (plain C++ with the
 // instructions' semantics), which is what the tests check bit for bit against the
-// reference; on a machine that grants AMX the real tiles are checked against the emulated
-// ones once per process before the automatic choice takes them.
+// reference. The real tiles run under Bochs 3.0's Sapphire Rapids model with
+// bench/amx_bochs/run.sh (equal to the VNNI algorithm on 8 shapes); on a machine that grants
+// AMX they are checked against the emulated ones once per process before the automatic
+// choice takes them.
 #pragma once
 
 #include <cstdint>
