@@ -108,7 +108,7 @@ namespace {
 // Sum of a window that lies inside the plane (no bounds to check), minus count * zp.
 template <typename T>
 int64_t window_sum(const T* p, int64_t w, int64_t kh, int64_t kw, int32_t zp) {
-    int32_t sum = 0;  // 255 * kh * kw fits: kernels are at most the plane
+    int64_t sum = 0;
     for (int64_t i = 0; i < kh; ++i) {
         for (int64_t j = 0; j < kw; ++j) sum += p[i * w + j];
     }
