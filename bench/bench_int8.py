@@ -1,7 +1,9 @@
 """Every convolution of ResNet-18, MobileNetV2 and ShuffleNetV2 (x1.0) at 224x224: our int8
 conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/fbgemm
 engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
-otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s.
+otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
+latter also as a share of the VNNI peak measured in the run after each network (and of the
+nominal AMX peak, 8x that, on machines that grant AMX tiles).
 
 Layers are found by running the zoo model once with forward hooks on its Conv2d modules.
 Ours runs in this process, the peers in a child process per network and batch; the two
@@ -194,7 +196,19 @@ def bench_net(layers, batch, repeat, stat, rounds):
     return rows
 
 
-def report(net, batch, rows, show_layers):
+def measured_peaks():
+    """{name: TOP/s}: VNNI measured now (a register-only vpdpbusd loop on every thread);
+    AMX nominal, 8x VNNI (TDPBUSD: 1024 int8 multiply-adds a cycle per core against
+    vpdpbusd's 2 x 64), where the OS grants tiles; {} without VNNI."""
+    if "vnni" not in ty.available_isas():
+        return {}
+    peaks = {"VNNI": K.vnni_peak() / 1e12}
+    if "amx" in ty.available_isas():
+        peaks["AMX nominal"] = 8 * peaks["VNNI"]
+    return peaks
+
+
+def report(net, batch, rows, show_layers, peaks):
     cols = [c for c in ("int8", "f32", "torch", "ort") if c in rows[0][1]]
     if show_layers:
         print(f"\n{net} batch {batch}: ms per layer")
@@ -208,7 +222,11 @@ def report(net, batch, rows, show_layers):
     if peers:
         ratio += f"  int8/best peer {total['int8'] / min(peers):.2f}x"
     print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  {ratio}")
-    return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops}
+    if peaks:
+        print(f"{'':<20} int8 at " + ", ".join(f"{100 * tops['int8'] / p:.0f} % of the {name} "
+                                            f"peak ({p:.2f} TOP/s)" for name, p in peaks.items()))
+    return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops,
+            "peak_tops": peaks}
 
 
 def _peer_notes():
@@ -250,7 +268,9 @@ def main():
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
             rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds)
-            results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers)
+            # the peak is measured after each network, as the shared machine's speed drifts
+            results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
+                                                            measured_peaks())
             if args.json:  # rewritten after each network: a killed run keeps what it has
                 with open(args.json, "w") as f:
                     json.dump(results, f, indent=1)

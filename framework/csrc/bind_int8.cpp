@@ -136,6 +136,10 @@ int8::PoolGeom int8_pool_geom(const py::array& x, std::pair<int64_t, int64_t> k,
 }
 
 void bind_int8_gemm(py::module_& m) {
+    m.def("int8_vnni_peak", &int8::vnni_peak, py::arg("steps"),
+          py::call_guard<py::gil_scoped_release>(),
+          "int8 operations per second of a register-only vpdpbusd loop (steps x 12 "
+          "instructions on every thread): the VNNI peak; RuntimeError without VNNI");
     m.def("int8_pack_weights", &int8_pack, py::arg("w"),
           "w s8 (G, N, K) -> (packed s8, row_sums s32 (G*N,)); layout in int8_gemm.h");
     m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),

@@ -40,6 +40,13 @@ void gemm_block_avx2(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* 
 void gemm_block_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b,
                      int64_t kp, int64_t npanels, int32_t* c, int64_t ldc);
 
+// Register-only vpdpbusd throughput: `steps` x 12 independent instructions on one thread;
+// returns a checksum so that the loop is kept. vnni_peak() runs it on every OpenMP thread
+// and returns int8 operations per second (2 per multiply-add), the peak the benchmarks
+// quote; it throws std::runtime_error where the CPU or the OS lacks AVX512-VNNI.
+int64_t vnni_peak_steps(int64_t steps);
+double vnni_peak(int64_t steps);
+
 // Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), dispatched on current_isa().
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,
                   int64_t k, int32_t* c, int64_t ldc);

@@ -99,5 +99,32 @@ void gemm_block_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* 
     }
 }
 
+int64_t vnni_peak_steps(int64_t steps) {
+    // 12 accumulators cover vpdpbusd's latency (4-5 cycles) on 2 ports. Inline assembly, as
+    // the compiler would merge identical intrinsic chains; operands stay in registers, so
+    // the loop measures the instruction, not memory.
+    __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(steps)), c1 = c0, c2 = c0, c3 = c0,
+            c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    const __m512i x = _mm512_set1_epi8(1), w = _mm512_set1_epi8(1);
+    for (int64_t s = 0; s < steps; ++s) {
+        __asm__ volatile(
+            "vpdpbusd %[w], %[x], %[c0]\n\tvpdpbusd %[w], %[x], %[c1]\n\t"
+            "vpdpbusd %[w], %[x], %[c2]\n\tvpdpbusd %[w], %[x], %[c3]\n\t"
+            "vpdpbusd %[w], %[x], %[c4]\n\tvpdpbusd %[w], %[x], %[c5]\n\t"
+            "vpdpbusd %[w], %[x], %[c6]\n\tvpdpbusd %[w], %[x], %[c7]\n\t"
+            "vpdpbusd %[w], %[x], %[c8]\n\tvpdpbusd %[w], %[x], %[c9]\n\t"
+            "vpdpbusd %[w], %[x], %[c10]\n\tvpdpbusd %[w], %[x], %[c11]"
+            : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4),
+              [c5] "+v"(c5), [c6] "+v"(c6), [c7] "+v"(c7), [c8] "+v"(c8), [c9] "+v"(c9),
+              [c10] "+v"(c10), [c11] "+v"(c11)
+            : [x] "v"(x), [w] "v"(w));
+    }
+    const __m512i sum = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                         _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7))),
+        _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+    return _mm512_reduce_add_epi32(sum);
+}
+
 }  // namespace int8
 }  // namespace tianyuan
