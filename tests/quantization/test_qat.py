@@ -132,7 +132,8 @@ def test_calibration_ptq(trained, data):
     Q.calibrate(qat, [x[i:i + 100] for i in range(0, 400, 100)])
     int8 = Q.quantize(qat)
     logits = predict(float_model, xt)
-    p_float, p_qat, p_int8 = logits.argmax(1), predict(qat, xt).argmax(1), predict(int8, xt).argmax(1)
+    p_float = logits.argmax(1)
+    p_qat, p_int8 = predict(qat, xt).argmax(1), predict(int8, xt).argmax(1)
     assert (p_qat == p_int8).mean() >= 0.99
     # PTQ changes a float prediction where the top two logits lie within a few steps of
     # the uint8 logits (this net: logits over +-45, step 0.35, 27 % of the test set
