@@ -6,6 +6,7 @@ itself is engine.Trainer.
 >>> train_loader, val_loader, classes = classification_data("folder", "data/shapes", 64)
 >>> forward = partial(classification_forward, label_smoothing=0.1)
 """
+import copy
 import os
 import shutil
 import tempfile
@@ -153,10 +154,12 @@ def prepare_finetune(model, weights=None, num_classes=None, freeze_backbone=Fals
     return list(model.get_submodule(head).parameters())
 
 
-def prepare_qat(model, qconfig="ema_fakequant"):
+def prepare_qat(model, qconfig="ema_fakequant", keep_float=()):
     """Convert `model` for quantization-aware training or calibration (fused Conv-BN-ReLU,
     observers, fake quantizers). `qconfig`: a QConfig, or the name of a preset
-    `tianyuan.quantization.<name>_qconfig` (ema_fakequant, calibration, lsq, ...)."""
+    `tianyuan.quantization.<name>_qconfig` (ema_fakequant, calibration, lsq, ...).
+    `keep_float`: dotted names of submodules that stay float (`disable_quantize`), e.g.
+    ["fc"] for a classifier whose logits lose accuracy as uint8; `model` is not modified."""
     from tianyuan import quantization as Q
     if isinstance(qconfig, str):
         preset = getattr(Q, f"{qconfig}_qconfig", None)
@@ -164,4 +167,16 @@ def prepare_qat(model, qconfig="ema_fakequant"):
             known = sorted(n[:-len("_qconfig")] for n in dir(Q) if n.endswith("_qconfig"))
             raise ValueError(f"prepare_qat: unknown qconfig {qconfig!r}; presets: {known}")
         qconfig = preset
-    return Q.quantize_qat(model, qconfig)
+    if isinstance(keep_float, str):
+        keep_float = [keep_float]
+    if not keep_float:
+        return Q.quantize_qat(model, qconfig)
+    model = copy.deepcopy(model)
+    for name in keep_float:
+        try:
+            Q.disable_quantize(model.get_submodule(str(name)))
+        except AttributeError as e:
+            top = ", ".join(model._modules)
+            raise ValueError(f"prepare_qat: keep_float: {e}; the model's top-level modules: "
+                             f"{top}") from None
+    return Q.quantize_qat(model, qconfig, inplace=True)

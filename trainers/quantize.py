@@ -9,7 +9,9 @@ aware training (QAT), then the QuantReport (trainers/conf/quantize.yaml).
 
 PTQ: quantize_qat(calib_qconfig) + calibrate on `calib_batches` training batches (evaluation
 preprocessing, shuffled) + quantize. QAT: quantize_qat(quant.qconfig) + the shared trainer
-(train.build) for the QAT schedule + quantize. Prints the table, writes the JSON (`out=`).
+(train.build) for the QAT schedule + quantize. `quant.keep_float=[fc]` keeps the named
+submodules float in both (say, the layers the report's SQNR list puts last). Prints the
+table, writes the JSON (`out=`).
 """
 import copy
 import itertools
@@ -32,9 +34,10 @@ from .train import GROUPS, build
 METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
 
 
-def ptq(model, batches, qconfig="calibration"):
-    """Post-training quantization: calibrate the observers on `batches`, then int8."""
-    return Q.quantize(Q.calibrate(prepare_qat(model, qconfig), batches))
+def ptq(model, batches, qconfig="calibration", keep_float=()):
+    """Post-training quantization: calibrate the observers on `batches`, then int8;
+    `keep_float`: submodules left float (as in `prepare_qat`)."""
+    return Q.quantize(Q.calibrate(prepare_qat(model, qconfig, keep_float), batches))
 
 
 def qat(cfg, model):
@@ -85,10 +88,13 @@ def run(cfg):
     int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
                       "weights": cfg.weights, "method": cfg.method, "data": cfg.data.kind,
                       "preprocessing": {**pre, "source": source}}
+    keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
+    if keep_float:
+        info["keep_float"] = keep_float
     if "ptq" in METHODS[cfg.method]:
         started = time.perf_counter()
         batches = (batch["image"] for batch in itertools.islice(calib, cfg.calib_batches))
-        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig)
+        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig, keep_float)
         info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
                        "seconds": round(time.perf_counter() - started, 1)}
     if "qat" in METHODS[cfg.method]:

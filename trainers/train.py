@@ -38,7 +38,7 @@ def build(cfg, model=None):
     prepare_finetune(model, tune.weights, len(classes) if tune.new_head else None,
                      tune.freeze_backbone)
     if cfg.quant.method == "qat":
-        model = prepare_qat(model, cfg.quant.qconfig)
+        model = prepare_qat(model, cfg.quant.qconfig, list(cfg.quant.get("keep_float") or ()))
     elif cfg.quant.method is not None:
         raise ValueError(f"train: quant.method must be null or 'qat', got {cfg.quant.method!r}")
     params = [p for p in model.parameters() if p.requires_grad]

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from tianyuan import nn, zoo
 from tianyuan import quantization as Q
-from tianyuan import zoo
 from tianyuan.trainers import cli
 from tianyuan.trainers.classification import prepare_qat
 from tianyuan.trainers.config import compose, options
@@ -49,3 +49,34 @@ def test_every_configured_qconfig_is_a_preset(config):
             assert isinstance(getattr(Q, f"{qconfig}_qconfig"), Q.QConfig), (name, qconfig)
     with pytest.raises(ValueError, match="ema_fakequant"):
         prepare_qat(zoo.get_model("resnet18", num_classes=2), "default")
+
+
+def test_keep_float_leaves_named_layers_float_and_the_model_alone():
+    model = zoo.get_model("shapesnet", num_classes=3)
+    qat = prepare_qat(model, "calibration", ["fc"])
+    assert type(qat.fc) is nn.Linear
+    assert isinstance(qat.features[0][0], nn.qat.ConvBnReLU2d)   # the others are QAT layers
+    assert "quant_disabled" not in model.fc.__dict__       # the caller's float model unmarked
+    with pytest.raises(ValueError, match="keep_float.*'nope'.*top-level modules: .*fc"):
+        prepare_qat(model, "calibration", ["nope"])
+
+
+def test_quantize_keep_float_from_the_command_line(shapes_root, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "experiment=smoke_shapesnet", f"data.root={shapes_root}",
+                     f"out_dir={run}", "trainer.max_iters=4", "trainer.eval_every=0",
+                     "trainer.progress=false"]) == 0
+    out = tmp_path / "quant.json"
+    common = ["quantize", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
+              f"weights={run}/model_final.safetensors", "method=both", "calib_batches=2",
+              "qat.iters=2", "trainer.progress=false", f"out_dir={tmp_path}/qat",
+              "report.repeats=1", "report.batches=[1]", "report.sensitivity_images=4"]
+    assert cli.main(common + [f"out={out}"]) == 0
+    assert cli.main(common + ["quant.keep_float=[fc]", f"out={tmp_path}/kept.json"]) == 0
+    plain, kept = json.load(open(out)), json.load(open(tmp_path / "kept.json"))
+    assert kept["keep_float"] == ["fc"] and "keep_float" not in plain
+    for method in ("ptq", "qat"):
+        assert "fc" in {r["layer"] for r in plain["sensitivity"][method]}
+        assert "fc" not in {r["layer"] for r in kept["sensitivity"][method]}
+    sizes = [{r["model"]: r["size_kb"] for r in d["rows"]} for d in (plain, kept)]
+    assert sizes[1]["ptq"] > sizes[0]["ptq"] and sizes[1]["qat"] > sizes[0]["qat"]
