@@ -3,7 +3,9 @@ conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/
 engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
 latter also as a share of the VNNI peak measured in the run (before and after each network;
-the largest so far) and of the nominal AMX peak, 8x that, on machines that grant AMX tiles.
+the largest so far) and of the nominal AMX peak, 8x that, on machines that grant AMX tiles;
+each network's ratios are marked against the targets (int8 <= 0.4x our float32 time and
+<= 1.0x the faster peer's).
 
 Layers are found by running the zoo model once with forward hooks on its Conv2d modules.
 Ours runs in this process, the peers in a child process per network and batch; the two
@@ -196,6 +198,13 @@ def bench_net(layers, batch, repeat, stat, rounds):
     return rows
 
 
+TARGET_VS_F32, TARGET_VS_PEER = 0.4, 1.0   # the issue's totals per network
+
+
+def _target(ratio, target):
+    return f"{'meets' if ratio <= target else 'misses'} <= {target}"
+
+
 def measured_peaks(seen):
     """{name: TOP/s}: VNNI measured now (a register-only vpdpbusd loop on every thread),
     the largest of this and the earlier measurements in `seen` (a slow spell of the shared
@@ -220,10 +229,12 @@ def report(net, batch, rows, show_layers, peaks):
     total = {c: sum(r[c] for _, r in rows) for c in cols + ["macs"]}
     tops = {c: 2 * total["macs"] / (total[c] / 1000) / 1e12 for c in cols}
     line = "  ".join(f"{c} {total[c]:8.2f} ms ({tops[c]:.3f} TOP/s)" for c in cols)
-    ratio = f"int8/f32 {total['int8'] / total['f32']:.2f}x"
+    vs_f32 = total["int8"] / total["f32"]
+    ratio = f"int8/f32 {vs_f32:.2f}x ({_target(vs_f32, TARGET_VS_F32)})"
     peers = [total[c] for c in ("torch", "ort") if c in total]
     if peers:
-        ratio += f"  int8/best peer {total['int8'] / min(peers):.2f}x"
+        vs_peer = total["int8"] / min(peers)
+        ratio += f"  int8/best peer {vs_peer:.2f}x ({_target(vs_peer, TARGET_VS_PEER)})"
     print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  {ratio}")
     if peaks:
         print(f"{'':<20} int8 at " + ", ".join(f"{100 * tops['int8'] / p:.0f} % of the {name} "
