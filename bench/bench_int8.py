@@ -87,7 +87,8 @@ def torch_int8(conv, x_f32):
     try:
         import torch
         torch.set_num_threads(ty.get_num_threads())   # same thread count for every column
-        warnings.filterwarnings("ignore", message=".*quantize_per.*deprecated", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*quantize_per.*deprecated",
+                                category=UserWarning)
         engines = torch.backends.quantized.supported_engines
         torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
         q = torch.ao.nn.quantized.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size,
