@@ -1,5 +1,6 @@
 // int8 convolution driver (layouts in int8_cgemm.h): pad the input once with the zero
-// point, then per (group, block of kPos positions of the whole batch: a block may span
+// point (or, for kernels of 2 or more taps with C/groups % 4 == 0, rewrite it into quad
+// planes), then per (group, block of kPos positions of the whole batch: a block may span
 // images) pack the block's activations and run the weight blocks over it; each tile
 // requantizes and writes NCHW bytes directly (through a staging tile where the block spans
 // images).
@@ -135,18 +136,18 @@ int64_t block_spans(int64_t p, int64_t p0, int64_t npos, Span* spans) {
     return count;
 }
 
-// The block's positions as runs along input rows (src from the group's first plane of
-// image 0: images lie image_size apart); contiguous runs merge.
-int64_t block_runs(const ConvGeom& g, int64_t wp, int64_t image_size, const Span* spans,
-                   int64_t nspans, Run* runs) {
+// The block's positions as runs along input rows: output (n, oy, ox) reads from n * image +
+// oy * row + ox * col past the group's first plane of image 0; contiguous runs merge.
+int64_t block_runs(const ConvGeom& g, int64_t image, int64_t row, int64_t col,
+                   const Span* spans, int64_t nspans, Run* runs) {
     int64_t nr = 0;
     for (int64_t s = 0; s < nspans; ++s) {
         const Span& sp = spans[s];
         for (int64_t p = sp.q; p < sp.q + sp.len;) {
             const int64_t oy = p / g.ow, ox = p % g.ow;
             const int64_t len = g.ow - ox < sp.q + sp.len - p ? g.ow - ox : sp.q + sp.len - p;
-            const int64_t src = sp.n * image_size + oy * g.sh * wp + ox * g.sw;
-            if (nr && runs[nr - 1].src + runs[nr - 1].len * g.sw == src) {
+            const int64_t src = sp.n * image + oy * row + ox * col;
+            if (nr && runs[nr - 1].src + runs[nr - 1].len * col == src) {
                 runs[nr - 1].len += len;
             } else {
                 runs[nr++] = {sp.lane + p - sp.q, src, len};
@@ -169,7 +170,18 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
     return out;
 }
 
+using QuadPackFn = void (*)(const uint8_t*, const int64_t*, int64_t, const Run*, int64_t,
+                           uint8_t*);
+
+// Blocks gather from the padded input (xpad, koff, pack) or, for kernels of 2 or more taps
+// with C/groups % 4 == 0, copy from the quad planes (quads, qpack): the planes are one
+// interleaving pass over the input, and a block's k-quads are then plain copies of runs,
+// where gathering interleaves 4 input rows per k-quad of every block (9 times per input byte
+// for a 3x3 kernel).
 struct ConvPlan {
+    bool from_quads;
+    QuadInput quads;
+    QuadPackFn qpack;
     const uint8_t* xpad;
     int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
     std::vector<int64_t> koff;  // (kg,) offsets of k's (c, i, j) in a padded group
@@ -182,18 +194,25 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     ConvPlan s;
     s.hp = g.h + g.pt + g.pb;
     s.wp = g.w + g.pl + g.pr;
-    s.xpad = padded_input(x, g, s.hp, s.wp);
     s.cg = g.c / g.groups;
     s.ocg = g.oc / g.groups;
     s.kg = s.cg * g.kh * g.kw;
     s.kp = round_up(s.kg, kGroup);
     s.p = g.oh * g.ow;
     s.blocks = (g.n * s.p + kPos - 1) / kPos;  // blocks run over the batch's positions
-    s.koff.resize(static_cast<size_t>(s.kg));
-    for (int64_t q = 0; q < s.kg; ++q) {
-        int64_t c, tap;
-        k_row(q, s.cg, g.kh * g.kw, &c, &tap);
-        s.koff[q] = c * s.hp * s.wp + tap / g.kw * g.dh * s.wp + tap % g.kw * g.dw;
+    s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
+    if (s.from_quads) {
+        s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));
+        s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512 : pack_quads_generic;
+        s.xpad = nullptr;
+    } else {
+        s.xpad = padded_input(x, g, s.hp, s.wp);
+        s.koff.resize(static_cast<size_t>(s.kg));
+        for (int64_t q = 0; q < s.kg; ++q) {
+            int64_t c, tap;
+            k_row(q, s.cg, g.kh * g.kw, &c, &tap);
+            s.koff[q] = c * s.hp * s.wp + tap / g.kw * g.dh * s.wp + tap % g.kw * g.dw;
+        }
     }
     s.qoff.resize(static_cast<size_t>(s.kp / kGroup));
     for (int64_t q = 0; q < s.kp / kGroup; ++q) s.qoff[q] = q * kPos * kGroup;
@@ -255,7 +274,15 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
     Run runs[kPos + 2];
     const int64_t p0 = blk * kPos, all = g.n * s.p, npos = all - p0 < kPos ? all - p0 : kPos;
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
-    const int64_t nr = block_runs(g, s.wp, g.c * s.hp * s.wp, spans, nspans, runs);
+    if (s.from_quads) {
+        const QuadInput& in = s.quads;
+        const int64_t nr = block_runs(g, g.groups * in.group_quads, in.qp.wph, 1, spans, nspans,
+                                      runs);
+        s.qpack(in.planes + gi * in.group_quads * kGroup, in.qoff.data() + q0, q1 - q0, runs, nr,
+                buf + q0 * kPos * kGroup);
+        return;
+    }
+    const int64_t nr = block_runs(g, g.c * s.hp * s.wp, g.sh * s.wp, g.sw, spans, nspans, runs);
     const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
     s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.koff.data() + k0, kend - k0,
            (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
@@ -291,13 +318,17 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     const ConvPlan s = plan(x, g);
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     if (s.chunks == 1) {  // enough position blocks: each task packs its own
-#pragma omp parallel for schedule(static) if (blocks > 1)
-        for (int64_t t = 0; t < blocks; ++t) {
-            static thread_local std::vector<uint8_t> space;
-            uint8_t* buf = workspace(space, s.kp * kPos);
-            const int64_t blk = t % s.blocks, gi = t / s.blocks;
-            pack_part(s, g, gi, blk, 0, quads, buf);
-            run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out);
+#pragma omp parallel if (blocks > 1)
+        {
+            if (s.from_quads) fill_quad_planes(x.data, g, s.quads);
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < blocks; ++t) {
+                static thread_local std::vector<uint8_t> space;
+                uint8_t* buf = workspace(space, s.kp * kPos);
+                const int64_t blk = t % s.blocks, gi = t / s.blocks;
+                pack_part(s, g, gi, blk, 0, quads, buf);
+                run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out);
+            }
         }
         return;
     }
@@ -308,6 +339,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     const int64_t parts = s.chunks, per = (quads + parts - 1) / parts;
 #pragma omp parallel
     {
+        if (s.from_quads) fill_quad_planes(x.data, g, s.quads);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * parts; ++t) {
             const int64_t bt = t / parts, q0 = t % parts * per;

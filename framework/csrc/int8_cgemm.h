@@ -13,7 +13,9 @@
 // Two algorithms feed the same register tile, which reads k-quad q's 64 positions at
 // `acts + qoff[q]` (4 consecutive k of one position per 32-bit lane):
 //   packed: per block of up to kPos output positions, the block's activations are gathered
-//     into buf[(k/4)*kPos*4 + p*4 + k%4] = xpad[koff[k] + src(p)], so qoff[q] = q*kPos*4.
+//     into buf[(k/4)*kPos*4 + p*4 + k%4] = xpad[koff[k] + src(p)], so qoff[q] = q*kPos*4;
+//     for kernels of 2 or more taps with C/groups % 4 == 0, the same buf is copied in runs
+//     of quads from the direct algorithm's quad planes instead (QuadInput below).
 //   direct (any stride, C/groups % 4 == 0; int8_conv_direct.cpp): the input
 //     is rewritten once into quad planes, per channel quad and phase (a, b) of the stride
 //     quads[y][x] = 4 channels of xpad[sh*y + a][sw*x + b], and the tile runs over "virtual"
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "int8_gemm.h"
 
@@ -102,6 +105,29 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
 // choice takes it, and the convolution itself (bias already corrected for the zero point).
 struct ConvGeom;
 bool direct_takes(const ConvGeom& g);
+
+// x's quad planes (C/groups % 4 == 0), as the direct algorithm reads them and the packed one
+// copies from for kernels of 2 or more taps: image n, group gi starts group_quads * (n * groups
+// + gi) quads into `planes`, and k-quad q of output position (oy, ox) is the 4 bytes at
+// planes + qoff[q] + 4 * (that start + oy * wph + ox). quad_input works out the geometry and
+// sizes a grow-only workspace (valid until the next call); fill_quad_planes writes it, as an
+// orphaned `omp for`: called inside a parallel region, the region's threads share the planes.
+struct QuadInput {
+    QuadPlanes qp;
+    int64_t cq, span, group_quads;  // channel quads per group; quads per (image, group, quad)
+    std::vector<int64_t> qoff;      // (kp / 4,) bytes
+    uint8_t* planes;
+};
+QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z);
+void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in);
+
+// One packed block from quad planes: k-quad q of run u (u.src in quads from src, unit
+// stride) is u.len quads at src + qoff[q] + 4 * u.src, copied to buf + q*kPos*4 + 4*u.dst.
+// Only those bytes are written: parts of one block may be copied by different threads.
+void pack_quads_generic(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                        int64_t nruns, uint8_t* buf);
+void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                       int64_t nruns, uint8_t* buf);
 bool direct_wins(const ConvGeom& g);
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                    const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out);

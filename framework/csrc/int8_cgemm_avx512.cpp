@@ -1,5 +1,6 @@
-// AVX-512BW activation block pack for the int8 convolution (layout in int8_cgemm.h), and
-// the direct algorithm's quad planes (the same interleave, once per input row).
+// AVX-512BW activation block pack for the int8 convolution (layout in int8_cgemm.h), the
+// direct algorithm's quad planes (the same interleave, once per input row), and the copy
+// of a block from those planes.
 // Per k-quad: 4 rows of 64 positions are gathered into zmm registers (stride 1: masked
 // loads merged at the run's place; stride 2: the even bytes of a masked 128-byte window,
 // vpmovwb, merged at the run's place; larger strides through a small buffer), then
@@ -75,8 +76,9 @@ inline __m512i read_row_strided(const uint8_t* src, const Run* runs, int64_t nru
 }
 
 // 4 rows of 64 positions -> 4 k-quad panels: each 32-bit lane holds 4 consecutive k of one
-// position.
-inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t* dst) {
+// position; only the first `panels` (16 positions each) are stored.
+inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t* dst,
+                        int64_t panels = 4) {
     // bytes -> (r0, r1, r2, r3) quads; per 128-bit lane L: positions 16L + 0..15
     const __m512i u0 = _mm512_unpacklo_epi8(r0, r1), u1 = _mm512_unpackhi_epi8(r0, r1);
     const __m512i u2 = _mm512_unpacklo_epi8(r2, r3), u3 = _mm512_unpackhi_epi8(r2, r3);
@@ -88,9 +90,9 @@ inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t*
     const __m512i a = _mm512_shuffle_i32x4(t0, t1, 0x44), b = _mm512_shuffle_i32x4(t0, t1, 0xEE);
     const __m512i c = _mm512_shuffle_i32x4(t2, t3, 0x44), d = _mm512_shuffle_i32x4(t2, t3, 0xEE);
     _mm512_storeu_si512(dst, _mm512_shuffle_i32x4(a, c, 0x88));
-    _mm512_storeu_si512(dst + 64, _mm512_shuffle_i32x4(a, c, 0xDD));
-    _mm512_storeu_si512(dst + 128, _mm512_shuffle_i32x4(b, d, 0x88));
-    _mm512_storeu_si512(dst + 192, _mm512_shuffle_i32x4(b, d, 0xDD));
+    if (panels > 1) _mm512_storeu_si512(dst + 64, _mm512_shuffle_i32x4(a, c, 0xDD));
+    if (panels > 2) _mm512_storeu_si512(dst + 128, _mm512_shuffle_i32x4(b, d, 0x88));
+    if (panels > 3) _mm512_storeu_si512(dst + 192, _mm512_shuffle_i32x4(b, d, 0xDD));
 }
 
 // Rows [0, kp) of the block, rows past k zero; read(src) gives one row.
@@ -155,6 +157,29 @@ void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int6
               [&](const uint8_t* src) { return read_row_strided(src, runs, nruns, sw); }, buf);
 }
 
+// Each run in whole 64-byte steps, in lane order: a step past the run's end is overwritten
+// by the next run, or the next k-quad's first (lane 0); only the part's last step is masked.
+void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                       int64_t nruns, uint8_t* buf) {
+    for (int64_t q = 0; q < nq; ++q) {
+        const uint8_t* from = src + qoff[q];
+        uint8_t* to = buf + q * kPos * kGroup;
+        for (int64_t i = 0; i < nruns; ++i) {
+            const uint8_t* a = from + runs[i].src * kGroup;
+            uint8_t* b = to + runs[i].dst * kGroup;
+            const int64_t bytes = runs[i].len * kGroup;
+            int64_t x = 0;
+            for (; x + 64 < bytes; x += 64) _mm512_storeu_si512(b + x, _mm512_loadu_si512(a + x));
+            if (q + 1 < nq || i + 1 < nruns) {
+                _mm512_storeu_si512(b + x, _mm512_loadu_si512(a + x));
+            } else {
+                const __mmask64 k = low_bits(bytes - x);
+                _mm512_mask_storeu_epi8(b + x, k, _mm512_maskz_loadu_epi8(k, a + x));
+            }
+        }
+    }
+}
+
 void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(p.flip));
     const __m512i zf = _mm512_set1_epi8(static_cast<char>(p.z ^ p.flip));  // z after the xor
@@ -165,17 +190,19 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
             for (int64_t y = 0; y < p.hph; ++y) {
                 const int64_t row = p.sh * y + a - p.pt;
                 uint8_t* out = plane + y * p.wph * kGroup;
-                // whole panels: the last one runs into the next row, written after it
+                // whole panels of 16 quads: the last one runs into the next row, written
+                // after it
                 for (int64_t x0 = 0; x0 < p.wph; x0 += kPos, out += kPos * kGroup) {
+                    const int64_t left = p.wph - x0, panels = left < kPos ? (left + 15) / 16 : 4;
                     if (row < 0 || row >= p.h) {
-                        for (int64_t i = 0; i < 4; ++i) _mm512_storeu_si512(out + 64 * i, zq);
+                        for (int64_t i = 0; i < panels; ++i) _mm512_storeu_si512(out + 64 * i, zq);
                         continue;
                     }
                     const int64_t at = row * p.w;
                     store_quads(plane_row(rows4[0] + at, p, x0, b, zf, flip),
                                 plane_row(rows4[1] + at, p, x0, b, zf, flip),
                                 plane_row(rows4[2] + at, p, x0, b, zf, flip),
-                                plane_row(rows4[3] + at, p, x0, b, zf, flip), out);
+                                plane_row(rows4[3] + at, p, x0, b, zf, flip), out, panels);
                 }
             }
         }

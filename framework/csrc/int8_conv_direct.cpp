@@ -40,52 +40,86 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 
 // Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
 // over one image's virtual positions, wph - ow of every wph dropped and the last block short.
-// Measured on ResNet-18's layers, all 20 in one run per algorithm as in a forward pass
-// (2 threads, 7-15 alternating rounds): at batch 1 direct is 0.75-0.97x packed's time on
-// every 3x3 layer (lanes level: a 7x7 or 14x14 map wastes a block's tail either way); at
-// batch 16 0.88-0.97x at 56x56 (direct computes 1.04x the lanes), 0.96-1.11x at 28x28
-// (1.14x), 1.03-1.21x at 14x14 and 7x7 (1.3x). 1x1 layers lose 1.3-2.4x in isolation: the
-// gather they save is one pass anyway, and the staging copy is a large part of a short depth.
+// Since the packed blocks copy from the same quad planes (int8_cgemm.cpp), all the direct
+// algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it takes only
+// shapes where it computes no more lanes. Measured on ResNet-18's 3x3 layers (2 threads,
+// 5 alternating rounds, 2026-12-02): at batch 16 direct took 1.0x packed's time at 56x56
+// (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1, 0.96-0.99x at 14x14 and 7x7
+// (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run packed (the gather is one
+// pass anyway, and direct's staging copy is a large part of a short depth).
 bool direct_wins(const ConvGeom& g) {
     if (!direct_takes(g) || g.kh * g.kw == 1) return false;
     const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
     const int64_t direct = g.n * round_up((g.oh - 1) * wph + g.ow, kPos);
     const int64_t packed = round_up(g.n * g.oh * g.ow, kPos);
-    return 10 * packed >= 9 * direct;
+    return direct <= packed;
+}
+
+QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
+    QuadInput in;
+    const int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
+    in.qp = {g.h, g.w, g.pt, g.pl, g.sh, g.sw, (hp + g.sh - 1) / g.sh, (wp + g.sw - 1) / g.sw,
+             0, z, flip};
+    in.qp.plane = in.qp.hph * in.qp.wph;
+    // Reads of the last block run up to kPos quads past the last phase; rows are written
+    // in whole panels, up to kPos quads past it too.
+    in.span = round_up(g.sh * g.sw * in.qp.plane + 2 * kPos, 16);
+    in.cq = g.c / g.groups / kGroup;
+    in.group_quads = in.cq * in.span;
+    const int64_t taps = g.kh * g.kw;
+    in.qoff.resize(static_cast<size_t>(in.cq * taps));
+    for (int64_t c = 0; c < in.cq; ++c) {
+        for (int64_t tap = 0; tap < taps; ++tap) {
+            const int64_t di = tap / g.kw * g.dh, dj = tap % g.kw * g.dw;
+            const int64_t phase = di % g.sh * g.sw + dj % g.sw;
+            in.qoff[c * taps + tap] =
+                (c * in.span + phase * in.qp.plane + di / g.sh * in.qp.wph + dj / g.sw) * kGroup;
+        }
+    }
+    // Grow-only (no page faults once warm); the slack past the planes, read only for dropped
+    // positions, stays defined: resize zero-fills.
+    static thread_local std::vector<uint8_t> space;
+    const int64_t size = g.n * g.groups * in.group_quads * kGroup;
+    if (static_cast<int64_t>(space.size()) < size) space.resize(static_cast<size_t>(size));
+    in.planes = space.data();
+    return in;
+}
+
+void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) {
+    const auto quads = current_isa() >= Isa::avx512 ? quad_planes_avx512 : quad_planes_generic;
+    const int64_t nplanes = g.n * g.groups * in.cq;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < nplanes; ++t) {  // t = (n * groups + gi) * cq + c
+        const int64_t image = t / (g.groups * in.cq), c = t % (g.groups * in.cq) * kGroup;
+        const uint8_t* rows4[kGroup];
+        for (int64_t i = 0; i < kGroup; ++i) rows4[i] = x + (image * g.c + c + i) * g.h * g.w;
+        quads(rows4, in.qp, in.planes + t * in.span * kGroup);
+    }
+}
+
+void pack_quads_generic(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                        int64_t nruns, uint8_t* buf) {
+    for (int64_t q = 0; q < nq; ++q) {
+        for (int64_t i = 0; i < nruns; ++i) {
+            std::memcpy(buf + (q * kPos + runs[i].dst) * kGroup,
+                        src + qoff[q] + runs[i].src * kGroup,
+                        static_cast<size_t>(runs[i].len * kGroup));
+        }
+    }
 }
 
 namespace {
 
 struct DirectPlan {
-    QuadPlanes qp;
-    int64_t cq, span, nv, vblocks, chunks, ob_per_chunk, ocg, kp;
-    std::vector<int64_t> qoff;  // (kp / 4,) k-quad (c / 4, tap) -> bytes from the block
+    int64_t nv, vblocks, chunks, ob_per_chunk, ocg, kp;
 };
 
-DirectPlan direct_plan(const ConvGeom& g, uint8_t flip, uint8_t z) {
+DirectPlan direct_plan(const ConvGeom& g, const QuadInput& in) {
     DirectPlan d;
-    const int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
-    d.qp = {g.h, g.w, g.pt, g.pl, g.sh, g.sw, (hp + g.sh - 1) / g.sh, (wp + g.sw - 1) / g.sw,
-            0, z, flip};
-    d.qp.plane = d.qp.hph * d.qp.wph;
-    // Reads of the last block run up to kPos quads past the last phase; rows are written
-    // in whole panels, up to kPos quads past it too.
-    d.span = round_up(g.sh * g.sw * d.qp.plane + 2 * kPos, 16);
-    d.cq = g.c / g.groups / kGroup;
     d.ocg = g.oc / g.groups;
-    d.kp = d.cq * kGroup * g.kh * g.kw;
-    d.nv = (g.oh - 1) * d.qp.wph + g.ow;
+    d.kp = in.cq * kGroup * g.kh * g.kw;
+    d.nv = (g.oh - 1) * in.qp.wph + g.ow;
     d.vblocks = (d.nv + kPos - 1) / kPos;
-    const int64_t taps = g.kh * g.kw;
-    d.qoff.resize(static_cast<size_t>(d.kp / kGroup));
-    for (int64_t c = 0; c < d.cq; ++c) {
-        for (int64_t tap = 0; tap < taps; ++tap) {
-            const int64_t di = tap / g.kw * g.dh, dj = tap % g.kw * g.dw;
-            const int64_t phase = di % g.sh * g.sw + dj % g.sw;
-            d.qoff[c * taps + tap] =
-                (c * d.span + phase * d.qp.plane + di / g.sh * d.qp.wph + dj / g.sw) * kGroup;
-        }
-    }
     const int64_t oblocks = (d.ocg + kOcBlock - 1) / kOcBlock;
     const int64_t tasks = g.n * g.groups * d.vblocks, want = 2 * omp_get_max_threads();
     d.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
@@ -100,12 +134,12 @@ struct Segment {
     int64_t lane, oy, ox, len;
 };
 
-int64_t block_segments(const DirectPlan& d, const ConvGeom& g, int64_t v0, int64_t npos,
+int64_t block_segments(int64_t wph, const ConvGeom& g, int64_t v0, int64_t npos,
                        Segment* segs) {
     int64_t count = 0;
     for (int64_t v = v0; v < v0 + npos;) {
-        const int64_t oy = v / d.qp.wph, ox = v % d.qp.wph;
-        const int64_t row_end = v - ox + d.qp.wph;
+        const int64_t oy = v / wph, ox = v % wph;
+        const int64_t row_end = v - ox + wph;
         if (ox < g.ow) {
             const int64_t end = v0 + npos < v - ox + g.ow ? v0 + npos : v - ox + g.ow;
             segs[count++] = {v - v0, oy, ox, end - v};
@@ -116,13 +150,13 @@ int64_t block_segments(const DirectPlan& d, const ConvGeom& g, int64_t v0, int64
 }
 
 // Weight blocks [ob0, ob1) of group gi of image n over virtual block vb.
-void direct_tiles(const DirectPlan& d, const ConvGeom& g, CTileFn tile, const uint8_t* planes,
+void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, CTileFn tile,
                   const int8_t* packed, const int32_t* bias, const Requant& r, int64_t n,
                   int64_t gi, int64_t vb, int64_t ob0, int64_t ob1, uint8_t* out) {
     const int64_t v0 = vb * kPos, npos = d.nv - v0 < kPos ? d.nv - v0 : kPos;
     Segment segs[kPos + 1];
-    const int64_t nseg = block_segments(d, g, v0, npos, segs);
-    const uint8_t* acts = planes + ((n * g.groups + gi) * d.cq * d.span + v0) * kGroup;
+    const int64_t nseg = block_segments(in.qp.wph, g, v0, npos, segs);
+    const uint8_t* acts = in.planes + ((n * g.groups + gi) * in.group_quads + v0) * kGroup;
     const int64_t c0 = gi * d.ocg, plane = g.oh * g.ow;
     alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
@@ -130,7 +164,7 @@ void direct_tiles(const DirectPlan& d, const ConvGeom& g, CTileFn tile, const ui
         if (j >= d.ocg) break;
         const int64_t rows = d.ocg - j < kOcBlock ? d.ocg - j : kOcBlock;
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
-        tile(acts, d.qoff.data(), packed + (gi * d.ocg + j) * d.kp, d.kp, rows, npos, q, r,
+        tile(acts, in.qoff.data(), packed + (gi * d.ocg + j) * d.kp, d.kp, rows, npos, q, r,
              stage, kPos);
         for (int64_t i = 0; i < rows; ++i) {
             uint8_t* o = out + (n * g.oc + c0 + j + i) * plane;
@@ -146,34 +180,18 @@ void direct_tiles(const DirectPlan& d, const ConvGeom& g, CTileFn tile, const ui
 
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                    const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out) {
-    const DirectPlan d = direct_plan(g, flip, z);
-    const int64_t nplanes = g.n * g.groups * d.cq;
-    // Grow-only (no page faults once warm); the slack past the planes, read only for dropped
-    // positions, stays defined: resize zero-fills.
-    static thread_local std::vector<uint8_t> space;
-    if (static_cast<int64_t>(space.size()) < nplanes * d.span * kGroup) {
-        space.resize(static_cast<size_t>(nplanes * d.span * kGroup));
-    }
-    uint8_t* planes = space.data();
-    const auto quads = current_isa() >= Isa::avx512 ? quad_planes_avx512 : quad_planes_generic;
+    const QuadInput in = quad_input(g, flip, z);
+    const DirectPlan d = direct_plan(g, in);
     const CTileFn tile = cgemm_tile();
     const int64_t tasks = g.n * g.groups * d.vblocks;
 #pragma omp parallel
     {
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < nplanes; ++t) {  // t = (n * groups + gi) * cq + c
-            const int64_t image = t / (g.groups * d.cq), c = t % (g.groups * d.cq) * kGroup;
-            const uint8_t* rows4[kGroup];
-            for (int64_t i = 0; i < kGroup; ++i) {
-                rows4[i] = x + (image * g.c + c + i) * g.h * g.w;
-            }
-            quads(rows4, d.qp, planes + t * d.span * kGroup);
-        }
+        fill_quad_planes(x, g, in);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks * d.chunks; ++t) {
             const int64_t ch = t % d.chunks, task = t / d.chunks;
             const int64_t vb = task % d.vblocks, ng = task / d.vblocks;
-            direct_tiles(d, g, tile, planes, packed, bias, r, ng / g.groups, ng % g.groups, vb,
+            direct_tiles(d, in, g, tile, packed, bias, r, ng / g.groups, ng % g.groups, vb,
                          ch * d.ob_per_chunk, (ch + 1) * d.ob_per_chunk, out);
         }
     }
