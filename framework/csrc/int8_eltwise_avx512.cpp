@@ -78,22 +78,23 @@ void rescale_row(const uint8_t* x, int64_t n, __m512i z, __m512i m, const Out& o
 
 inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
-// Output row oy of one plane: row = max over the window's valid input rows (u8 order:
-// signed input comes sign-flipped), columns shifted by the left padding, zeros (the
-// smallest value) outside; then the max over each window's kw columns.
+// Output row oy of one plane: per 64 columns, the max over the window's valid input rows in
+// a register (u8 order: signed input comes sign-flipped; lanes past the row zero, the
+// smallest value), stored once into `row` after the left padding; then the max over each
+// window's kw columns. `row` is zero outside the columns stored here.
 void max_pool_row(const uint8_t* in, const PoolGeom& g, int64_t oy, __m512i flip, uint8_t* row,
-                  int64_t width, uint8_t* out) {
+                  uint8_t* out) {
     const __m512i zero = _mm512_setzero_si512();
-    for (int64_t x = 0; x < width; x += 64) _mm512_storeu_si512(row + x, zero);
-    for (int64_t i = 0; i < g.kh; ++i) {
-        const int64_t iy = oy * g.sh - g.pt + i;
-        if (iy < 0 || iy >= g.h) continue;
-        for (int64_t x = 0; x < g.w; x += 64) {
-            const __mmask64 k = first64(g.w - x);
-            const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, in + iy * g.w + x), flip);
-            uint8_t* r = row + g.pl + x;
-            _mm512_mask_storeu_epi8(r, k, _mm512_max_epu8(_mm512_maskz_loadu_epi8(k, r), v));
+    const int64_t i0 = g.pt - oy * g.sh > 0 ? g.pt - oy * g.sh : 0;
+    const int64_t i1 = g.h + g.pt - oy * g.sh < g.kh ? g.h + g.pt - oy * g.sh : g.kh;
+    for (int64_t x = 0; x < g.w; x += 64) {
+        const __mmask64 k = first64(g.w - x);
+        __m512i m = zero;
+        for (int64_t i = i0; i < i1; ++i) {
+            const uint8_t* src = in + (oy * g.sh - g.pt + i) * g.w + x;
+            m = _mm512_max_epu8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src), flip));
         }
+        _mm512_storeu_si512(row + g.pl + x, _mm512_maskz_mov_epi8(k, m));
     }
     const int64_t step = g.sw == 1 ? 64 : 32;
     for (int64_t x0 = 0; x0 < g.ow; x0 += step) {
@@ -118,15 +119,15 @@ void max_pool_row(const uint8_t* in, const PoolGeom& g, int64_t oy, __m512i flip
 void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(x.is_signed ? 0x80 : 0));
     // the padded row: every column a window reads, and a whole step's loads past the last
-    const int64_t span = (g.ow - 1) * g.sw + g.kw, valid = g.pl + g.w;
+    const int64_t span = (g.ow - 1) * g.sw + g.kw, valid = g.pl + round_up(g.w, 64);
     const int64_t width = (span > valid ? span : valid) + 2 * 64 + g.kw;
 #pragma omp parallel if (g.planes * g.oh * g.ow > (1 << 14))
     {
-        uint8_t* row = new uint8_t[static_cast<size_t>(width + 64)];
+        uint8_t* row = new uint8_t[static_cast<size_t>(width + 64)]();
 #pragma omp for schedule(static)
         for (int64_t pl = 0; pl < g.planes; ++pl) {
             for (int64_t oy = 0; oy < g.oh; ++oy) {
-                max_pool_row(x.data + pl * g.h * g.w, g, oy, flip, row, width,
+                max_pool_row(x.data + pl * g.h * g.w, g, oy, flip, row,
                              out + (pl * g.oh + oy) * g.ow);
             }
         }
