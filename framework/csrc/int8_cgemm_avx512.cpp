@@ -27,11 +27,16 @@ struct RowReads {
     int64_t offset[kPos + 2];
     __mmask64 lanes[kPos + 2], lo[kPos + 2], hi[kPos + 2];
     int64_t count;
+    // Prefetched per row: the bytes two blocks on, where the blocks continue the last run.
+    // A 1x1 layer's k rows are as many streams, too many for the hardware prefetcher:
+    // 256 -> 64 channels at 56x56, batch 16 took 0.8-0.94x the time with it (2 threads).
+    int64_t ahead;
 };
 
 RowReads plan_reads(const Run* runs, int64_t nruns, int64_t sw) {
     RowReads rr;
     rr.count = nruns;
+    rr.ahead = runs[nruns - 1].src + runs[nruns - 1].len * sw + kPos * sw;
     for (int64_t i = 0; i < nruns; ++i) {
         const Run& u = runs[i];
         rr.lanes[i] = low_bits(u.len) << u.dst;
@@ -45,6 +50,7 @@ RowReads plan_reads(const Run* runs, int64_t nruns, int64_t sw) {
 }
 
 inline __m512i read_row1(const uint8_t* src, const RowReads& rr) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + rr.ahead), _MM_HINT_T0);
     __m512i v = _mm512_setzero_si512();
     for (int64_t i = 0; i < rr.count; ++i)
         v = _mm512_mask_loadu_epi8(v, rr.lanes[i], src + rr.offset[i]);
@@ -53,6 +59,8 @@ inline __m512i read_row1(const uint8_t* src, const RowReads& rr) {
 
 // Lane L of a run reads window byte 2L: the low bytes of the window's 16-bit words.
 inline __m512i read_row2(const uint8_t* src, const RowReads& rr) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + rr.ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(src + rr.ahead + 64), _MM_HINT_T0);
     __m512i v = _mm512_setzero_si512();
     for (int64_t i = 0; i < rr.count; ++i) {
         const uint8_t* at = src + rr.offset[i];
