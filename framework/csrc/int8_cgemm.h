@@ -101,10 +101,7 @@ struct QuadPlanes {
 void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 
-// The direct algorithm (int8_conv_direct.cpp): whether it can run g, whether the automatic
-// choice takes it, and the convolution itself (bias already corrected for the zero point).
 struct ConvGeom;
-bool direct_takes(const ConvGeom& g);
 
 // x's quad planes (C/groups % 4 == 0), as the direct algorithm reads them and the packed one
 // copies from for kernels of 2 or more taps: image n, group gi starts group_quads * (n * groups
@@ -114,7 +111,7 @@ bool direct_takes(const ConvGeom& g);
 // orphaned `omp for`: called inside a parallel region, the region's threads share the planes.
 struct QuadInput {
     QuadPlanes qp;
-    int64_t cq, span, group_quads;  // channel quads per group; quads per (image, group, quad)
+    int64_t cq, span, group_quads;  // channel quads per group; quads per channel quad, per group
     std::vector<int64_t> qoff;      // (kp / 4,) bytes
     uint8_t* planes;
 };
@@ -123,11 +120,16 @@ void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in);
 
 // One packed block from quad planes: k-quad q of run u (u.src in quads from src, unit
 // stride) is u.len quads at src + qoff[q] + 4 * u.src, copied to buf + q*kPos*4 + 4*u.dst.
-// Only those bytes are written: parts of one block may be copied by different threads.
+// Nothing past k-quad nq - 1's last run is written: parts of one block may be copied by
+// different threads.
 void pack_quads_generic(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                         int64_t nruns, uint8_t* buf);
 void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                        int64_t nruns, uint8_t* buf);
+
+// The direct algorithm (int8_conv_direct.cpp): whether it can run g, whether the automatic
+// choice takes it, and the convolution itself (bias already corrected for the zero point).
+bool direct_takes(const ConvGeom& g);
 bool direct_wins(const ConvGeom& g);
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                    const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out);

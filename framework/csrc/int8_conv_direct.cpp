@@ -3,8 +3,9 @@
 // (image, group, block of kPos virtual positions) the weight blocks run the register tile
 // with one offset per kernel tap; the tile requantizes into a staging tile whose row
 // segments are copied into NCHW, dropping the columns past the output row.
-// It saves the packed algorithm's per-block gather, which a 3x3 layer pays 9 times per input
-// byte: that gather had been 15 % of ResNet-18's 64-channel 3x3 layer at batch 16.
+// The packed algorithm's blocks of kernels with 2 or more taps copy from the same quad
+// planes (quad_input, fill_quad_planes and pack_quads here); direct saves that copy where
+// its virtual positions cost no more lanes (direct_wins).
 #include <omp.h>
 
 #include <cstring>
