@@ -25,6 +25,24 @@ def test_add(shape, scales, relu, dtype, zps):
     check_quant(lambda: K.add(*args), lambda: R.add(*args))
 
 
+# (m_a, m_b, shift) at the edges of the AVX-512 add's 16-bit form (int8_eltwise_avx512.cpp:
+# shifts 16..31, high halves of the multipliers within int16) and past them (the s64 form).
+ADD_EDGES = [(2 ** 31 - 2 ** 15 - 1, 2 ** 30 + 12345, 31),   # largest high half 32767
+             (2 ** 31 - 1, 2 ** 30, 31),                      # high half 32768: s64
+             (40000, -1234, 16), (-(2 ** 31), 77777, 20),      # shift 16, negative m
+             (70000, 3, 15), (2 ** 30, 2 ** 30 + 1, 32),        # shifts 15 and 32: s64
+             (2 ** 30, 2 ** 29, 38)]
+
+
+@pytest.mark.parametrize("m_a,m_b,shift", ADD_EDGES)
+@pytest.mark.parametrize("dtype,zps", [(np.uint8, (255, 0, 7)), (np.int8, (-128, 127, -3))])
+def test_add_multiplier_edges(m_a, m_b, shift, dtype, zps):
+    rng = np.random.default_rng(shift)
+    a, b = _q(rng, (3, 1000), dtype), _q(rng, (3, 1000), dtype)
+    args = (a, zps[0], b, zps[1], m_a, m_b, shift, zps[2], False, dtype)
+    check_quant(lambda: K.add(*args), lambda: R.add(*args))
+
+
 @pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0),
                                       (np.int8, -7)])
 @pytest.mark.parametrize("size", [1, 17, 70001])
