@@ -134,6 +134,30 @@ void rescale_row(const uint8_t* x, int64_t n, __m512i z, __m512i m, const Out& o
     }
 }
 
+// The same 16-bit form for one input: d as s32 lanes (|d| <= 255) is d in its low int16 and
+// the sign in its high one, so vpmaddwd against (Mh, 0) pairs is d * Mh.
+template <bool Signed>
+void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int32_t shift,
+                   int32_t out_zp, int32_t out_lo, int32_t out_hi, uint8_t* out) {
+    const __m512i mh = pair16(m.hi, 0), ml = pair16(m.lo, 0);
+    const __m512i half = _mm512_set1_epi32(int32_t{1} << (shift - 1));
+    const __m128i s = _mm_cvtsi32_si128(shift - 16);
+    const __m512i lo = _mm512_set1_epi32(out_lo - out_zp), hi = _mm512_set1_epi32(out_hi - out_zp);
+    const __m512i zp = _mm512_set1_epi32(out_zp);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = lanes(n - i);
+        const __m512i d = centred<Signed>(x + i, k, z);
+        const __m512i l = _mm512_srai_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, ml), half), 16);
+        const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, mh), l), s);
+        const __m512i v = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
+        if (k == 0xFFFF) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(v));
+        } else {
+            _mm_mask_storeu_epi8(out + i, k, _mm512_cvtepi32_epi8(v));
+        }
+    }
+}
+
 inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 // Output row oy of one plane: per 64 columns, the max over the window's valid input rows in
@@ -243,14 +267,28 @@ void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool
 void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult,
                         int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
                         int64_t out_inner) {
-    const Out o = out_params(shift, out_zp, out_signed ? -128 : 0, out_signed ? 127 : 255);
+    const int32_t out_lo = out_signed ? -128 : 0, out_hi = out_signed ? 127 : 255;
+    const Out o = out_params(shift, out_zp, out_lo, out_hi);
     const __m512i z = _mm512_set1_epi32(x.zero_point), m = _mm512_set1_epi32(mult);
+    const int32_t zlo = x.is_signed ? -128 : 0, zhi = x.is_signed ? 127 : 255;
+    Split16 m16{};
+    const bool narrow = shift >= 16 && shift <= 31 && split16(mult, &m16) &&
+                        x.zero_point >= zlo && x.zero_point <= zhi;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t r = 0; r < outer; ++r) {
-        if (x.is_signed) {
-            rescale_row<true>(x.data + r * inner, inner, z, m, o, out + r * out_inner);
+        const uint8_t* row = x.data + r * inner;
+        if (narrow) {
+            if (x.is_signed) {
+                rescale_row16<true>(row, inner, z, m16, shift, out_zp, out_lo, out_hi,
+                                    out + r * out_inner);
+            } else {
+                rescale_row16<false>(row, inner, z, m16, shift, out_zp, out_lo, out_hi,
+                                     out + r * out_inner);
+            }
+        } else if (x.is_signed) {
+            rescale_row<true>(row, inner, z, m, o, out + r * out_inner);
         } else {
-            rescale_row<false>(x.data + r * inner, inner, z, m, o, out + r * out_inner);
+            rescale_row<false>(row, inner, z, m, o, out + r * out_inner);
         }
     }
 }

@@ -72,6 +72,16 @@ def test_concat(axis, dtype, zps):
     check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
 
 
+@pytest.mark.parametrize("m_a,m_b,shift", ADD_EDGES)
+@pytest.mark.parametrize("dtype,zps", [(np.uint8, (255, 0, 7)), (np.int8, (-128, 127, -3))])
+def test_concat_multiplier_edges(m_a, m_b, shift, dtype, zps):
+    """The add's edge multipliers and shifts as the two parts' rescales (rows of 37)."""
+    rng = np.random.default_rng(shift + 1)
+    xs = [_q(rng, (2, 3, 37), dtype), _q(rng, (2, 5, 37), dtype)]
+    args = (xs, zps[:2], [m_a, m_b], [shift, shift], zps[2], dtype, 1)
+    check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
+
+
 def test_concat_channels_of_different_widths():
     rng = np.random.default_rng(4)
     xs = [_q(rng, (2, c, 3, 3), np.uint8) for c in (1, 5, 2)]
