@@ -21,13 +21,14 @@ namespace {
 
 using Quad64 = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
-int8::QIn int8_input(const py::array& x, int zero_point, const char* op) {
+int8::QIn int8_input(const py::array& x, int zero_point, const char* op,
+                     bool contiguous = true) {
     const bool s8 = x.dtype().is(py::dtype::of<int8_t>());
     if (!s8 && !x.dtype().is(py::dtype::of<uint8_t>())) {
         throw std::invalid_argument(std::string(op) + ": input must be uint8 or int8, got " +
                                     std::string(py::str(x.dtype())));
     }
-    if (!(x.flags() & py::array::c_style)) {
+    if (contiguous && !(x.flags() & py::array::c_style)) {
         throw std::invalid_argument(std::string(op) + ": input must be C-contiguous");
     }
     return {static_cast<const uint8_t*>(x.data()), s8, zero_point};
@@ -279,15 +280,37 @@ void bind_int8_eltwise(py::module_& m) {
     m.def("int8_concat_part", [](const py::array& x, int zp, int64_t outer, int64_t inner,
                                  int32_t mult, int shift, int out_zp, py::array out,
                                  int64_t offset, int64_t out_inner) {
-        const int8::QIn in = int8_input(x, zp, "int8_concat");
+        const int8::QIn in = int8_input(x, zp, "int8_concat", false);
         if (x.size() != outer * inner || offset + inner > out_inner ||
             out.size() != outer * out_inner || shift < 1 || shift > 62)
             throw std::invalid_argument("int8_concat: part does not fit the output");
+        int8::PartRows rows{outer, inner, outer, 0};
+        if (!(x.flags() & py::array::c_style)) {
+            // a channel slice (N, k, H, W) of a C-contiguous tensor: each image's k planes
+            // contiguous, the images strides[0] apart
+            const bool planes = x.ndim() == 4 && x.strides(3) == 1 &&
+                                x.strides(2) == x.shape(3) &&
+                                x.strides(1) == x.shape(2) * x.shape(3) &&
+                                x.strides(0) >= x.shape(1) * x.strides(1) && x.shape(0) > 0 &&
+                                outer % x.shape(0) == 0;
+            const int64_t group = planes ? outer / x.shape(0) : 0;
+            if (!planes || group * inner != x.shape(1) * x.strides(1)) {
+                std::string strides;
+                for (py::ssize_t i = 0; i < x.ndim(); ++i)
+                    strides += (i ? ", " : "") + std::to_string(x.strides(i));
+                throw std::invalid_argument(
+                    "int8_concat: input must be C-contiguous or a channel slice (N, k, H, W) "
+                    "of a C-contiguous tensor, got strides (" + strides + ")");
+            }
+            rows.group = group;
+            rows.group_stride = x.strides(0);
+        }
         const bool out_signed = out.dtype().is(py::dtype::of<int8_t>());
         auto* o = static_cast<uint8_t*>(out.mutable_data()) + offset;
         py::gil_scoped_release unlocked;
-        int8::concat_part(in, outer, inner, mult, shift, out_zp, out_signed, o, out_inner);
-    }, "writes x (outer, inner) requantized into out (outer, out_inner) at column offset");
+        int8::concat_part(in, rows, mult, shift, out_zp, out_signed, o, out_inner);
+    }, "writes x (outer, inner) requantized into out (outer, out_inner) at column offset; "
+       "x C-contiguous or a channel slice (N, k, H, W) of a C-contiguous tensor");
     m.def("int8_max_pool2d", [](const py::array& x, std::pair<int64_t, int64_t> k,
                                 std::pair<int64_t, int64_t> s, Quad64 p) {
         const int8::PoolGeom g = int8_pool_geom(x, k, s, p);

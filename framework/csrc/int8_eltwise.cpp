@@ -59,17 +59,19 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
     }
 }
 
-void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
+void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
     if (current_isa() >= Isa::avx512) {
-        concat_part_avx512(x, outer, inner, mult, shift, out_zp, out_signed, out, out_inner);
+        concat_part_avx512(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
         return;
     }
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
+    const int64_t outer = rows.outer, inner = rows.inner;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t o = 0; o < outer; ++o) {
+        const QIn r{rows.row(x.data, o), x.is_signed, x.zero_point};
         for (int64_t i = 0; i < inner; ++i) {
-            const int64_t d = value(x, o * inner + i) - x.zero_point;
+            const int64_t d = value(r, i) - x.zero_point;
             out[o * out_inner + i] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
         }
     }

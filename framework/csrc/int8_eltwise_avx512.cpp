@@ -264,9 +264,9 @@ void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool
     }
 }
 
-void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult,
-                        int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
-                        int64_t out_inner) {
+void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                        int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    const int64_t outer = rows.outer, inner = rows.inner;
     const int32_t out_lo = out_signed ? -128 : 0, out_hi = out_signed ? 127 : 255;
     const Out o = out_params(shift, out_zp, out_lo, out_hi);
     const __m512i z = _mm512_set1_epi32(x.zero_point), m = _mm512_set1_epi32(mult);
@@ -276,7 +276,7 @@ void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult
                         x.zero_point >= zlo && x.zero_point <= zhi;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t r = 0; r < outer; ++r) {
-        const uint8_t* row = x.data + r * inner;
+        const uint8_t* row = rows.row(x.data, r);
         if (narrow) {
             if (x.is_signed) {
                 rescale_row16<true>(row, inner, z, m16, shift, out_zp, out_lo, out_hi,

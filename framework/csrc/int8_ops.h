@@ -72,12 +72,20 @@ struct AddParams {
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 
-// One concat input (outer, inner) rescaled into out rows of out_inner bytes at offset.
-void concat_part(const QIn& x, int64_t outer, int64_t inner, int32_t mult, int32_t shift,
+// One concat input, outer rows of inner bytes, rescaled into out rows of out_inner bytes at
+// offset. Row o of x starts at x.data + (o / group) * group_stride + (o % group) * inner:
+// a channel slice of a larger tensor is read in place (group rows per image, the images
+// group_stride bytes apart); group = outer for a contiguous x.
+struct PartRows {
+    int64_t outer, inner, group, group_stride;
+    const uint8_t* row(const uint8_t* data, int64_t o) const {
+        return data + o / group * group_stride + o % group * inner;
+    }
+};
+void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
-void concat_part_avx512(const QIn& x, int64_t outer, int64_t inner, int32_t mult,
-                        int32_t shift, int32_t out_zp, bool out_signed, uint8_t* out,
-                        int64_t out_inner);
+void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                        int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
 
 // float32 x (size,) -> clamp(round_half_even(x / scale) + zp) as u8/s8 (reference.quantize,
 // per tensor; NaN gives the lowest value).

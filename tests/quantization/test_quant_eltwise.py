@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from helpers import check_quant
 
+from tianyuan import _C
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -80,6 +81,24 @@ def test_concat_multiplier_edges(m_a, m_b, shift, dtype, zps):
     xs = [_q(rng, (2, 3, 37), dtype), _q(rng, (2, 5, 37), dtype)]
     args = (xs, zps[:2], [m_a, m_b], [shift, shift], zps[2], dtype, 1)
     check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
+
+
+@pytest.mark.parametrize("shuffle,axis", [(True, 1), (False, 1), (False, -1), (False, 2)])
+def test_concat_reads_channel_slices_in_place(shuffle, axis):
+    """Parts that are channel slices of one tensor (ShuffleNetV2's split) are read in place;
+    other strided views are copied first; both as if contiguous."""
+    rng = np.random.default_rng(3)
+    whole = _q(rng, (3, 10, 5, 7), np.uint8)
+    parts = [whole[:, :5], whole[:, 5:], whole[:, :, :, ::-1][:, 2:7]]
+    m, s = R.quantize_multiplier([0.7, 1.3, 0.4])
+    args = (parts, (3, 200, 9), m, s, 6, np.uint8, axis)
+    want = R.concat(*[[np.ascontiguousarray(x) for x in parts]] + list(args[1:]))
+    if shuffle:
+        want = want.reshape(3, 3, 5, 5, 7).transpose(0, 2, 1, 3, 4).reshape(want.shape)
+    check_quant(lambda: K.concat(*args, shuffle=shuffle), lambda: want)
+    with pytest.raises(ValueError, match=r"channel slice .* got strides \(350, 35, 7, -1\)"):
+        _C.int8_concat_part(parts[2], 0, 15, 35, 1 << 30, 30, 0,
+                            np.empty((3, 5, 5, 7), np.uint8), 0, 35)
 
 
 def test_concat_channels_of_different_widths():
