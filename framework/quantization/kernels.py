@@ -92,13 +92,13 @@ def _input(x):
     return x
 
 
-def _planes(x):
-    """x as concat reads it: itself when C-contiguous or a channel slice (N, k, H, W) of a
-    C-contiguous array (each image's planes contiguous, as ShuffleNetV2's split leaves them),
-    else a contiguous copy."""
+def _planes(x, axis):
+    """x as concat reads it: itself when C-contiguous or, joined along axis 1 to 3, a channel
+    slice (N, k, H, W) of a C-contiguous array (each image's planes contiguous, as
+    ShuffleNetV2's split leaves them), else a contiguous copy."""
     x = np.asarray(x)
     if not x.flags.c_contiguous:
-        planes = (x.ndim == 4 and x.itemsize == 1 and x.shape[0] > 0 and
+        planes = (x.ndim == 4 and axis % 4 != 0 and x.itemsize == 1 and x.shape[0] > 0 and
                   x.strides[1:] == (x.shape[2] * x.shape[3], x.shape[3], 1) and
                   x.strides[0] >= x.shape[1] * x.strides[1])
         if not planes:
@@ -236,7 +236,7 @@ def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, 
     (output channel j * len(xs) + i is x_i's channel j: channel_shuffle after the concat),
     each written straight into its places.
     """
-    xs = [_planes(x) for x in xs]
+    xs = [_planes(x, axis) for x in xs]
     if shuffle:
         if axis % 4 != 1 or any(x.ndim != 4 or x.shape != xs[0].shape for x in xs):
             raise ValueError("concat: shuffle needs parts of one shape (N, k, H, W) on axis 1, "

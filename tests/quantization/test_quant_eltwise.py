@@ -83,10 +83,12 @@ def test_concat_multiplier_edges(m_a, m_b, shift, dtype, zps):
     check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
 
 
-@pytest.mark.parametrize("shuffle,axis", [(True, 1), (False, 1), (False, -1), (False, 2)])
+@pytest.mark.parametrize("shuffle,axis", [(True, 1), (False, 1), (False, -1), (False, 2),
+                                          (False, 0)])
 def test_concat_reads_channel_slices_in_place(shuffle, axis):
-    """Parts that are channel slices of one tensor (ShuffleNetV2's split) are read in place;
-    other strided views are copied first; both as if contiguous."""
+    """Parts that are channel slices of one tensor (ShuffleNetV2's split) are read in place
+    (joined along axis 0: copied); other strided views are copied first; all as if
+    contiguous."""
     rng = np.random.default_rng(3)
     whole = _q(rng, (3, 10, 5, 7), np.uint8)
     parts = [whole[:, :5], whole[:, 5:], whole[:, :, :, ::-1][:, 2:7]]
