@@ -3,8 +3,10 @@
 // check of the real tiles against the emulated ones.
 #include "int8_amx.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -38,9 +40,15 @@ void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8
 
 namespace {
 
+// The low min(k, 64) bits set.
+inline __mmask64 tail_mask64(int64_t k) {
+    return k >= 64 ? ~__mmask64{0} : (__mmask64{1} << k) - 1;
+}
+
 struct AmxPlan {
     int64_t hph, wph, plane, phases, image, nv, vblocks, oblocks, chunks, taps;
     std::vector<int64_t> toff;  // (taps,) positions from a block's first
+    std::vector<int64_t> used;  // the phases some tap reads (a 1x1 stride-2 layer: one of 4)
 };
 
 AmxPlan amx_plan(const ConvGeom& g) {
@@ -58,7 +66,9 @@ AmxPlan amx_plan(const ConvGeom& g) {
     p.toff.resize(static_cast<size_t>(p.taps));
     for (int64_t t = 0; t < p.taps; ++t) {
         const int64_t di = t / g.kw * g.dh, dj = t % g.kw * g.dw;
-        p.toff[t] = (di % g.sh * g.sw + dj % g.sw) * p.plane + di / g.sh * p.wph + dj / g.sw;
+        const int64_t ph = di % g.sh * g.sw + dj % g.sw;
+        p.toff[t] = ph * p.plane + di / g.sh * p.wph + dj / g.sw;
+        if (std::find(p.used.begin(), p.used.end(), ph) == p.used.end()) p.used.push_back(ph);
     }
     return p;
 }
@@ -74,14 +84,31 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
         return;
     }
     // output columns [lo, hi) read input columns sw * xx + b - pl inside the row
+    const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
     int64_t lo = 0, hi = p.wph;
     while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
     while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
     for (int64_t ch = 0; ch < g.c; ++ch) {
-        const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w;
+        const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w + b - g.pl;
         uint8_t* t = tmp + ch * p.wph;
         std::memset(t, z, static_cast<size_t>(lo));
-        for (int64_t xx = lo; xx < hi; ++xx) t[xx] = src[g.sw * xx + b - g.pl] ^ flip;
+        if (g.sw == 1) {
+            for (int64_t xx = lo; xx < hi; xx += 64) {
+                const __mmask64 m = tail_mask64(hi - xx);
+                _mm512_mask_storeu_epi8(t + xx, m, _mm512_xor_si512(
+                                                       _mm512_maskz_loadu_epi8(m, src + xx), vflip));
+            }
+        } else if (g.sw == 2) {  // the even bytes of 2 * 32: the low bytes of 32 words
+            for (int64_t xx = lo; xx < hi; xx += 32) {
+                const int64_t len = hi - xx < 32 ? hi - xx : 32;
+                const __m512i v = _mm512_maskz_loadu_epi8(tail_mask64(2 * len - 1), src + 2 * xx);
+                _mm256_mask_storeu_epi8(t + xx, static_cast<__mmask32>(tail_mask64(len)),
+                                        _mm256_xor_si256(_mm512_cvtepi16_epi8(v),
+                                                         _mm512_castsi512_si256(vflip)));
+            }
+        } else {
+            for (int64_t xx = lo; xx < hi; ++xx) t[xx] = src[g.sw * xx] ^ flip;
+        }
         std::memset(t + hi, z, static_cast<size_t>(p.wph - hi));
     }
     amx_transpose(tmp, g.c, p.wph, dst);
@@ -95,19 +122,20 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
     const AmxPlan p = amx_plan(g);
     // grow-only; the slack, read only for dropped positions, stays defined (resize zero-fills)
     static thread_local std::vector<uint8_t> space;
-    if (static_cast<int64_t>(space.size()) < g.n * p.image * g.c) {
-        space.resize(static_cast<size_t>(g.n * p.image * g.c));
+    if (static_cast<int64_t>(space.size()) < g.n * p.image * g.c + 64) {
+        space.resize(static_cast<size_t>(g.n * p.image * g.c + 64));
     }
-    uint8_t* planes = space.data();
+    uint8_t* planes = space.data() + (-reinterpret_cast<uintptr_t>(space.data()) & 63);
     const auto item = emulate ? amx_item_emulated : amx_item_tiles;
-    const int64_t rows = g.n * p.phases * p.hph, items = g.n * p.vblocks * p.oblocks;
+    const int64_t used = static_cast<int64_t>(p.used.size());
+    const int64_t rows = g.n * used * p.hph, items = g.n * p.vblocks * p.oblocks;
     const int64_t plane_out = g.oh * g.ow;
 #pragma omp parallel
     {
         std::vector<uint8_t> tmp(static_cast<size_t>(g.c * p.wph));
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
-            nhwc_row(x, flip, z, g, p, t / (p.phases * p.hph), t / p.hph % p.phases, t % p.hph,
+            nhwc_row(x, flip, z, g, p, t / (used * p.hph), p.used[t / p.hph % used], t % p.hph,
                      tmp.data(), planes);
         }
         if (!emulate) amx_tiles_begin();

@@ -99,9 +99,12 @@ namespace {
 // dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,
 // words, dwords, qwords) leave, in 128-bit lane L of register 8H + 4G + 2E + F, the 16
 // channels of column 16L + 8H + 4G + 2E + F.
-inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64_t ldd) {
+// Columns x >= len are neither read nor written.
+inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64_t ldd,
+                            int64_t len) {
     __m512i a[16], b[16];
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(src + i * lds);
+    const __mmask64 m = len >= 64 ? ~__mmask64{0} : (__mmask64{1} << len) - 1;
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_maskz_loadu_epi8(m, src + i * lds);
     for (int p = 0; p < 8; ++p) {  // channel pairs; [p][H]
         b[2 * p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
         b[2 * p + 1] = _mm512_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
@@ -120,26 +123,34 @@ inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64
         a[2 * hge] = _mm512_unpacklo_epi64(b[hge], b[8 + hge]);
         a[2 * hge + 1] = _mm512_unpackhi_epi64(b[hge], b[8 + hge]);
     }
+    if (len >= 64) {
+        for (int j = 0; j < 16; ++j) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * ldd),
+                             _mm512_castsi512_si128(a[j]));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * ldd),
+                             _mm512_extracti32x4_epi32(a[j], 1));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (32 + j) * ldd),
+                             _mm512_extracti32x4_epi32(a[j], 2));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (48 + j) * ldd),
+                             _mm512_extracti32x4_epi32(a[j], 3));
+        }
+        return;
+    }
     for (int j = 0; j < 16; ++j) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * ldd), _mm512_castsi512_si128(a[j]));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * ldd),
-                         _mm512_extracti32x4_epi32(a[j], 1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (32 + j) * ldd),
-                         _mm512_extracti32x4_epi32(a[j], 2));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (48 + j) * ldd),
-                         _mm512_extracti32x4_epi32(a[j], 3));
+        alignas(64) uint8_t cols[64];  // columns j, 16 + j, 32 + j, 48 + j
+        _mm512_store_si512(cols, a[j]);
+        for (int64_t l = 0; 16 * l + j < len; ++l) {
+            std::memcpy(dst + (16 * l + j) * ldd, cols + 16 * l, 16);
+        }
     }
 }
 
 }  // namespace
 
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
-    const int64_t full = n / 64 * 64;
     for (int64_t c0 = 0; c0 < c; c0 += 16) {
-        for (int64_t x0 = 0; x0 < full; x0 += 64)
-            transpose_16x64(src + c0 * n + x0, n, dst + x0 * c + c0, c);
-        for (int64_t x = full; x < n; ++x)
-            for (int64_t ch = c0; ch < c0 + 16; ++ch) dst[x * c + ch] = src[ch * n + x];
+        for (int64_t x0 = 0; x0 < n; x0 += 64)
+            transpose_16x64(src + c0 * n + x0, n, dst + x0 * c + c0, c, n - x0);
     }
 }
 

@@ -43,7 +43,15 @@ class PackedWeight:
             per_group = (groups, w.shape[0] // groups) + (
                 (w.shape[1], w.shape[2] * w.shape[3]) if w.ndim == 4 else (-1,))
             pack = _C.int8_pack_conv_weights if w.ndim == 4 else _C.int8_pack_weights
-            self.packed, self.row_sums = pack(w.reshape(per_group))
+            packed, self.row_sums = pack(w.reshape(per_group))
+            self.packed = _aligned(packed)
+
+    def __setstate__(self, state):
+        # a copy (deepcopy, pickle) gets numpy's alignment: align the packed buffers again
+        self.__dict__.update(state)
+        for key in ("packed", "_amx"):
+            if getattr(self, key, None) is not None:
+                setattr(self, key, _aligned(getattr(self, key)))
 
     @property
     def out_channels(self):
@@ -55,7 +63,7 @@ class PackedWeight:
         where they cannot run this weight (groups 1, C a multiple of 64, OC of 32)."""
         if self._amx is None and self._w4 is not None and self.shape[1] % 64 == 0 and (
                 self.shape[0] % 32 == 0):
-            self._amx = _C.int8_pack_conv_weights_amx(self._w4)
+            self._amx = _aligned(_C.int8_pack_conv_weights_amx(self._w4))
         return self._amx
 
     @property
@@ -63,6 +71,17 @@ class PackedWeight:
         return (self.raw.nbytes if self.depthwise
                 else self.packed.nbytes + self.row_sums.nbytes +
                 (self._amx.nbytes if self._amx is not None else 0))
+
+
+def _aligned(a):
+    """A copy of `a` whose data starts on a 64-byte boundary: the kernels read packed weights
+    in 64-byte rows, and a row across two cache lines made an AMX tile load ~4x slower
+    (numpy's own buffers start on 16-byte boundaries)."""
+    buf = np.empty(a.nbytes + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    out = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
 
 
 def pack_weights(w, groups=1):

@@ -174,6 +174,17 @@ def test_conv2d_amx(case, in_dtype, in_zp, relu):
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+def test_packed_weights_aligned():
+    # the kernels read packed weights in 64-byte rows from a 64-byte boundary, copies too
+    import copy
+    import pickle
+    packed = K.pack_weights(np.ones((64, 64, 3, 3), np.int8))
+    for p in (packed, copy.deepcopy(packed), pickle.loads(pickle.dumps(packed))):
+        for buf in (p.packed, p.amx):
+            assert buf.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(p.amx, packed.amx)
+
+
 @needs_avx512
 def test_conv2d_amx_errors():
     packed = K.pack_weights(np.zeros((32, 48, 3, 3), np.int8))
