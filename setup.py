@@ -26,7 +26,7 @@ ISA_FLAGS = {
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
     "vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma"],
     "amx": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
-            "-mamx-tile", "-mamx-int8"],
+            "-mavx512vbmi", "-mamx-tile", "-mamx-int8"],
 }
 BASE_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 

@@ -34,6 +34,7 @@ py::dict features_dict() {
     d["avx512vl"] = f.avx512vl;
     d["avx512dq"] = f.avx512dq;
     d["avx512_vnni"] = f.avx512vnni;
+    d["avx512_vbmi"] = f.avx512vbmi;
     d["amx_tile"] = f.amx_tile;
     d["amx_int8"] = f.amx_int8;
     d["os_avx512"] = f.os_avx512;

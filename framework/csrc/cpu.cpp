@@ -49,9 +49,10 @@ CpuFeatures detect() {
     f.avx512bw = f.avx512f && ((b >> 30) & 1);
     f.avx512vl = f.avx512f && ((b >> 31) & 1);
     f.avx512vnni = f.avx512f && ((c >> 11) & 1);
+    f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
     f.amx_tile = (d >> 24) & 1;
     f.amx_int8 = (d >> 25) & 1;
-    if (f.amx_tile && f.amx_int8 && f.avx512vnni && request_amx_permission()) {
+    if (f.amx_tile && f.amx_int8 && f.avx512vnni && f.avx512vbmi && request_amx_permission()) {
         f.os_amx = (read_xcr0() & 0x60000) == 0x60000;
     }
     return f;

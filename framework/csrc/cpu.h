@@ -13,6 +13,7 @@ struct CpuFeatures {
     bool avx512vl = false;
     bool avx512dq = false;
     bool avx512vnni = false;
+    bool avx512vbmi = false;  // byte permutes (the AMX store's transpose)
     bool amx_tile = false;
     bool amx_int8 = false;
     bool os_avx = false;     // XCR0 grants YMM state

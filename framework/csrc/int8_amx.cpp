@@ -22,6 +22,8 @@ bool amx_takes(const ConvGeom& g) {
     return g.groups == 1 && g.c % kAmxK == 0 && g.oc % kAmxOc == 0;
 }
 
+bool amx_wins(const ConvGeom& g) { return amx_takes(g) && g.kh * g.kw > 1; }
+
 int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps) { return oc * c * taps; }
 
 void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst) {
@@ -156,9 +158,10 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                 if (ox < g.ow) {
                     const int64_t len = (end < v - ox + g.ow ? end : v - ox + g.ow) - v;
                     uint8_t* o = out + (n * g.oc + c0) * plane_out + oy * g.ow + ox;
+                    const __mmask32 m = static_cast<__mmask32>(tail_mask64(len));
                     for (int64_t j = 0; j < kAmxOc; ++j) {
-                        std::memcpy(o + j * plane_out, stage + j * kAmxPos + (v - v0),
-                                    static_cast<size_t>(len));
+                        _mm256_mask_storeu_epi8(o + j * plane_out, m, _mm256_loadu_si256(
+                            reinterpret_cast<const __m256i*>(stage + j * kAmxPos + (v - v0))));
                     }
                 }
                 v = row_end;

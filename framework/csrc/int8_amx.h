@@ -40,6 +40,11 @@ constexpr int64_t kAmxK = 64;    // input channels per k step (one tile row of u
 
 // groups 1, C a multiple of kAmxK, OC of kAmxOc.
 bool amx_takes(const ConvGeom& g);
+// The automatic choice: kernels of more than one tap. On a Sapphire Rapids-class host (2
+// threads, interleaved runs) 3x3 layers ran in 0.5-0.8x the VNNI algorithms' time, 1x1
+// layers in 1.05-3.5x: one k step of 64 per tile load, and the NHWC copy and the
+// requantizing store a larger share of less work.
+bool amx_wins(const ConvGeom& g);
 int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps);
 // W (OC, C, taps) s8 row-major -> the layout above.
 void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst);

@@ -297,14 +297,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
                                     " by 4, got " + std::to_string(g.c / g.groups));
     }
-    if (algo == ConvAlgo::amx && (!amx_takes(g) || !wamx || !cpu_features().os_avx512)) {
+    if (algo == ConvAlgo::amx &&
+        (!amx_takes(g) || !wamx || !cpu_features().os_avx512 || !cpu_features().avx512vbmi)) {
         throw std::invalid_argument(
             "int8_conv2d: the amx algorithm needs groups 1, C a multiple of 64, OC of 32, "
-            "weights packed for it and AVX-512; got C " + std::to_string(g.c) + ", OC " +
+            "weights packed for it and AVX-512 with VBMI; got C " + std::to_string(g.c) + ", OC " +
             std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
     }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
-    const bool real_amx = current_isa() == Isa::amx && wamx && amx_takes(g);
+    const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
     if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
         conv2d_amx(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, wamx, b.data(), r,
                    out, !cpu_features().os_amx);

@@ -154,20 +154,106 @@ void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
     }
 }
 
+namespace {
+
+// Sixteen channels' requantization constants, one channel per s32 lane (requant16 with the
+// parameters as vectors instead of broadcasts): the accumulator tiles hold a position per
+// row and a channel per lane, so the rows requantize as they are, without a transpose.
+struct LaneQ {
+    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32, lo, hi,
+        zp;
+    bool wide;  // every channel's shift >= 32: the high halves, shifted on s32 lanes
+};
+
+inline LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift,
+                    const Requant& r) {
+    LaneQ c;
+    c.bias = _mm512_loadu_si512(bias);
+    c.mult = _mm512_loadu_si512(mult);
+    c.mult_odd = _mm512_srli_epi64(c.mult, 32);
+    const __m512i s = _mm512_loadu_si512(shift);
+    c.shift_even = _mm512_and_si512(s, _mm512_set1_epi64(0xFFFFFFFF));
+    c.shift_odd = _mm512_srli_epi64(s, 32);
+    const __m512i one = _mm512_set1_epi64(1);
+    c.half_even = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_even, one));
+    c.half_odd = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_odd, one));
+    c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
+    c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
+    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
+    c.lo = c.wide ? _mm512_set1_epi32(lo) : _mm512_set1_epi64(lo);
+    c.hi = c.wide ? _mm512_set1_epi32(hi) : _mm512_set1_epi64(hi);
+    c.zp = _mm512_set1_epi32(r.zero_point);
+    return c;
+}
+
+// requant16 (int8_requant_avx512.h), lane j with channel j's constants.
+inline __m512i requant_lanes(__m512i acc, const LaneQ& c) {
+    const __m512i t = _mm512_add_epi32(acc, c.bias);
+    const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
+    const __m512i po = _mm512_add_epi64(
+        _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
+    if (c.wide) {
+        const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+        const __m512i y = _mm512_srav_epi32(high, c.shift32);
+        return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi), c.zp);
+    }
+    __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
+    __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
+    ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
+    yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
+    const __m512i y = _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
+    return _mm512_add_epi32(y, c.zp);
+}
+
+}  // namespace
+
 void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
                  uint8_t* stage) {
+    // Per 16 channels and 16 positions: the rows (a position's 16 output bytes each) gathered
+    // 4 to a register, then a 16 x 16 byte transpose: register j takes channels 4j .. 4j + 3,
+    // byte 16i + p of it is row p's byte 4j + i, which lies in register p / 4 at 16 (p % 4)
+    // + 4j + i. Two-source byte permutes pick rows 0-7 and 8-15, a blend joins them.
+    alignas(64) static const struct Index {
+        uint8_t v[4][64];
+        Index() {
+            for (int j = 0; j < 4; ++j)
+                for (int i = 0; i < 4; ++i)
+                    for (int p = 0; p < 16; ++p)
+                        v[j][16 * i + p] = static_cast<uint8_t>(64 * (p / 4 % 2) + 16 * (p % 4) +
+                                                                4 * j + i);
+        }
+    } index;
+    const __mmask64 upper = 0xFF00FF00FF00FF00ull;  // bytes of rows 8-15
     for (int64_t o0 = 0; o0 < rows; o0 += 16) {
+        const LaneQ c = lane_q(q.bias + o0, q.multiplier + o0, q.shift + o0, r);
         for (int64_t p0 = 0; p0 < kAmxPos; p0 += 16) {
-            __m512 block[16];  // positions p0.. x channels o0.., then transposed
-            for (int i = 0; i < 16; ++i)
-                block[i] = _mm512_castsi512_ps(
-                    _mm512_loadu_si512(acc + (p0 + i) * kAmxOc + o0));
-            transpose16(block);
-            for (int64_t o = o0; o < rows && o < o0 + 16; ++o) {
-                const ChannelQ c = channel_q(q.bias[o], q.multiplier[o], q.shift[o], r);
-                const __m512i y = requant16(_mm512_castps_si512(block[o - o0]), c);
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(stage + o * kAmxPos + p0),
-                                 _mm512_cvtepi32_epi8(y));
+            __m512i g[4];
+            for (int k = 0; k < 4; ++k) {
+                const int32_t* a = acc + (p0 + 4 * k) * kAmxOc + o0;
+                const __m256i r01 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm512_cvtepi32_epi8(
+                        requant_lanes(_mm512_load_si512(a), c))),
+                    _mm512_cvtepi32_epi8(requant_lanes(_mm512_load_si512(a + kAmxOc), c)), 1);
+                const __m256i r23 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm512_cvtepi32_epi8(
+                        requant_lanes(_mm512_load_si512(a + 2 * kAmxOc), c))),
+                    _mm512_cvtepi32_epi8(requant_lanes(_mm512_load_si512(a + 3 * kAmxOc), c)),
+                    1);
+                g[k] = _mm512_inserti64x4(_mm512_castsi256_si512(r01), r23, 1);
+            }
+            for (int j = 0; j < 4; ++j) {
+                const __m512i idx = _mm512_load_si512(index.v[j]);
+                const __m512i v = _mm512_mask_blend_epi8(
+                    upper, _mm512_permutex2var_epi8(g[0], idx, g[1]),
+                    _mm512_permutex2var_epi8(g[2], idx, g[3]));
+                uint8_t* s = stage + (o0 + 4 * j) * kAmxPos + p0;
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm512_castsi512_si128(v));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + kAmxPos),
+                                 _mm512_extracti32x4_epi32(v, 1));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 2 * kAmxPos),
+                                 _mm512_extracti32x4_epi32(v, 2));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 3 * kAmxPos),
+                                 _mm512_extracti32x4_epi32(v, 3));
             }
         }
     }

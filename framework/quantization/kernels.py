@@ -205,8 +205,11 @@ class PreparedConv:
             self._args = (packed.raw, b, m, s) + tail
             self._fn = _C.int8_depthwise_conv2d
         else:
+            # the automatic choice takes AMX for kernels of more than one tap (amx_wins in
+            # framework/csrc/int8_amx.h): 1x1 weights are not packed a second time for it
             amx = packed.amx if algorithm == "amx" or (
-                algorithm == "auto" and _C.current_isa() == "amx") else None
+                algorithm == "auto" and _C.current_isa() == "amx" and
+                packed.shape[2] * packed.shape[3] > 1) else None
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
                 packed.groups, CONV_ALGORITHMS.index(algorithm), amx)
             self._fn = _C.int8_conv2d

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from helpers import check_quant
 
-from tianyuan import available_isas
+from tianyuan import _C, available_isas
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -158,16 +158,21 @@ AMX_CASES = [
     (1, 64, 3, 140, 32, 3, 3, 3, 1, 1, 1),
     (1, 64, 5, 131, 32, 1, 1, 2, 0, 1, 1),
 ]
-needs_avx512 = pytest.mark.skipif("avx512" not in available_isas(),
-                                  reason="the amx algorithm's store needs AVX-512")
+# The store requantizes 16 channels at once, on s32 lanes where every shift is >= 32, else on
+# s64 ones: scales whose shifts are 29-31 and 32-42 side by side in one 16-channel block.
+AMX_MIXED_SCALES = [3.0, 1e-3, 0.4, 0.9, 2e-4, 1.7, 0.6]
+needs_avx512 = pytest.mark.skipif(
+    "avx512" not in available_isas() or not _C.cpu_features()["avx512_vbmi"],
+    reason="the amx algorithm's store needs AVX-512 with VBMI")
 
 
 @needs_avx512
 @pytest.mark.parametrize("case", AMX_CASES)
 @pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])
-def test_conv2d_amx(case, in_dtype, in_zp, relu):
+@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
+def test_conv2d_amx(case, in_dtype, in_zp, relu, scales):
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
-    x, wt, bias, mult, shift, geom, groups = _case(rng, case, in_dtype)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, in_dtype, scales)
     packed = K.pack_weights(wt, groups)
     args = (bias, mult, shift, 64, relu, np.uint8)
     got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="amx")
