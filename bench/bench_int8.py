@@ -3,7 +3,7 @@ conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/
 engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
 latter also as a share of the VNNI peak measured in the run (before and after each network;
-the largest so far) and of the nominal AMX peak, 8x that, on machines that grant AMX tiles;
+the largest so far) and of the AMX peak, measured alike, on machines that grant AMX tiles;
 each network's ratios are marked against the targets (int8 <= 0.4x our float32 time and
 <= 1.0x the faster peer's).
 
@@ -207,18 +207,16 @@ def _target(ratio, target):
 
 
 def measured_peaks(seen):
-    """{name: TOP/s}: VNNI measured now (a register-only vpdpbusd loop on every thread),
-    the largest of this and the earlier measurements in `seen` (a slow spell of the shared
-    machine lowers a measurement, nothing raises one); AMX nominal, 8x VNNI (TDPBUSD: 1024
-    int8 multiply-adds a cycle per core against vpdpbusd's 2 x 64), where the OS grants
-    tiles; {} without VNNI."""
+    """{name: TOP/s}: the VNNI and, where the OS grants tiles, the AMX peak measured now
+    (register-only vpdpbusd / TDPBUSD loops on every thread), each the largest of this and the
+    earlier measurements in `seen` (a slow spell of the shared machine lowers a measurement,
+    nothing raises one); {} without VNNI."""
     if "vnni" not in ty.available_isas():
         return {}
-    seen.append(K.vnni_peak() / 1e12)
-    peaks = {"VNNI": max(seen)}
+    seen.append({"VNNI": K.vnni_peak() / 1e12})
     if "amx" in ty.available_isas():
-        peaks["AMX nominal"] = 8 * peaks["VNNI"]
-    return peaks
+        seen[-1]["AMX"] = K.amx_peak() / 1e12
+    return {name: max(s[name] for s in seen) for name in seen[-1]}
 
 
 def report(net, batch, rows, show_layers, peaks):

@@ -63,8 +63,7 @@ def main():
     args = parser.parse_args()
     ty.set_num_threads(args.threads)
     original, isas = ty.current_isa(), ty.available_isas()
-    # the same threads, before numpy's BLAS (its spinning workers would share the cores);
-    # AMX's nominal peak is 8x per core
+    # the same threads, before numpy's BLAS (its spinning workers would share the cores)
     peak = K.vnni_peak() / 1e9 if "vnni" in isas else None
     rows = []
     try:

@@ -219,6 +219,10 @@ void bind_int8_conv(py::module_& m) {
        py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
        py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
        py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none());
+    m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
+          py::call_guard<py::gil_scoped_release>(),
+          "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "
+          "instructions on every thread): the AMX peak; RuntimeError without AMX");
     m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
         if (w.ndim() != 4) {
             throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");

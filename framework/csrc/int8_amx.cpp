@@ -7,8 +7,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "cpu.h"
@@ -169,6 +172,25 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         }
         if (!emulate) amx_tiles_end();
     }
+}
+
+double amx_peak(int64_t steps) {
+    if (!cpu_features().os_amx) {
+        throw std::runtime_error("amx_peak: this CPU (or its OS) offers no AMX tiles");
+    }
+    std::atomic<int64_t> sink{0};
+    int threads = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+#pragma omp single nowait
+        threads = omp_get_num_threads();
+        sink += amx_peak_steps(steps);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sink.load() == 42) return 0.0;  // never: keeps the checksum (and the loop) alive
+    return static_cast<double>(threads) * steps * 4 * 16 * 16 * 64 * 2 / seconds;
 }
 
 bool amx_verified() {

@@ -8,20 +8,24 @@
 // flipped for s8, zero point outside); images lie image_positions * c bytes apart, the last
 // kAmxPos positions of each being slack. Virtual positions v = oy*wph + ox run in blocks of
 // kAmxPos, tap t reads the block at v + toff[t] positions, and the wph - ow columns past each
-// row end are computed and dropped.
+// row end are computed and dropped. Only the phases some tap reads are written (a 1x1
+// stride-2 layer reads one of four). The planes and the packed weights start on 64-byte
+// boundaries (every tile row then is one cache line; across two, a tile load took ~4x as long).
 // Weights (packed once, amx_pack_weights), per block of kAmxOc output channels, tap and
 // chunk of kAmxK input channels, two s8 tiles of 16 k-quad rows x 16 channels x 4 bytes:
 //   w[((ob*taps + t)*chunks + cc)*2048 + h*1024 + q*64 + o*4 + i]
 //     = W[ob*32 + h*16 + o][cc*64 + q*4 + i][t]
 // A work item (image, block of positions, block of channels) runs 4 accumulator tiles (2 x 2
-// of 16 positions x 16 channels) over every (tap, chunk), then transposes and requantizes.
+// of 16 positions x 16 channels) over every (tap, chunk); the store requantizes each
+// accumulator row (a position, 16 channels in lanes) with the channels' parameters as
+// vectors, then transposes the bytes into NCHW rows.
 //
-// This VM exposes no AMX, so the same kernel also runs on emulated tiles (plain C++ with the
-// instructions' semantics), which is what the tests check bit for bit against the
-// reference. The real tiles run under Bochs 3.0's Sapphire Rapids model with
-// bench/amx_bochs/run.sh (equal to the VNNI algorithm on 8 shapes); on a machine that grants
-// AMX they are checked against the emulated ones once per process before the automatic
-// choice takes them.
+// Where the OS grants no AMX the same kernel runs on emulated tiles (plain C++ with the
+// instructions' semantics), which is what the tests check bit for bit against the reference
+// there; where it grants AMX the tests run the real tiles (first on 2026-12-02, a Sapphire
+// Rapids-class VM), and the automatic choice takes them only after they have matched the
+// emulated ones once per process. bench/amx_bochs/run.sh runs the real tiles under Bochs
+// 3.0's Sapphire Rapids model on machines without AMX.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +72,12 @@ void amx_item_tiles(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t 
                     int64_t chunks, const int8_t* w, int32_t* acc);
 void amx_item_emulated(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
                        int64_t chunks, const int8_t* w, int32_t* acc);
+// Register-only TDPBUSD throughput: `steps` x 4 independent instructions on the calling
+// thread (tiles configured inside); returns a checksum so that the loop is kept. amx_peak()
+// runs it on every OpenMP thread and returns int8 operations per second (2 per multiply-add),
+// the peak the benchmarks quote; std::runtime_error where the OS grants no AMX.
+int64_t amx_peak_steps(int64_t steps);
+double amx_peak(int64_t steps);
 // dst[x * c + ch] = src[ch * n + x] for ch < c (a multiple of 16), x < n.
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst);
 // stage[o * kAmxPos + p] = requantized acc[p][o] for o < rows (channel o's parameters at

@@ -94,6 +94,30 @@ void amx_tiles_begin() {
 
 void amx_tiles_end() { _tile_release(); }
 
+int64_t amx_peak_steps(int64_t steps) {
+    alignas(64) static const uint8_t zeros[1024] = {};
+    alignas(64) int32_t out[256];
+    amx_tiles_begin();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    for (int64_t i = 0; i < steps; ++i) {
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    amx_tiles_end();
+    __asm__ volatile("" ::: "memory");
+    return out[0] + steps;
+}
+
 namespace {
 
 // dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,

@@ -145,6 +145,16 @@ def vnni_peak(steps=10_000_000, repeat=5):
     return float(np.median([_C.int8_vnni_peak(int(steps)) for _ in range(repeat)]))
 
 
+def amx_peak(steps=200_000, repeat=5):
+    """The machine's AMX int8 peak in operations per second: as `vnni_peak`, with a
+    register-only TDPBUSD loop (`steps` x 4 instructions, 16 x 16 x 64 multiply-adds each) on
+    every kernel thread. RuntimeError where the OS grants no AMX tiles."""
+    if steps < 1 or repeat < 1:
+        raise ValueError(f"amx_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
+    _C.int8_amx_peak(int(steps))
+    return float(np.median([_C.int8_amx_peak(int(steps)) for _ in range(repeat)]))
+
+
 def gemm(x, x_zero_point, packed):
     """x u8/s8 (M, K) -> int32 (M, N) = (x - x_zero_point) @ W.T."""
     x = _input(x)

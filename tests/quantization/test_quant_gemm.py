@@ -115,3 +115,17 @@ def test_vnni_peak_measures_or_says_why_not():
     # 6.5 GHz core issuing 2 a cycle (a miscounted or optimised-away loop lands outside)
     per_core = K.vnni_peak(steps=200_000, repeat=3) / ty.get_num_threads()
     assert 0.1e9 * 2 * 64 * 2 < per_core < 6.5e9 * 2 * 64 * 2
+
+
+def test_amx_peak_measures_or_says_why_not():
+    with pytest.raises(ValueError, match="steps"):
+        K.amx_peak(steps=0)
+    if "amx" not in _native.available_isas():
+        with pytest.raises(RuntimeError, match="AMX"):
+            K.amx_peak(steps=100, repeat=1)
+        return
+    # 4 TDPBUSD x 16 x 16 x 64 multiply-adds per step on each thread, at most one every 16
+    # cycles: between a 0.1 GHz and a 6.5 GHz core (a miscounted or optimised-away loop
+    # lands outside)
+    per_core = K.amx_peak(steps=20_000, repeat=3) / ty.get_num_threads()
+    assert 0.1e9 * 1024 * 2 < per_core < 6.5e9 * 1024 * 2
