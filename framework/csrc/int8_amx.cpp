@@ -176,8 +176,8 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                     uint8_t* o = out + (n * g.oc + c0) * plane_out + oy * g.ow + ox;
                     const __mmask32 m = static_cast<__mmask32>(tail_mask64(len));
                     for (int64_t j = 0; j < kAmxOc; ++j) {
-                        _mm256_mask_storeu_epi8(o + j * plane_out, m, _mm256_loadu_si256(
-                            reinterpret_cast<const __m256i*>(stage + j * kAmxPos + (v - v0))));
+                        _mm256_mask_storeu_epi8(o + j * plane_out, m, _mm256_maskz_loadu_epi8(
+                                                    m, stage + j * kAmxPos + (v - v0)));
                     }
                 }
                 v = row_end;
