@@ -104,6 +104,12 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
     for (int64_t ch = 0; ch < g.c; ++ch) {
         const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w + b - g.pl;
         uint8_t* t = tmp + ch * p.wph;
+        // this channel's row two phase rows on (a thread's rows run in order): the channels
+        // are more streams than the hardware prefetchers follow
+        for (int64_t k = 0; k < g.w; k += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(src + 2 * g.sh * g.w + g.pl - b + k),
+                         _MM_HINT_T0);
+        }
         std::memset(t, z, static_cast<size_t>(lo));
         if (g.sw == 1) {
             for (int64_t xx = lo; xx < hi; xx += 64) {
