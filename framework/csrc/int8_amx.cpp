@@ -101,6 +101,26 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
     int64_t lo = 0, hi = p.wph;
     while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
     while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
+    const int64_t plane_in = g.h * g.w;
+    if (g.sw == 1) {  // one pass: 16 channels' rows straight into the transpose
+        const uint8_t* src = x + (n * g.c * g.h + row) * g.w - g.pl;
+        for (int64_t ch = 0; ch < g.c; ++ch) {  // two phase rows on, as below
+            for (int64_t k = 0; k < g.w; k += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(src + ch * plane_in + 2 * g.sh * g.w +
+                                                           g.pl + k), _MM_HINT_T0);
+            }
+        }
+        for (int64_t x0 = 0; x0 < p.wph; x0 += 64) {
+            // columns [lo, hi) of this block of 64, as bits from x0
+            const int64_t a0 = std::max(lo, x0) - x0, a1 = std::min(hi, x0 + 64) - x0;
+            const uint64_t valid = a1 > a0 ? tail_mask64(a1) & ~tail_mask64(a0) : 0;
+            for (int64_t c0 = 0; c0 < g.c; c0 += 16) {
+                amx_transpose_rows(src + c0 * plane_in + x0, plane_in, valid, z, flip,
+                                   std::min<int64_t>(64, p.wph - x0), dst + x0 * g.c + c0, g.c);
+            }
+        }
+        return;
+    }
     for (int64_t ch = 0; ch < g.c; ++ch) {
         const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w + b - g.pl;
         uint8_t* t = tmp + ch * p.wph;
@@ -111,13 +131,7 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
                          _MM_HINT_T0);
         }
         std::memset(t, z, static_cast<size_t>(lo));
-        if (g.sw == 1) {
-            for (int64_t xx = lo; xx < hi; xx += 64) {
-                const __mmask64 m = tail_mask64(hi - xx);
-                const __m512i v = _mm512_maskz_loadu_epi8(m, src + xx);
-                _mm512_mask_storeu_epi8(t + xx, m, _mm512_xor_si512(v, vflip));
-            }
-        } else if (g.sw == 2) {  // the even bytes of 2 * 32: the low bytes of 32 words
+        if (g.sw == 2) {  // the even bytes of 2 * 32: the low bytes of 32 words
             for (int64_t xx = lo; xx < hi; xx += 32) {
                 const int64_t len = hi - xx < 32 ? hi - xx : 32;
                 const __m512i v = _mm512_maskz_loadu_epi8(tail_mask64(2 * len - 1), src + 2 * xx);

@@ -80,6 +80,10 @@ int64_t amx_peak_steps(int64_t steps);
 double amx_peak(int64_t steps);
 // dst[x * c + ch] = src[ch * n + x] for ch < c (a multiple of 16), x < n.
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst);
+// One pass from the source rows: for ch < 16 and x < len (<= 64), dst[x * ldd + ch] =
+// src[ch * lds + x] ^ flip where bit x of `valid` is set, else z; nothing else is read.
+void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t z,
+                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd);
 // stage[o * kAmxPos + p] = requantized acc[p][o] for o < rows (channel o's parameters at
 // q.*[o]), p < kAmxPos.
 void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,

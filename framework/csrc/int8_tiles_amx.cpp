@@ -123,12 +123,9 @@ namespace {
 // dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,
 // words, dwords, qwords) leave, in 128-bit lane L of register 8H + 4G + 2E + F, the 16
 // channels of column 16L + 8H + 4G + 2E + F.
-// Columns x >= len are neither read nor written.
-inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64_t ldd,
-                            int64_t len) {
-    __m512i a[16], b[16];
-    const __mmask64 m = len >= 64 ? ~__mmask64{0} : (__mmask64{1} << len) - 1;
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_maskz_loadu_epi8(m, src + i * lds);
+// Columns x >= len are not written; a holds the 16 rows and is clobbered.
+inline void transpose_16x64(__m512i* a, uint8_t* dst, int64_t ldd, int64_t len) {
+    __m512i b[16];
     for (int p = 0; p < 8; ++p) {  // channel pairs; [p][H]
         b[2 * p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
         b[2 * p + 1] = _mm512_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
@@ -172,10 +169,26 @@ inline void transpose_16x64(const uint8_t* src, int64_t lds, uint8_t* dst, int64
 }  // namespace
 
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
+    __m512i a[16];
     for (int64_t c0 = 0; c0 < c; c0 += 16) {
-        for (int64_t x0 = 0; x0 < n; x0 += 64)
-            transpose_16x64(src + c0 * n + x0, n, dst + x0 * c + c0, c, n - x0);
+        for (int64_t x0 = 0; x0 < n; x0 += 64) {
+            const __mmask64 m = n - x0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - x0)) - 1;
+            for (int i = 0; i < 16; ++i) a[i] = _mm512_maskz_loadu_epi8(m, src + (c0 + i) * n + x0);
+            transpose_16x64(a, dst + x0 * c + c0, c, n - x0);
+        }
     }
+}
+
+void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t z,
+                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd) {
+    const __m512i vz = _mm512_set1_epi8(static_cast<char>(z));
+    const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
+    __m512i a[16];
+    for (int i = 0; i < 16; ++i) {
+        const __m512i v = _mm512_maskz_loadu_epi8(valid, src + i * lds);
+        a[i] = _mm512_mask_mov_epi8(vz, valid, _mm512_xor_si512(v, vflip));
+    }
+    transpose_16x64(a, dst, ldd, len);
 }
 
 namespace {
