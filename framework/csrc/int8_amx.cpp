@@ -86,8 +86,9 @@ AmxPlan amx_plan(const ConvGeom& g) {
     return p;
 }
 
-// Image n, phase row (ph, y) of the NHWC planes, c bytes per position: the phase row of
-// every channel into tmp (c x wph), then one transpose.
+// Image n, phase row (ph, y) of the NHWC planes, c bytes per position: at stride 1 the
+// source rows of 16 channels at a time go straight into the byte transpose; at other strides
+// the phase row of every channel is gathered into tmp (c x wph) first, then transposed.
 void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, const AmxPlan& p,
               int64_t n, int64_t ph, int64_t y, uint8_t* tmp, uint8_t* planes) {
     const int64_t a = ph / g.sw, b = ph % g.sw, row = g.sh * y + a - g.pt;
