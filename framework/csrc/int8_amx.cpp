@@ -7,8 +7,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -212,19 +210,7 @@ double amx_peak(int64_t steps) {
     if (!cpu_features().os_amx) {
         throw std::runtime_error("amx_peak: this CPU (or its OS) offers no AMX tiles");
     }
-    std::atomic<int64_t> sink{0};
-    int threads = 1;
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel
-    {
-#pragma omp single nowait
-        threads = omp_get_num_threads();
-        sink += amx_peak_steps(steps);
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (sink.load() == 42) return 0.0;  // never: keeps the checksum (and the loop) alive
-    return static_cast<double>(threads) * steps * 4 * 16 * 16 * 64 * 2 / seconds;
+    return peak_ops(amx_peak_steps, steps, 4 * 16 * 16 * 64 * 2);
 }
 
 bool amx_verified() {

@@ -84,10 +84,7 @@ void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed
     }
 }
 
-double vnni_peak(int64_t steps) {
-    if (best_isa() < Isa::vnni) {
-        throw std::runtime_error("vnni_peak: this CPU (or its OS) offers no AVX512-VNNI");
-    }
+double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step) {
     std::atomic<int64_t> sink{0};
     int threads = 1;
     const auto t0 = std::chrono::steady_clock::now();
@@ -95,12 +92,19 @@ double vnni_peak(int64_t steps) {
     {
 #pragma omp single nowait
         threads = omp_get_num_threads();
-        sink += vnni_peak_steps(steps);
+        sink += loop(steps);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (sink.load() == 42) return 0.0;  // never: keeps the checksum (and the loop) alive
-    return static_cast<double>(threads) * steps * 12 * 64 * 2 / seconds;
+    return static_cast<double>(threads) * static_cast<double>(steps) * ops_per_step / seconds;
+}
+
+double vnni_peak(int64_t steps) {
+    if (best_isa() < Isa::vnni) {
+        throw std::runtime_error("vnni_peak: this CPU (or its OS) offers no AVX512-VNNI");
+    }
+    return peak_ops(vnni_peak_steps, steps, 12 * 64 * 2);
 }
 
 }  // namespace int8

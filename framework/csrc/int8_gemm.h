@@ -46,6 +46,9 @@ void gemm_block_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* 
 // quote; it throws std::runtime_error where the CPU or the OS lacks AVX512-VNNI.
 int64_t vnni_peak_steps(int64_t steps);
 double vnni_peak(int64_t steps);
+// Operations per second of `loop(steps)` run on every OpenMP thread at once, ops_per_step
+// each step (the peaks' shared timing).
+double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
 
 // Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), dispatched on current_isa().
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,
