@@ -96,7 +96,6 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
         return;
     }
     // output columns [lo, hi) read input columns sw * xx + b - pl inside the row
-    const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
     int64_t lo = 0, hi = p.wph;
     while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
     while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
@@ -120,6 +119,7 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
         }
         return;
     }
+    const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
     for (int64_t ch = 0; ch < g.c; ++ch) {
         const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w + b - g.pl;
         uint8_t* t = tmp + ch * p.wph;
@@ -164,7 +164,8 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
     const int64_t plane_out = g.oh * g.ow;
 #pragma omp parallel
     {
-        std::vector<uint8_t> tmp(static_cast<size_t>(g.c * p.wph));
+        // the gathered phase rows of strides > 1 (stride 1 goes straight to the transpose)
+        std::vector<uint8_t> tmp(g.sw == 1 ? 0 : static_cast<size_t>(g.c * p.wph));
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
             nhwc_row(x, flip, z, g, p, t / (used * p.hph), p.used[t / p.hph % used], t % p.hph,
