@@ -87,7 +87,10 @@ void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* 
     }
 }
 
-CTileFn cgemm_tile() { return current_isa() >= Isa::vnni ? cgemm_tile_vnni : cgemm_tile_generic; }
+CTileFn cgemm_tile() {
+    if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
+    return current_isa() >= Isa::avx2 ? cgemm_tile_avx2 : cgemm_tile_generic;
+}
 
 namespace {
 

@@ -74,6 +74,9 @@ struct RowParams {
 void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                         int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                         uint8_t* out, int64_t ldo);
+void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                     int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                     uint8_t* out, int64_t ldo);
 void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo);

@@ -62,7 +62,10 @@ def test_int8_agrees_with_qat_eval(trained, data):
     float_model, qat, int8 = trained
     _, (xt, yt) = data
     p_float, p_qat, p_int8 = (predict(m, xt).argmax(1) for m in (float_model, qat, int8))
-    assert (p_float == yt).mean() > 0.6
+    # the net has learned (chance is 0.1); 300 steps land anywhere in 0.55-0.88 with the seed
+    # or the host's float rounding (0.60 on an AVX2 host, 0.75 with TIANYUAN_ISA=generic), so
+    # this is no accuracy claim: the claims are the agreements below
+    assert (p_float == yt).mean() > 0.4
     assert (p_qat == p_int8).mean() >= 0.995
     assert abs((p_qat == yt).mean() - (p_int8 == yt).mean()) <= 0.005
 

@@ -1,0 +1,200 @@
+// AVX2 tile of the int8 convolution (layouts in int8_cgemm.h), exact without VNNI, for
+// AVX2-only CPUs (AMD Zen 1-3, Intel before Ice Lake) and AVX-512 ones without VNNI.
+// vpmaddubsw would sum two u8 x s8 products into a saturating int16 (2 * 255 * 127 >
+// 32767), so the products go through vpmaddwd on int16 instead: a k-quad's 4 activation
+// bytes of a position (one 32-bit lane) split into the even bytes (k0, k2) and the odd ones
+// (k1, k3), zero-extended to int16, and each is multiplied by the channel's matching pair of
+// weights, sign-extended: two vpmaddwd and two adds per 8 positions and channel, every
+// partial sum exact (2 * 255 * 128 per pair).
+// The weights are widened once per call into (w0, w2) and (w1, w3) int16 pairs, so that the
+// inner loop broadcasts a ready pair from memory. Register tile: up to 4 channels x 16
+// positions (8 ymm accumulators); a tile of 5 or 6 channels runs as two passes over the
+// activations. The store requantizes lane for lane as reference.requantize.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "int8_cgemm.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+// Grow-only per-thread buffer for the widened weights (no STL in ISA translation units).
+int32_t* widened(int64_t words) {
+    static thread_local int32_t* buf = nullptr;
+    static thread_local int64_t size = 0;
+    if (size < words) {
+        delete[] buf;
+        buf = new int32_t[static_cast<size_t>(words)];
+        size = words;
+    }
+    return buf;
+}
+
+// groups of 4 s8 (w0, w1, w2, w3) -> 2 words each: int16 (w0, w2) then int16 (w1, w3).
+void widen_weights(const int8_t* w, int64_t groups, int32_t* out) {
+    int64_t g = 0;
+    for (; g + 4 <= groups; g += 4) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + g * kGroup));
+        const __m256i s = _mm256_cvtepi8_epi16(b);  // 16 int16: w0 w1 w2 w3 per group
+        const __m256i lo = _mm256_shufflelo_epi16(s, _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * g),
+                            _mm256_shufflehi_epi16(lo, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+    for (; g < groups; ++g) {
+        const int8_t* q = w + g * kGroup;
+        const auto pair = [](int8_t a, int8_t b) {
+            return static_cast<int32_t>(static_cast<uint16_t>(a) |
+                                        static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16);
+        };
+        out[2 * g] = pair(q[0], q[2]);
+        out[2 * g + 1] = pair(q[1], q[3]);
+    }
+}
+
+// One channel's constants, broadcast.
+struct Chan {
+    __m256i bias, mult, half, lo, hi, zp, shift64;  // lo, hi: s32 when wide, else s64
+    __m128i shift;                                  // s - 32 when wide, else s
+    bool wide;                                      // s >= 32
+};
+
+Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r) {
+    const bool wide = s >= 32;
+    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
+    return {_mm256_set1_epi32(bias),
+            _mm256_set1_epi32(mult),
+            _mm256_set1_epi64x(int64_t{1} << (s - 1)),
+            wide ? _mm256_set1_epi32(lo) : _mm256_set1_epi64x(lo),
+            wide ? _mm256_set1_epi32(hi) : _mm256_set1_epi64x(hi),
+            _mm256_set1_epi32(r.zero_point),
+            _mm256_set1_epi64x(s),
+            _mm_cvtsi32_si128(wide ? s - 32 : s),
+            wide};
+}
+
+// floor(x / 2^s) for s64 lanes (AVX2 has no 64-bit arithmetic shift).
+inline __m256i sra64(__m256i x, __m128i s) {
+    const __m256i sign = _mm256_cmpgt_epi64(_mm256_setzero_si256(), x);
+    return _mm256_xor_si256(_mm256_srl_epi64(_mm256_xor_si256(x, sign), s), sign);
+}
+
+inline __m256i clamp64(__m256i y, __m256i lo, __m256i hi) {
+    y = _mm256_blendv_epi8(y, lo, _mm256_cmpgt_epi64(lo, y));
+    return _mm256_blendv_epi8(y, hi, _mm256_cmpgt_epi64(y, hi));
+}
+
+// 8 accumulators of one channel -> 8 s32 lanes holding the output bytes' values.
+inline __m256i requant8(__m256i acc, const Chan& c) {
+    const __m256i t = _mm256_add_epi32(acc, c.bias);
+    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, c.mult), c.half);
+    const __m256i po =
+        _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult), c.half);
+    if (c.wide) {  // the high halves fit s32: shift and clamp 8 s32 lanes
+        const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+        const __m256i y = _mm256_sra_epi32(high, c.shift);
+        return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, c.lo), c.hi), c.zp);
+    }
+    const __m256i ye = clamp64(sra64(pe, c.shift), c.lo, c.hi);
+    const __m256i yo = clamp64(sra64(po, c.shift), c.lo, c.hi);
+    return _mm256_add_epi32(_mm256_blend_epi32(ye, _mm256_slli_epi64(yo, 32), 0xAA), c.zp);
+}
+
+// Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out. The values are
+// already within the output range, so the saturating packs are exact.
+inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
+    if (n <= 0) return;
+    const __m256i w = _mm256_packs_epi32(y0, y1);  // per 128-bit lane: y0 4, y1 4
+    const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+    const __m128i v = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, order));
+    if (n >= 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+        return;
+    }
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
+    std::memcpy(out, tmp, static_cast<size_t>(n));
+}
+
+// Named accumulators (GCC keeps arrays of vectors in memory).
+#define TY_DOT(i)                                                                      \
+    if (R > i) {                                                                       \
+        const __m256i we = _mm256_set1_epi32(wq[2 * i]);                               \
+        const __m256i wo = _mm256_set1_epi32(wq[2 * i + 1]);                           \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(e0, we));                \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(o0, wo));                \
+        if (P > 1) {                                                                   \
+            c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(e1, we));            \
+            c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(o1, wo));            \
+        }                                                                              \
+    }
+#define TY_STORE(i)                                                                    \
+    if (R > i) {                                                                       \
+        const Chan cq = chan(q.bias[i], q.multiplier[i], q.shift[i], r);               \
+        store16(requant8(c##i##0, cq), P > 1 ? requant8(c##i##1, cq) : z, r.out_signed, \
+                out + i * ldo, npos);                                                  \
+    }
+
+// R channels (rows of the widened block wx, `rows` per quad) x 8P positions from acts.
+template <int R, int P>
+void sub_tile(const uint8_t* acts, const int64_t* qoff, const int32_t* wx, int64_t rows,
+              int64_t nq, int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
+              int64_t ldo) {
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i low = _mm256_set1_epi16(0x00FF);
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    for (int64_t g = 0; g < nq; ++g) {
+        const uint8_t* a = acts + qoff[g];
+        const int32_t* wq = wx + g * rows * 2;
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+        const __m256i x1 =
+            P > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)) : z;
+        const __m256i e0 = _mm256_and_si256(x0, low), o0 = _mm256_srli_epi16(x0, 8);
+        const __m256i e1 = _mm256_and_si256(x1, low), o1 = _mm256_srli_epi16(x1, 8);
+        TY_DOT(0) TY_DOT(1) TY_DOT(2) TY_DOT(3)
+    }
+    TY_STORE(0) TY_STORE(1) TY_STORE(2) TY_STORE(3)
+}
+
+#undef TY_DOT
+#undef TY_STORE
+
+using SubFn = void (*)(const uint8_t*, const int64_t*, const int32_t*, int64_t, int64_t,
+                       int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
+
+template <int P>
+SubFn pick(int64_t rows) {
+    switch (rows) {
+        case 1: return sub_tile<1, P>;
+        case 2: return sub_tile<2, P>;
+        case 3: return sub_tile<3, P>;
+        default: return sub_tile<4, P>;
+    }
+}
+
+}  // namespace
+
+void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                     int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                     uint8_t* out, int64_t ldo) {
+    const int64_t nq = kp / kGroup;
+    int32_t* wx = widened(nq * rows * 2);
+    widen_weights(w, nq * rows, wx);
+    // 5 or 6 channels: 3 + 2 or 3 + 3 (as many vector operations per product as 4 + 1, 4 + 2)
+    const int64_t first = rows > 4 ? 3 : rows;
+    for (int64_t i0 = 0; i0 < rows; i0 += first) {
+        const int64_t ri = rows - i0 < first ? rows - i0 : first;
+        const RowParams qi{q.bias + i0, q.multiplier + i0, q.shift + i0};
+        for (int64_t p0 = 0; p0 < npos; p0 += 16) {
+            const SubFn fn = npos - p0 > 8 ? pick<2>(ri) : pick<1>(ri);
+            fn(acts + p0 * kGroup, qoff, wx + i0 * 2, rows, nq, npos - p0, qi, r,
+               out + i0 * ldo + p0, ldo);
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan
