@@ -145,6 +145,11 @@ constexpr int64_t kPadSlack = 256;
 void depthwise_plane_avx512(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                             const RowParams& q, const Requant& r, uint8_t* out,
                             uint8_t* scratch);
+// The AVX2 twin (windows of up to 26 taps, strides 1 and 2: depthwise_avx2_takes).
+bool depthwise_avx2_takes(const ConvGeom& g);
+void depthwise_plane_avx2(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
+                          const RowParams& q, const Requant& r, uint8_t* out,
+                          uint8_t* scratch);
 
 }  // namespace int8
 }  // namespace tianyuan

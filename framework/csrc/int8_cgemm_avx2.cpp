@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "int8_cgemm.h"
+#include "int8_requant_avx2.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -52,54 +53,6 @@ void widen_weights(const int8_t* w, int64_t groups, int32_t* out) {
         out[2 * g] = pair(q[0], q[2]);
         out[2 * g + 1] = pair(q[1], q[3]);
     }
-}
-
-// One channel's constants, broadcast.
-struct Chan {
-    __m256i bias, mult, half, lo, hi, zp, shift64;  // lo, hi: s32 when wide, else s64
-    __m128i shift;                                  // s - 32 when wide, else s
-    bool wide;                                      // s >= 32
-};
-
-Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r) {
-    const bool wide = s >= 32;
-    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
-    return {_mm256_set1_epi32(bias),
-            _mm256_set1_epi32(mult),
-            _mm256_set1_epi64x(int64_t{1} << (s - 1)),
-            wide ? _mm256_set1_epi32(lo) : _mm256_set1_epi64x(lo),
-            wide ? _mm256_set1_epi32(hi) : _mm256_set1_epi64x(hi),
-            _mm256_set1_epi32(r.zero_point),
-            _mm256_set1_epi64x(s),
-            _mm_cvtsi32_si128(wide ? s - 32 : s),
-            wide};
-}
-
-// floor(x / 2^s) for s64 lanes (AVX2 has no 64-bit arithmetic shift).
-inline __m256i sra64(__m256i x, __m128i s) {
-    const __m256i sign = _mm256_cmpgt_epi64(_mm256_setzero_si256(), x);
-    return _mm256_xor_si256(_mm256_srl_epi64(_mm256_xor_si256(x, sign), s), sign);
-}
-
-inline __m256i clamp64(__m256i y, __m256i lo, __m256i hi) {
-    y = _mm256_blendv_epi8(y, lo, _mm256_cmpgt_epi64(lo, y));
-    return _mm256_blendv_epi8(y, hi, _mm256_cmpgt_epi64(y, hi));
-}
-
-// 8 accumulators of one channel -> 8 s32 lanes holding the output bytes' values.
-inline __m256i requant8(__m256i acc, const Chan& c) {
-    const __m256i t = _mm256_add_epi32(acc, c.bias);
-    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, c.mult), c.half);
-    const __m256i po =
-        _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult), c.half);
-    if (c.wide) {  // the high halves fit s32: shift and clamp 8 s32 lanes
-        const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
-        const __m256i y = _mm256_sra_epi32(high, c.shift);
-        return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, c.lo), c.hi), c.zp);
-    }
-    const __m256i ye = clamp64(sra64(pe, c.shift), c.lo, c.hi);
-    const __m256i yo = clamp64(sra64(po, c.shift), c.lo, c.hi);
-    return _mm256_add_epi32(_mm256_blend_epi32(ye, _mm256_slli_epi64(yo, 32), 0xAA), c.zp);
 }
 
 // Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out. The values are

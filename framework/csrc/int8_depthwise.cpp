@@ -59,9 +59,12 @@ void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, i
     }
 }
 
-// AVX-512 path: per (image, output channel) plane, pad, then the plane kernel.
+using PlaneFn = void (*)(const uint8_t*, int64_t, const int8_t*, const ConvGeom&,
+                        const RowParams&, const Requant&, uint8_t*, uint8_t*);
+
+// AVX-512 and AVX2 paths: per (image, output channel) plane, pad, then the plane kernel.
 void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
-                    const Requant& r, uint8_t* out) {
+                    const Requant& r, PlaneFn plane_fn, uint8_t* out) {
     const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
     const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
     const int32_t z = zero_of(x);
@@ -78,8 +81,8 @@ void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int3
         const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(bias[oc]) -
                                                static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
         const RowParams q{&b, r.multiplier + oc, r.shift + oc};
-        depthwise_plane_avx512(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
-                               space.data() + hp * wp + kPadSlack);
+        plane_fn(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
+                 space.data() + hp * wp + kPadSlack);
     }
 }
 
@@ -140,7 +143,11 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
         return;
     }
     if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
-        depthwise_simd(x, g, w, bias, r, out);
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx512, out);
+        return;
+    }
+    if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx2, out);
         return;
     }
     const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
