@@ -232,7 +232,8 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     }
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
-    s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512 : pack_block_generic;
+    s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512
+             : current_isa() >= Isa::avx2 ? pack_block_avx2 : pack_block_generic;
     s.tile = cgemm_tile();
     return s;
 }

@@ -59,6 +59,8 @@ struct Run {
 // One activation block: k rows (koff (K,) offsets into xpad), runs with input stride sw.
 void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
                         const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
+void pack_block_avx2(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
+                     const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
 void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
 
@@ -102,6 +104,7 @@ struct QuadPlanes {
     uint8_t z, flip;
 };
 void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
+void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 
 struct ConvGeom;

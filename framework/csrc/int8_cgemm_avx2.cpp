@@ -149,5 +149,125 @@ void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
     }
 }
 
+
+namespace {
+
+inline __m256i load32(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// One k row of a block into row[0, kPos): run i's lanes [dst, dst + len) read src + u.src +
+// sw * t. 32 lanes a step in run order, so a step past a run's end is overwritten by the
+// next run (row holds kPos + 32 bytes); stride 2 keeps the even bytes of 64. A step never
+// reads past the run's last byte (the input may be the caller's unpadded tensor): the rest
+// of a run goes byte by byte.
+inline void read_row(const uint8_t* src, const Run* runs, int64_t nruns, int64_t sw,
+                     uint8_t* row) {
+    const __m256i low = _mm256_set1_epi16(0x00FF);
+    for (int64_t i = 0; i < nruns; ++i) {
+        const Run& u = runs[i];
+        const uint8_t* from = src + u.src;
+        uint8_t* to = row + u.dst;
+        int64_t t = 0;
+        if (sw == 1) {
+            for (; t + 32 <= u.len; t += 32)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + t), load32(from + t));
+        } else if (sw == 2) {
+            for (; t + 33 <= u.len; t += 32) {  // bytes 2t .. 2t + 63 <= 2 (len - 1)
+                const __m256i a = _mm256_and_si256(load32(from + 2 * t), low);
+                const __m256i b = _mm256_and_si256(load32(from + 2 * t + 32), low);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + t),
+                                    _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8));
+            }
+        }
+        for (; t < u.len; ++t) to[t] = from[t * sw];
+    }
+}
+
+// 4 rows of 32 positions -> 32 quads (128 bytes) at dst: each 32-bit lane holds the 4 rows'
+// bytes of one position; only the first `quads` are stored (in whole 8-quad steps).
+inline void store_quads(__m256i r0, __m256i r1, __m256i r2, __m256i r3, uint8_t* dst,
+                        int64_t quads) {
+    // per 128-bit lane L: positions 16L + 0..7 (u0, u2) and 16L + 8..15 (u1, u3)
+    const __m256i u0 = _mm256_unpacklo_epi8(r0, r1), u1 = _mm256_unpackhi_epi8(r0, r1);
+    const __m256i u2 = _mm256_unpacklo_epi8(r2, r3), u3 = _mm256_unpackhi_epi8(r2, r3);
+    const __m256i t0 = _mm256_unpacklo_epi16(u0, u2);  // 16L + 0..3
+    const __m256i t1 = _mm256_unpackhi_epi16(u0, u2);  // 16L + 4..7
+    const __m256i t2 = _mm256_unpacklo_epi16(u1, u3);  // 16L + 8..11
+    const __m256i t3 = _mm256_unpackhi_epi16(u1, u3);  // 16L + 12..15
+    __m256i* out = reinterpret_cast<__m256i*>(dst);
+    _mm256_storeu_si256(out, _mm256_permute2x128_si256(t0, t1, 0x20));
+    if (quads > 8) _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(t2, t3, 0x20));
+    if (quads > 16) _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(t0, t1, 0x31));
+    if (quads > 24) _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(t2, t3, 0x31));
+}
+
+// 4 row buffers of kPos positions -> the kPos quads of one k-quad at dst (`quads` stored).
+inline void interleave(const uint8_t* const* rows, uint8_t* dst, int64_t quads) {
+    store_quads(load32(rows[0]), load32(rows[1]), load32(rows[2]), load32(rows[3]), dst, quads);
+    if (quads > 32)
+        store_quads(load32(rows[0] + 32), load32(rows[1] + 32), load32(rows[2] + 32),
+                    load32(rows[3] + 32), dst + 128, quads - 32);
+}
+
+}  // namespace
+
+void pack_block_avx2(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
+                     const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+    alignas(32) uint8_t rows[kGroup][kPos + 32];
+    std::memset(rows, 0, sizeof(rows));
+    const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
+    for (int64_t q = 0; q < kp; q += kGroup) {
+        for (int64_t t = 0; t < kGroup; ++t) {
+            if (q + t < k) {
+                read_row(xpad + koff[q + t], runs, nruns, sw, rows[t]);
+            } else {
+                std::memset(rows[t], 0, kPos);
+            }
+        }
+        interleave(at, buf + (q / kGroup) * kPos * kGroup, kPos);
+    }
+}
+
+// Each phase row in steps of kPos columns: 4 row buffers (z outside the input, every byte
+// xor flip), interleaved; the last step of a row runs into the next row, written after it.
+void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst) {
+    alignas(32) uint8_t rows[kGroup][kPos];
+    const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(p.flip));
+    for (int64_t a = 0; a < p.sh; ++a) {
+        for (int64_t b = 0; b < p.sw; ++b) {
+            uint8_t* plane = dst + (a * p.sw + b) * p.plane * kGroup;
+            for (int64_t y = 0; y < p.hph; ++y) {
+                const int64_t row = p.sh * y + a - p.pt;
+                uint8_t* out = plane + y * p.wph * kGroup;
+                const bool inside = row >= 0 && row < p.h;
+                for (int64_t x0 = 0; x0 < p.wph; x0 += kPos, out += kPos * kGroup) {
+                    const int64_t left = p.wph - x0, quads = left < kPos ? left : kPos;
+                    // lanes [l0, l1) read input columns sw * (x0 + l) + b - pl inside [0, w)
+                    const int64_t c0 = p.sw * x0 + b - p.pl;
+                    const int64_t l0 = c0 >= 0 ? 0 : (-c0 + p.sw - 1) / p.sw;
+                    int64_t l1 = p.w - c0 <= 0 ? 0 : (p.w - c0 - 1) / p.sw + 1;
+                    l1 = !inside ? 0 : (l1 < quads ? l1 : quads);
+                    for (int64_t t = 0; t < kGroup; ++t) {
+                        // z ^ flip outside, raw bytes inside, then every byte xor flip
+                        uint8_t* r = rows[t];
+                        std::memset(r, p.z ^ p.flip, kPos);
+                        const uint8_t* src = rows4[t] + row * p.w + c0;
+                        if (p.sw == 1 && l1 > l0) {
+                            std::memcpy(r + l0, src + l0, static_cast<size_t>(l1 - l0));
+                        } else {
+                            for (int64_t l = l0; l < l1; ++l) r[l] = src[p.sw * l];
+                        }
+                        for (int64_t h = 0; h < kPos; h += 32)
+                            _mm256_store_si256(reinterpret_cast<__m256i*>(r + h),
+                                               _mm256_xor_si256(load32(r + h), flip));
+                    }
+                    interleave(at, out, quads);
+                }
+            }
+        }
+    }
+}
 }  // namespace int8
 }  // namespace tianyuan

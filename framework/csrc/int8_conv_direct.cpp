@@ -87,7 +87,8 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
 }
 
 void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) {
-    const auto quads = current_isa() >= Isa::avx512 ? quad_planes_avx512 : quad_planes_generic;
+    const auto quads = current_isa() >= Isa::avx512 ? quad_planes_avx512
+                       : current_isa() >= Isa::avx2 ? quad_planes_avx2 : quad_planes_generic;
     const int64_t nplanes = g.n * g.groups * in.cq;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < nplanes; ++t) {  // t = (n * groups + gi) * cq + c
