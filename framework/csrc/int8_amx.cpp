@@ -152,12 +152,8 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                 const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
                 bool emulate) {
     const AmxPlan p = amx_plan(g);
-    // grow-only; the slack, read only for dropped positions, stays defined (resize zero-fills)
-    static thread_local std::vector<uint8_t> space;
-    if (static_cast<int64_t>(space.size()) < g.n * p.image * g.c + 64) {
-        space.resize(static_cast<size_t>(g.n * p.image * g.c + 64));
-    }
-    uint8_t* planes = space.data() + (-reinterpret_cast<uintptr_t>(space.data()) & 63);
+    // the slack, read only for dropped positions, stays defined (grown bytes are zero)
+    uint8_t* planes = thread_space(Space::amx, g.n * p.image * g.c);
     const auto item = emulate ? amx_item_emulated : amx_item_tiles;
     const int64_t used = static_cast<int64_t>(p.used.size());
     const int64_t rows = g.n * used * p.hph, items = g.n * p.vblocks * p.oblocks;

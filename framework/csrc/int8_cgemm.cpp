@@ -87,6 +87,13 @@ void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* 
     }
 }
 
+uint8_t* thread_space(Space use, int64_t size) {
+    static thread_local std::vector<uint8_t> spaces[static_cast<int>(Space::count)];
+    std::vector<uint8_t>& v = spaces[static_cast<int>(use)];
+    if (static_cast<int64_t>(v.size()) < size + 64) v.resize(static_cast<size_t>(size + 64));
+    return v.data() + (-reinterpret_cast<uintptr_t>(v.data()) & 63);
+}
+
 CTileFn cgemm_tile() {
     if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
     return current_isa() >= Isa::avx2 ? cgemm_tile_avx2 : cgemm_tile_generic;
@@ -97,19 +104,13 @@ namespace {
 using PackFn = void (*)(const uint8_t*, const int64_t*, int64_t, int64_t, const Run*, int64_t,
                         int64_t, uint8_t*);
 
-// Grow-only per-thread workspaces: no allocation (or page faults) per call once warm.
-uint8_t* workspace(std::vector<uint8_t>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
-    return v.data();
-}
 
 // x (N, C, H, W) -> (N, C, Hp, Wp) u8 with the sign bit flipped for s8 and the zero
 // point as padding; x itself when nothing needs changing.
 const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp) {
     const bool pad = g.pt || g.pb || g.pl || g.pr;
     if (!pad && !x.is_signed) return x.data;
-    static thread_local std::vector<uint8_t> space;
-    uint8_t* xp = workspace(space, g.n * g.c * hp * wp + 2 * kPos);
+    uint8_t* xp = thread_space(Space::pad, g.n * g.c * hp * wp + 2 * kPos);
     const PadPlane p{g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)),
                      flip_of(x)};
     // masked stores per row, where memset / memcpy per row had been 3 library calls for a
@@ -328,8 +329,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             if (s.from_quads) fill_quad_planes(x.data, g, s.quads);
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < blocks; ++t) {
-                static thread_local std::vector<uint8_t> space;
-                uint8_t* buf = workspace(space, s.kp * kPos);
+                uint8_t* buf = thread_space(Space::block, s.kp * kPos);
                 const int64_t blk = t % s.blocks, gi = t / s.blocks;
                 pack_part(s, g, gi, blk, 0, quads, buf);
                 run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out);
@@ -339,8 +339,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     }
     // Few blocks (batch 1, small maps): pack them all once, split along k, then split
     // the output channels into chunks over the shared packed blocks.
-    static thread_local std::vector<uint8_t> shared;
-    uint8_t* all = workspace(shared, blocks * s.kp * kPos);
+    uint8_t* all = thread_space(Space::blocks, blocks * s.kp * kPos);
     const int64_t parts = s.chunks, per = (quads + parts - 1) / parts;
 #pragma omp parallel
     {

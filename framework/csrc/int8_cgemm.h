@@ -31,6 +31,14 @@
 namespace tianyuan {
 namespace int8 {
 
+// Grow-only per-thread scratch, one per use, 64-byte aligned (malloc's large blocks start 16
+// bytes past a page, so every 64-byte load of an unaligned buffer would split cache lines,
+// and a 32-byte one every other time). Bytes a buffer grows by are zero; what a call wrote
+// stays until the next call of the same thread and use. Defined in a generic translation
+// unit: ISA units must not instantiate STL templates.
+enum class Space : int { pad, block, blocks, quads, amx, depthwise, count };
+uint8_t* thread_space(Space use, int64_t size);
+
 constexpr int64_t kOcBlock = 6;  // output channels per weight block (register rows)
 constexpr int64_t kPos = 64;     // output positions per activation block (4 zmm panels)
 

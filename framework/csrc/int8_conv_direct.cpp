@@ -79,10 +79,7 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
     }
     // Grow-only (no page faults once warm); the slack past the planes, read only for dropped
     // positions, stays defined: resize zero-fills.
-    static thread_local std::vector<uint8_t> space;
-    const int64_t size = g.n * g.groups * in.group_quads * kGroup;
-    if (static_cast<int64_t>(space.size()) < size) space.resize(static_cast<size_t>(size));
-    in.planes = space.data();
+    in.planes = thread_space(Space::quads, g.n * g.groups * in.group_quads * kGroup);
     return in;
 }
 

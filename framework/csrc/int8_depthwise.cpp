@@ -71,18 +71,16 @@ void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int3
 #pragma omp parallel for schedule(static) if (g.n * g.oc * p * taps > (1 << 15))
     for (int64_t t = 0; t < g.n * g.oc; ++t) {
         const int64_t n = t / g.oc, oc = t % g.oc;
-        static thread_local std::vector<uint8_t> space;  // padded plane, then output scratch
-        const int64_t need = hp * wp + kPadSlack + g.oh * wp + 64;
-        if (static_cast<int64_t>(space.size()) < need) space.resize(static_cast<size_t>(need));
+        // padded plane, then output scratch
+        uint8_t* space = thread_space(Space::depthwise, hp * wp + kPadSlack + g.oh * wp + 64);
         pad_plane(x.data + (n * g.c + oc / mult) * g.h * g.w, g, flip_of(x),
-                  static_cast<uint8_t>(z), wp, space.data());
+                  static_cast<uint8_t>(z), wp, space);
         int32_t sum = 0;
         for (int64_t i = 0; i < taps; ++i) sum += w[oc * taps + i];
         const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(bias[oc]) -
                                                static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
         const RowParams q{&b, r.multiplier + oc, r.shift + oc};
-        plane_fn(space.data(), wp, w + oc * taps, g, q, r, out + t * p,
-                 space.data() + hp * wp + kPadSlack);
+        plane_fn(space, wp, w + oc * taps, g, q, r, out + t * p, space + hp * wp + kPadSlack);
     }
 }
 
