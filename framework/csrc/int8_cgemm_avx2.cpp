@@ -55,14 +55,10 @@ void widen_weights(const int8_t* w, int64_t groups, int32_t* out) {
     }
 }
 
-// Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out. The values are
-// already within the output range, so the saturating packs are exact.
+// Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out.
 inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
     if (n <= 0) return;
-    const __m256i w = _mm256_packs_epi32(y0, y1);  // per 128-bit lane: y0 4, y1 4
-    const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
-    const __m128i v = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, order));
+    const __m128i v = pack16(y0, y1, out_signed);
     if (n >= 16) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
         return;

@@ -1,6 +1,7 @@
 // int8 add (+relu), concat requantization, float -> int8 quantization and max/average
 // pooling: generic C++ loops of the reference formulas; add, concat, quantization and max
-// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp where the ISA allows.
+// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp or, add, quantization
+// and max pooling, int8_eltwise_avx2.cpp where the ISA allows.
 #include <cmath>
 
 #include "cpu.h"
@@ -34,6 +35,10 @@ void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* 
         add_avx512(a, b, size, p, out);
         return;
     }
+    if (current_isa() >= Isa::avx2 && a.is_signed == b.is_signed) {
+        add_avx2(a, b, size, p, out);
+        return;
+    }
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t i = 0; i < size; ++i) {
         const int64_t s = static_cast<int64_t>(value(a, i) - a.zero_point) * p.m_a +
@@ -46,6 +51,10 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
               uint8_t* out) {
     if (current_isa() >= Isa::avx512) {
         quantize_avx512(x, size, scale, zp, out_signed, out);
+        return;
+    }
+    if (current_isa() >= Isa::avx2) {
+        quantize_avx2(x, size, scale, zp, out_signed, out);
         return;
     }
     const float lo = static_cast<float>((out_signed ? -128 : 0) - zp);
@@ -80,6 +89,10 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
     if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
         max_pool2d_avx512(x, g, out);
+        return;
+    }
+    if (current_isa() >= Isa::avx2 && (g.sw == 1 || g.sw == 2)) {
+        max_pool2d_avx2(x, g, out);
         return;
     }
     const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80

@@ -71,6 +71,7 @@ struct AddParams {
 };
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
+void add_avx2(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 
 // One concat input, outer rows of inner bytes, rescaled into out rows of out_inner bytes at
 // offset. Row o of x starts at x.data + (o / group) * group_stride + (o % group) * inner:
@@ -93,12 +94,15 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
               uint8_t* out);
 void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
                      uint8_t* out);
+void quantize_avx2(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                   uint8_t* out);
 
 struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
 };
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out);
 void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
+void max_pool2d_avx2(const QIn& x, const PoolGeom& g, uint8_t* out);
 void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out);
 
 }  // namespace int8

@@ -48,12 +48,9 @@ static inline __m256i clamp64(__m256i y, __m256i lo, __m256i hi) {
     return _mm256_blendv_epi8(y, hi, _mm256_cmpgt_epi64(y, hi));
 }
 
-// 8 accumulators of one channel -> 8 s32 lanes holding the output bytes' values.
-static inline __m256i requant8(__m256i acc, const Chan& c) {
-    const __m256i t = _mm256_add_epi32(acc, c.bias);
-    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, c.mult), c.half);
-    const __m256i po =
-        _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult), c.half);
+// (p + 2^(s-1)) >>arith s, clamped, + zp, for the s64 products of the even (pe) and odd (po)
+// s32 lanes, the rounding half already added: 8 s32 lanes holding the output bytes' values.
+static inline __m256i shift_clamp8(__m256i pe, __m256i po, const Chan& c) {
     if (c.wide) {  // the high halves fit s32: shift and clamp 8 s32 lanes
         const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
         const __m256i y = _mm256_sra_epi32(high, c.shift);
@@ -62,6 +59,24 @@ static inline __m256i requant8(__m256i acc, const Chan& c) {
     const __m256i ye = clamp64(sra64(pe, c.shift), c.lo, c.hi);
     const __m256i yo = clamp64(sra64(po, c.shift), c.lo, c.hi);
     return _mm256_add_epi32(_mm256_blend_epi32(ye, _mm256_slli_epi64(yo, 32), 0xAA), c.zp);
+}
+
+// 8 accumulators of one channel -> 8 s32 lanes holding the output bytes' values.
+static inline __m256i requant8(__m256i acc, const Chan& c) {
+    const __m256i t = _mm256_add_epi32(acc, c.bias);
+    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, c.mult), c.half);
+    const __m256i po =
+        _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult), c.half);
+    return shift_clamp8(pe, po, c);
+}
+
+// Two sets of 8 output values (elements 0-7, 8-15) -> 16 bytes in order. The values are
+// within the output range already, so the saturating packs are exact.
+static inline __m128i pack16(__m256i y0, __m256i y1, bool out_signed) {
+    const __m256i w = _mm256_packs_epi32(y0, y1);  // per 128-bit lane: y0 4, y1 4
+    const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, order));
 }
 
 }  // namespace int8

@@ -1,0 +1,170 @@
+// AVX2 int8 add (+relu), float -> int8 quantization and max pooling (column strides 1, 2),
+// exactly the generic loops of int8_eltwise.cpp (the reference formulas), for CPUs without
+// AVX-512. The add's 64-bit products and shift share the conv store's requantization tail
+// (int8_requant_avx2.h).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+#include "int8_requant_avx2.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+constexpr int64_t kChunk = 1 << 14;  // elements per task (a multiple of 32)
+
+template <bool S>
+inline __m256i widen8(const uint8_t* p) {  // 8 bytes as s32 lanes
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return S ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+template <bool S>
+inline int32_t value(const uint8_t* p, int64_t i) {
+    return S ? static_cast<int32_t>(static_cast<int8_t>(p[i])) : static_cast<int32_t>(p[i]);
+}
+
+// out[i] for i in [i0, i1): 16 a step, the rest with the scalar formula.
+template <bool S>
+void add_range(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddParams& p,
+               uint8_t* out) {
+    Requant r{nullptr, nullptr, nullptr, 0, p.zero_point, p.lo, p.hi, false};
+    const Chan c = chan(0, 0, p.shift, r);
+    const __m256i za = _mm256_set1_epi32(a.zero_point), zb = _mm256_set1_epi32(b.zero_point);
+    const __m256i ma = _mm256_set1_epi32(p.m_a), mb = _mm256_set1_epi32(p.m_b);
+    // every value lies in [lo, hi]: signed packs where one can be negative (s8 output), else
+    // unsigned ones (u8 output, or s8 with the relu's lo >= 0: the same bytes)
+    const bool out_signed = p.lo < 0;
+    const auto eight = [&](int64_t i) {
+        const __m256i da = _mm256_sub_epi32(widen8<S>(a.data + i), za);
+        const __m256i db = _mm256_sub_epi32(widen8<S>(b.data + i), zb);
+        const __m256i pe = _mm256_add_epi64(
+            _mm256_add_epi64(_mm256_mul_epi32(da, ma), _mm256_mul_epi32(db, mb)), c.half);
+        const __m256i po = _mm256_add_epi64(
+            _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(da, 32), ma),
+                             _mm256_mul_epi32(_mm256_srli_epi64(db, 32), mb)),
+            c.half);
+        return shift_clamp8(pe, po, c);
+    };
+    int64_t i = i0;
+    for (; i + 16 <= i1; i += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         pack16(eight(i), eight(i + 8), out_signed));
+    for (; i < i1; ++i) {
+        const int64_t s = static_cast<int64_t>(value<S>(a.data, i) - a.zero_point) * p.m_a +
+                          static_cast<int64_t>(value<S>(b.data, i) - b.zero_point) * p.m_b;
+        int64_t y = (s + (int64_t{1} << (p.shift - 1))) >> p.shift;
+        y = y < p.lo - p.zero_point ? p.lo - p.zero_point
+                                    : (y > p.hi - p.zero_point ? p.hi - p.zero_point : y);
+        out[i] = static_cast<uint8_t>(static_cast<int32_t>(y) + p.zero_point);
+    }
+}
+
+// 32 window values at p, p + S, ... (S = 2: the even bytes of 64).
+template <int S>
+inline __m256i load32(const uint8_t* p) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if (S == 1) return a;
+    const __m256i low = _mm256_set1_epi16(0x00FF);
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    return _mm256_permute4x64_epi64(
+        _mm256_packus_epi16(_mm256_and_si256(a, low), _mm256_and_si256(b, low)), 0xD8);
+}
+
+// One plane padded with `flip` (the smallest value once flipped): max over the window in
+// the flipped (unsigned) order, 32 outputs a step.
+template <int S>
+void max_plane(const uint8_t* xp, int64_t wp, const PoolGeom& g, uint8_t flip, uint8_t* out) {
+    const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const uint8_t* top = xp + oy * g.sh * wp;
+        for (int64_t x0 = 0; x0 < g.ow; x0 += 32) {
+            __m256i best = _mm256_setzero_si256();
+            for (int64_t i = 0; i < g.kh; ++i)
+                for (int64_t j = 0; j < g.kw; ++j)
+                    best = _mm256_max_epu8(
+                        best, _mm256_xor_si256(load32<S>(top + i * wp + j + S * x0), f));
+            best = _mm256_xor_si256(best, f);
+            uint8_t* o = out + oy * g.ow + x0;
+            if (g.ow - x0 >= 32) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), best);
+            } else {
+                alignas(32) uint8_t tmp[32];
+                _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), best);
+                std::memcpy(o, tmp, static_cast<size_t>(g.ow - x0));
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void add_avx2(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i0 = c * kChunk, i1 = i0 + kChunk < size ? i0 + kChunk : size;
+        if (a.is_signed) {
+            add_range<true>(a, b, i0, i1, p, out);
+        } else {
+            add_range<false>(a, b, i0, i1, p, out);
+        }
+    }
+}
+
+void quantize_avx2(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                   uint8_t* out) {
+    const __m256 s = _mm256_set1_ps(scale);
+    const float flo = static_cast<float>((out_signed ? -128 : 0) - zp);
+    const float fhi = static_cast<float>((out_signed ? 127 : 255) - zp);
+    const __m256 lo = _mm256_set1_ps(flo), hi = _mm256_set1_ps(fhi);
+    const __m256i z = _mm256_set1_epi32(zp);
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
+    const auto eight = [&](const float* p) {
+        __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);  // max(NaN, lo) is lo
+        return _mm256_add_epi32(_mm256_cvtps_epi32(q), z);
+    };
+#pragma omp parallel for schedule(static) if (size > (1 << 16))
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i1 = (c + 1) * kChunk < size ? (c + 1) * kChunk : size;
+        int64_t i = c * kChunk;
+        for (; i + 16 <= i1; i += 16)
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                             pack16(eight(x + i), eight(x + i + 8), out_signed));
+        for (; i < i1; ++i) {
+            float q = std::nearbyint(x[i] / scale);  // the default rounding: half to even
+            q = q >= flo ? q : flo;                  // NaN too
+            q = q <= fhi ? q : fhi;
+            out[i] = static_cast<uint8_t>(static_cast<int32_t>(q) + zp);
+        }
+    }
+}
+
+void max_pool2d_avx2(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80
+    const int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
+#pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+        // rows read 64 bytes past the last window: slack
+        uint8_t* xp = thread_space(Space::pool, hp * wp + 64);
+        std::memset(xp, flip, static_cast<size_t>(hp * wp + 64));
+        const uint8_t* in = x.data + pl * g.h * g.w;
+        for (int64_t y = 0; y < g.h; ++y)
+            std::memcpy(xp + (g.pt + y) * wp + g.pl, in + y * g.w, static_cast<size_t>(g.w));
+        if (g.sw == 1) {
+            max_plane<1>(xp, wp, g, flip, out + pl * g.oh * g.ow);
+        } else {
+            max_plane<2>(xp, wp, g, flip, out + pl * g.oh * g.ow);
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan
