@@ -1,7 +1,7 @@
 // int8 add (+relu), concat requantization, float -> int8 quantization and max/average
 // pooling: generic C++ loops of the reference formulas; add, concat, quantization and max
-// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp or, add, quantization
-// and max pooling, int8_eltwise_avx2.cpp where the ISA allows.
+// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp or int8_eltwise_avx2.cpp
+// where the ISA allows.
 #include <cmath>
 
 #include "cpu.h"
@@ -72,6 +72,10 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
     if (current_isa() >= Isa::avx512) {
         concat_part_avx512(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
+        return;
+    }
+    if (current_isa() >= Isa::avx2) {
+        concat_part_avx2(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
         return;
     }
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;

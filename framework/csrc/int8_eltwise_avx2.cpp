@@ -1,4 +1,5 @@
-// AVX2 int8 add (+relu), float -> int8 quantization and max pooling (column strides 1, 2),
+// AVX2 int8 add (+relu), concat rescaling, float -> int8 quantization and max pooling
+// (column strides 1, 2),
 // exactly the generic loops of int8_eltwise.cpp (the reference formulas), for CPUs without
 // AVX-512. The add's 64-bit products and shift share the conv store's requantization tail
 // (int8_requant_avx2.h).
@@ -65,6 +66,31 @@ void add_range(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddPara
     }
 }
 
+// One concat row: out[i] = clamp(round_shift((x[i] - z) * m, shift) + out_zp), 16 a step.
+template <bool S>
+void rescale_row(const uint8_t* row, int64_t inner, int32_t z, int32_t mult, int32_t shift,
+                 const Chan& c, const Requant& r, uint8_t* out) {
+    const __m256i zv = _mm256_set1_epi32(z), m = _mm256_set1_epi32(mult);
+    const auto eight = [&](int64_t i) {
+        const __m256i d = _mm256_sub_epi32(widen8<S>(row + i), zv);
+        const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(d, m), c.half);
+        const __m256i po =
+            _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(d, 32), m), c.half);
+        return shift_clamp8(pe, po, c);
+    };
+    int64_t i = 0;
+    for (; i + 16 <= inner; i += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         pack16(eight(i), eight(i + 8), r.out_signed));
+    for (; i < inner; ++i) {
+        const int64_t d = value<S>(row, i) - z;
+        int64_t y = (d * mult + (int64_t{1} << (shift - 1))) >> shift;
+        y = y < r.lo - r.zero_point ? r.lo - r.zero_point
+                                    : (y > r.hi - r.zero_point ? r.hi - r.zero_point : y);
+        out[i] = static_cast<uint8_t>(static_cast<int32_t>(y) + r.zero_point);
+    }
+}
+
 // 32 window values at p, p + S, ... (S = 2: the even bytes of 64).
 template <int S>
 inline __m256i load32(const uint8_t* p) {
@@ -113,6 +139,24 @@ void add_avx2(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint
             add_range<true>(a, b, i0, i1, p, out);
         } else {
             add_range<false>(a, b, i0, i1, p, out);
+        }
+    }
+}
+
+void concat_part_avx2(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                      int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    const Requant r{nullptr, nullptr, nullptr, 0, out_zp, out_signed ? -128 : 0,
+                    out_signed ? 127 : 255, out_signed};
+    const Chan c = chan(0, 0, shift, r);
+#pragma omp parallel for schedule(static) if (rows.outer * rows.inner > (1 << 16))
+    for (int64_t o = 0; o < rows.outer; ++o) {
+        const uint8_t* row = rows.row(x.data, o);
+        if (x.is_signed) {
+            rescale_row<true>(row, rows.inner, x.zero_point, mult, shift, c, r,
+                              out + o * out_inner);
+        } else {
+            rescale_row<false>(row, rows.inner, x.zero_point, mult, shift, c, r,
+                               out + o * out_inner);
         }
     }
 }

@@ -87,6 +87,8 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
 void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                         int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
+void concat_part_avx2(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                      int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
 
 // float32 x (size,) -> clamp(round_half_even(x / scale) + zp) as u8/s8 (reference.quantize,
 // per tensor; NaN gives the lowest value).
