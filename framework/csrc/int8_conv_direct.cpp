@@ -48,8 +48,11 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1, 0.96-0.99x at 14x14 and 7x7
 // (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run packed (the gather is one
 // pass anyway, and direct's staging copy is a large part of a short depth).
+// The AVX2 tile steps 8 positions at the end of a block where the VNNI tile steps 16, so the
+// lanes packed blocks waste shrink and direct lost everywhere: 1.01-1.29x packed's time on
+// ResNet-18's 3x3 layers at batch 1 and 16 (AMD Zen 3, 2 threads, 15 alternating runs).
 bool direct_wins(const ConvGeom& g) {
-    if (!direct_takes(g) || g.kh * g.kw == 1) return false;
+    if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
     const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
     const int64_t direct = g.n * round_up((g.oh - 1) * wph + g.ow, kPos);
     const int64_t packed = round_up(g.n * g.oh * g.ow, kPos);
