@@ -3,7 +3,8 @@ conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/
 engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
 latter also as a share of the VNNI peak measured in the run (before and after each network;
-the largest so far) and of the AMX peak, measured alike, on machines that grant AMX tiles;
+the largest so far) and of the AMX peak, measured alike, on machines that grant AMX tiles
+(without VNNI: of the exact AVX2 form's peak, vpmaddwd + vpaddd, the AVX2 tile's ceiling);
 each network's ratios are marked against the targets (int8 <= 0.4x our float32 time and
 <= 1.0x the faster peer's).
 
@@ -208,11 +209,15 @@ def _target(ratio, target):
 
 def measured_peaks(seen):
     """{name: TOP/s}: the VNNI and, where the OS grants tiles, the AMX peak measured now
-    (register-only vpdpbusd / TDPBUSD loops on every thread), each the largest of this and the
-    earlier measurements in `seen` (a slow spell of the shared machine lowers a measurement,
-    nothing raises one); {} without VNNI."""
+    (register-only vpdpbusd / TDPBUSD loops on every thread), or without VNNI the exact AVX2
+    form's (vpmaddwd + vpaddd), each the largest of this and the earlier measurements in
+    `seen` (a slow spell of the shared machine lowers a measurement, nothing raises one); {}
+    without AVX2."""
     if "vnni" not in ty.available_isas():
-        return {}
+        if "avx2" not in ty.available_isas():
+            return {}
+        seen.append({"AVX2 vpmaddwd": K.avx2_peak() / 1e12})
+        return {name: max(s[name] for s in seen) for name in seen[-1]}
     seen.append({"VNNI": K.vnni_peak() / 1e12})
     if "amx" in ty.available_isas():
         seen[-1]["AMX"] = K.amx_peak() / 1e12

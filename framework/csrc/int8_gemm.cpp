@@ -100,6 +100,13 @@ double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step) {
     return static_cast<double>(threads) * static_cast<double>(steps) * ops_per_step / seconds;
 }
 
+double avx2_peak(int64_t steps) {
+    if (best_isa() < Isa::avx2) {
+        throw std::runtime_error("avx2_peak: this CPU (or its OS) offers no AVX2");
+    }
+    return peak_ops(avx2_peak_steps, steps, 6 * 16 * 2);
+}
+
 double vnni_peak(int64_t steps) {
     if (best_isa() < Isa::vnni) {
         throw std::runtime_error("vnni_peak: this CPU (or its OS) offers no AVX512-VNNI");

@@ -49,6 +49,11 @@ double vnni_peak(int64_t steps);
 // Operations per second of `loop(steps)` run on every OpenMP thread at once, ops_per_step
 // each step (the peaks' shared timing).
 double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
+// The same for the exact AVX2 form of the product (vpmaddwd + vpaddd, 6 of each a step, 16
+// multiply-adds each): the ceiling of the AVX2 convolution tile, whose inner step is that
+// pair plus the activations' split. avx2_peak throws std::runtime_error without AVX2.
+int64_t avx2_peak_steps(int64_t steps);
+double avx2_peak(int64_t steps);
 
 // Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), dispatched on current_isa().
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,

@@ -87,5 +87,35 @@ void gemm_block_avx2(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* 
     }
 }
 
+int64_t avx2_peak_steps(int64_t steps) {
+    // The exact AVX2 product (the conv tile's inner step): vpmaddwd (16 multiply-adds on
+    // int16) then vpaddd into an accumulator, 6 chains (the adds' latency is 1 cycle, the
+    // products do not depend on the accumulators). Inline assembly, as the compiler would
+    // merge identical intrinsic chains.
+    __m256i c0 = _mm256_set1_epi32(static_cast<int32_t>(steps)), c1 = c0, c2 = c0, c3 = c0,
+            c4 = c0, c5 = c0, t0, t1, t2, t3, t4, t5;
+    const __m256i x = _mm256_set1_epi16(1), w = _mm256_set1_epi16(1);
+    for (int64_t s = 0; s < steps; ++s) {
+        __asm__ volatile(
+            "vpmaddwd %[w], %[x], %[t0]\n\tvpmaddwd %[w], %[x], %[t1]\n\t"
+            "vpmaddwd %[w], %[x], %[t2]\n\tvpmaddwd %[w], %[x], %[t3]\n\t"
+            "vpmaddwd %[w], %[x], %[t4]\n\tvpmaddwd %[w], %[x], %[t5]\n\t"
+            "vpaddd %[t0], %[c0], %[c0]\n\tvpaddd %[t1], %[c1], %[c1]\n\t"
+            "vpaddd %[t2], %[c2], %[c2]\n\tvpaddd %[t3], %[c3], %[c3]\n\t"
+            "vpaddd %[t4], %[c4], %[c4]\n\tvpaddd %[t5], %[c5], %[c5]"
+            : [c0] "+x"(c0), [c1] "+x"(c1), [c2] "+x"(c2), [c3] "+x"(c3), [c4] "+x"(c4),
+              [c5] "+x"(c5), [t0] "=&x"(t0), [t1] "=&x"(t1), [t2] "=&x"(t2), [t3] "=&x"(t3),
+              [t4] "=&x"(t4), [t5] "=&x"(t5)
+            : [x] "x"(x), [w] "x"(w));
+    }
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), c2),
+                                         _mm256_add_epi32(_mm256_add_epi32(c3, c4), c5));
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+    int64_t total = 0;
+    for (int32_t v : lanes) total += v;
+    return total;
+}
+
 }  // namespace int8
 }  // namespace tianyuan

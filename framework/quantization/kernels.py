@@ -145,6 +145,17 @@ def vnni_peak(steps=10_000_000, repeat=5):
     return float(np.median([_C.int8_vnni_peak(int(steps)) for _ in range(repeat)]))
 
 
+def avx2_peak(steps=10_000_000, repeat=5):
+    """The machine's int8 peak in the exact AVX2 form, operations per second (2 per
+    multiply-add): as `vnni_peak`, with a register-only loop of vpmaddwd (16 multiply-adds on
+    int16) and vpaddd pairs, the AVX2 convolution tile's inner step less the activations'
+    split. RuntimeError where the CPU or its OS lacks AVX2."""
+    if steps < 1 or repeat < 1:
+        raise ValueError(f"avx2_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
+    _C.int8_avx2_peak(int(steps))
+    return float(np.median([_C.int8_avx2_peak(int(steps)) for _ in range(repeat)]))
+
+
 def amx_peak(steps=200_000, repeat=5):
     """The machine's AMX int8 peak in operations per second: as `vnni_peak`, with a
     register-only TDPBUSD loop (`steps` x 4 instructions, 16 x 16 x 64 multiply-adds each) on

@@ -117,6 +117,20 @@ def test_vnni_peak_measures_or_says_why_not():
     assert 0.1e9 * 2 * 64 * 2 < per_core < 6.5e9 * 2 * 64 * 2
 
 
+def test_avx2_peak_measures_or_says_why_not():
+    with pytest.raises(ValueError, match="steps"):
+        K.avx2_peak(steps=0)
+    if "avx2" not in _native.available_isas():
+        with pytest.raises(RuntimeError, match="AVX2"):
+            K.avx2_peak(steps=1000, repeat=1)
+        return
+    # 6 vpmaddwd x 16 multiply-adds per step on each thread: between a 0.1 GHz core issuing
+    # one pair a cycle and a 6.5 GHz one issuing 4 (a miscounted or optimised-away loop lands
+    # outside)
+    per_core = K.avx2_peak(steps=200_000, repeat=3) / ty.get_num_threads()
+    assert 0.1e9 * 16 * 2 < per_core < 6.5e9 * 4 * 16 * 2
+
+
 def test_amx_peak_measures_or_says_why_not():
     with pytest.raises(ValueError, match="steps"):
         K.amx_peak(steps=0)
