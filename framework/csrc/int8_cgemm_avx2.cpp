@@ -1,5 +1,6 @@
 // AVX2 tile of the int8 convolution (layouts in int8_cgemm.h), exact without VNNI, for
-// AVX2-only CPUs (AMD Zen 1-3, Intel before Ice Lake) and AVX-512 ones without VNNI.
+// AVX2-only CPUs (AMD Zen 1-3, Intel's client CPUs) and AVX-512 ones without VNNI; and the
+// AVX2 activation-block pack and quad planes (a 4-row byte interleave with vpunpck).
 // vpmaddubsw would sum two u8 x s8 products into a saturating int16 (2 * 255 * 127 >
 // 32767), so the products go through vpmaddwd on int16 instead: a k-quad's 4 activation
 // bytes of a position (one 32-bit lane) split into the even bytes (k0, k2) and the odd ones
@@ -147,7 +148,6 @@ void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
     }
 }
 
-
 namespace {
 
 inline __m256i load32(const uint8_t* p) {
@@ -251,11 +251,13 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
                         // z ^ flip outside, raw bytes inside, then every byte xor flip
                         uint8_t* r = rows[t];
                         std::memset(r, p.z ^ p.flip, kPos);
-                        const uint8_t* src = rows4[t] + row * p.w + c0;
-                        if (p.sw == 1 && l1 > l0) {
-                            std::memcpy(r + l0, src + l0, static_cast<size_t>(l1 - l0));
-                        } else {
-                            for (int64_t l = l0; l < l1; ++l) r[l] = src[p.sw * l];
+                        if (l1 > l0) {  // lane l0 reads column c0 + sw * l0 >= 0
+                            const uint8_t* src = rows4[t] + row * p.w + c0 + p.sw * l0;
+                            if (p.sw == 1) {
+                                std::memcpy(r + l0, src, static_cast<size_t>(l1 - l0));
+                            } else {
+                                for (int64_t l = l0; l < l1; ++l) r[l] = src[p.sw * (l - l0)];
+                            }
                         }
                         for (int64_t h = 0; h < kPos; h += 32)
                             _mm256_store_si256(reinterpret_cast<__m256i*>(r + h),
@@ -267,5 +269,6 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
         }
     }
 }
+
 }  // namespace int8
 }  // namespace tianyuan
