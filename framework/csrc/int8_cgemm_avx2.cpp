@@ -58,15 +58,7 @@ void widen_weights(const int8_t* w, int64_t groups, int32_t* out) {
 
 // Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out.
 inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
-    if (n <= 0) return;
-    const __m128i v = pack16(y0, y1, out_signed);
-    if (n >= 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
-        return;
-    }
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
-    std::memcpy(out, tmp, static_cast<size_t>(n));
+    if (n > 0) store_first(pack16(y0, y1, out_signed), out, n);
 }
 
 // Named accumulators (GCC keeps arrays of vectors in memory).

@@ -70,14 +70,7 @@ inline void store16(__m256i lo, __m256i hi, const Chan& c, bool out_signed, uint
     // per 128-bit lane: lo's 4 outputs then hi's 4, i.e. outputs 0-7 | 8-15 in order
     const __m256i w = _mm256_packs_epi32(requant8(lo, c), requant8(hi, c));
     const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
-    const __m128i v = _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
-    if (n >= 16) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
-        return;
-    }
-    alignas(16) uint8_t tmp[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
-    std::memcpy(out, tmp, static_cast<size_t>(n));
+    store_first(_mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08)), out, n);
 }
 
 // Column stride S, 16 outputs a step: row by row, or for S = 1 and flat != nullptr over

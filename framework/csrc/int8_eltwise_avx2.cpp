@@ -82,13 +82,7 @@ void rescale_row(const uint8_t* row, int64_t inner, int32_t z, int32_t mult, int
     for (; i + 16 <= inner; i += 16)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                          pack16(eight(i), eight(i + 8), r.out_signed));
-    for (; i < inner; ++i) {
-        const int64_t d = value<S>(row, i) - z;
-        int64_t y = (d * mult + (int64_t{1} << (shift - 1))) >> shift;
-        y = y < r.lo - r.zero_point ? r.lo - r.zero_point
-                                    : (y > r.hi - r.zero_point ? r.hi - r.zero_point : y);
-        out[i] = static_cast<uint8_t>(static_cast<int32_t>(y) + r.zero_point);
-    }
+    for (; i < inner; ++i) out[i] = requant_one(value<S>(row, i) - z, 0, mult, shift, r);
 }
 
 // 32 window values at p, p + S, ... (S = 2: the even bytes of 64).

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "int8_gemm.h"
 
@@ -77,6 +78,17 @@ static inline __m128i pack16(__m256i y0, __m256i y1, bool out_signed) {
     const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
     return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, order));
+}
+
+// The first n (<= 16) bytes of v at out: one store when all 16 fit, else through a buffer.
+static inline void store_first(__m128i v, uint8_t* out, int64_t n) {
+    if (n >= 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+        return;
+    }
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
+    std::memcpy(out, tmp, static_cast<size_t>(n));
 }
 
 }  // namespace int8
