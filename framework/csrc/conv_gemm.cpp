@@ -94,8 +94,7 @@ void kernel_generic(const float* a, const float* b, int64_t ldb, int64_t kc,
                     last ? finish(acc[r][l], scale, shift, r, act) : acc[r][l];
 }
 
-// dst[k][r] = w[cb * kMr + r][k], rows past co zero (the AVX-512 twin transposes in
-// registers).
+// dst[k][r] = w[cb * kMr + r][k], rows past co zero (the SIMD twins transpose in registers).
 void pack_weights_generic(const float* w, int64_t co, int64_t depth, int64_t cb,
                           float* dst) {
     for (int64_t k = 0; k < depth; ++k)
@@ -200,7 +199,9 @@ const float* panel_at(const Plan& p, int64_t t, int64_t k0, int64_t kc, float* p
 
 ConvGemmPack conv_gemm_pack() {
     using conv_gemm_detail::pack_generic;
-    return current_isa() >= Isa::avx512 ? conv_gemm_pack_avx512() : pack_generic;
+    return current_isa() >= Isa::avx512 ? conv_gemm_pack_avx512()
+           : current_isa() >= Isa::avx2 ? conv_gemm_pack_avx2()
+                                         : pack_generic;
 }
 
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg) {
@@ -211,9 +212,10 @@ int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegme
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out, ConvGemmPlan plan) {
     using namespace conv_gemm_detail;  // this unit's own helpers
-    const bool avx512 = current_isa() >= Isa::avx512;
-    Plan p{avx512 ? conv_gemm_kernel_avx512() : kernel_generic,
-           avx512 ? conv_gemm_pack_avx512() : pack_generic, x, nullptr, &epi, out, &g, co};
+    const Isa isa = current_isa();
+    const bool avx512 = isa >= Isa::avx512, avx2 = isa >= Isa::avx2;
+    Plan p{avx512 ? conv_gemm_kernel_avx512() : avx2 ? conv_gemm_kernel_avx2() : kernel_generic,
+           conv_gemm_pack(), x, nullptr, &epi, out, &g, co};
     p.positions = g.out_h() * g.out_w();
     p.depth = g.c * g.kh * g.kw;
     p.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
@@ -227,7 +229,8 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     p.splits = (2 * threads + per_split - 1) / per_split;
     p.splits = p.splits < 1 ? 1 : (p.splits > p.co_blocks ? p.co_blocks : p.splits);
     const ConvGemmPackWeights pack_w = avx512 ? conv_gemm_pack_weights_avx512()
-                                              : pack_weights_generic;
+                                       : avx2   ? conv_gemm_pack_weights_avx2()
+                                                : pack_weights_generic;
     const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
     const int64_t used = parallel ? threads : 1;
     if (avx512 && (plan == ConvGemmPlan::few ||

@@ -83,6 +83,9 @@ using ConvGemmPackWeights = void (*)(const float* w, int64_t co, int64_t depth, 
                                      float* dst);
 
 ConvGemmKernel conv_gemm_kernel_avx512();
+ConvGemmKernel conv_gemm_kernel_avx2();  // sub-blocks of 6 rows x 16 lanes
+ConvGemmPack conv_gemm_pack_avx2();
+ConvGemmPackWeights conv_gemm_pack_weights_avx2();
 ConvGemmPack conv_gemm_pack_avx512();
 ConvGemmPackWeights conv_gemm_pack_weights_avx512();
 // The packer of the current ISA, and the row segments (of image 0) of the panel of nvalid

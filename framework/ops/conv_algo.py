@@ -103,11 +103,12 @@ def rule(x, w, groups, geo, names):
 
 
 def gemm_direct_wins(x, w, geo, adjoint=False):
-    """With the AVX-512 kernel; pointwise: `pointwise_direct_wins`; else always for a forward
-    convolution, and for the adjoint one of an input gradient (`adjoint`: its kernel is a
-    flipped copy made per call, _C.conv_flip_kernel) where it has few rows (C * kh * kw <=
-    GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output positions per call
-    (panels run over the whole batch, so a batch of 7x7 maps fills them). Measured at 2
+    """With a SIMD kernel (AVX2 or AVX-512); pointwise: `pointwise_direct_wins`; else always
+    for a forward convolution, and for the adjoint one of an input gradient (`adjoint`: its
+    kernel is a flipped copy made per call, _C.conv_flip_kernel) where it has few rows
+    (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output
+    positions per call (panels run over the whole batch, so a batch of 7x7 maps fills them).
+    Measured at 2
     threads on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before
     numpy, so OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than
     im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at 7x7
@@ -115,18 +116,24 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
     on small maps (2026-12-01), 0.5-0.92x im2col's time on every ResNet-18 / ResNet-50 layer
     from 28x28 down (256 channels at 14x14 1.79 -> 1.62 ms, 512 at 7x7 2.12 -> 1.96, strided
     3x3 0.72-0.79x, strided 1x1 0.46-0.56x). The adjoint at batch 1: 0.74x from 28x28 up,
-    0.87x at 14x14 (256 channels), 1.07x at 7x7 (512), where im2col's stays."""
-    if _C.current_isa() not in ("avx512", "vnni", "amx"):
+    0.87x at 14x14 (256 channels), 1.07x at 7x7 (512), where im2col's stays.
+    With the AVX2 kernel (6 x 16 sub-blocks; a 2-core AMD EPYC Zen 3, 2026-12-03, tianyuan
+    imported first), ResNet-18's convolutions other than 1x1 stride 1 took 31.6 ms at batch 1
+    where the rule without it (im2col + OpenBLAS, winograd) took 42.6, and 473 ms at batch 16
+    where it took 597 (the stem 34 -> 75 ms, 64 channels at 56x56 30-41 -> 40-42, 512 at 7x7
+    26-33 -> 33-38); pointwise layers: `pointwise_direct_wins`."""
+    isa = _C.current_isa()
+    if isa not in ("avx2", "avx512", "vnni", "amx"):
         return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise:
-        return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
+        return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0], isa != "avx2")
     return (not adjoint or depth <= GEMM_DIRECT_STEM_DEPTH
             or x.shape[0] * oh * ow >= ADJOINT_MIN_POSITIONS)
 
 
-def pointwise_direct_wins(batch, plane, depth, out_channels):
+def pointwise_direct_wins(batch, plane, depth, out_channels, avx512=True):
     """1x1 convolutions read x in place (no packing): 1.2-1.9x faster than numpy's batched
     matmul at batch 16 on maps of >= 14x14 (ShuffleNetV2, MobileNetV2 shapes) with >= 24
     input channels. At batch 1 (2 threads, interleaved, 2026-12-01): 0.4-0.8x the time for
@@ -139,11 +146,15 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
     GEMM with the batch folded into the columns; since the kernel's panels run over the whole
     batch and its few-positions plan takes the wide ones (2026-12-01, batch 16, interleaved):
     0.25-0.93x that GEMM's time on every MobileNetV2 / ShuffleNetV2 7x7 layer (232 -> 232
-    0.88 -> 0.82 ms, 960 -> 160 2.10 -> 1.47, 58 -> 58 0.19 -> 0.05), 0.4-0.8x at batch 2-4."""
+    0.88 -> 0.82 ms, 960 -> 160 2.10 -> 1.47, 58 -> 58 0.19 -> 0.05), 0.4-0.8x at batch 2-4.
+    With the AVX2 kernel (not `avx512`; Zen 3, 2026-12-03) the batch-1 rule holds (MobileNetV2's
+    1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5), but at batch 16 numpy's GEMM kept
+    the narrow expansions on big maps (16 -> 96 at 112x112: 9.2 ms against 16.4) and the 7x7
+    maps, so batches stay on it."""
     if batch == 1:
         return depth >= POINTWISE_MIN_DEPTH_B1 and (
             depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or plane <= POINTWISE_FEW_PLANE)
-    return depth >= POINTWISE_MIN_DEPTH
+    return avx512 and depth >= POINTWISE_MIN_DEPTH
 
 
 def wgrad_direct_wins(x, w, groups, geo):

@@ -263,8 +263,8 @@ def test_default_choice_is_a_fixed_rule():
     F.conv2d(ty.randn(8, 32, 7, 7), ty.randn(32, 32, 3, 3), padding=1)  # 128 tiles, 7x7
     F.conv2d(ty.randn(1, 3, 16, 16), ty.randn(8, 3, 7, 7), stride=2, padding=3)  # 7x7 stem
     F.conv2d(ty.randn(1, 32, 28, 28), ty.randn(32, 32, 3, 3), padding=1)  # 784 positions
-    # our GEMM without a column matrix is taken where its AVX-512 kernel runs
-    direct = "gemm_direct" if ty.current_isa() in ("avx512", "vnni", "amx") else None
+    # our GEMM without a column matrix is taken where its AVX2 or AVX-512 kernel runs
+    direct = "gemm_direct" if ty.current_isa() != "generic" else None
     assert list(conv_ops.algorithm_choices().values()) == [
         direct or "im2col_gemm", direct or "winograd_f2x2", direct or "im2col_gemm",
         direct or "im2col_gemm", direct or "im2col_gemm", direct or "winograd_f2x2"]
@@ -276,8 +276,8 @@ def test_rule_between_winograd_and_gemm_direct():
         geo = conv_ops._Geometry((3, 3), (1, 1), (1,) * 4, (1, 1))
         return conv_ops.conv_algo.rule(x, w, 1, geo, conv_ops.conv_algo.applicable(x, w, 1, geo))
 
-    if ty.current_isa() not in ("avx512", "vnni", "amx"):
-        pytest.skip("gemm_direct runs on the AVX-512 kernel only")
+    if ty.current_isa() == "generic":
+        pytest.skip("gemm_direct is taken with its AVX2 and AVX-512 kernels only")
     assert chosen((16, 512, 7, 7), 512) == "gemm_direct"  # deep layers: panels span images
     assert chosen((16, 256, 14, 14), 256) == "gemm_direct"
     assert chosen((16, 128, 28, 28), 128) == "gemm_direct"
@@ -321,7 +321,8 @@ def test_pointwise_rule_by_batch_and_map_size():
     F.conv2d(ty.randn(2, 32, 7, 7), w)     # a batch of 7x7 maps: panels over the batch
     F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 1, 1))  # 16 deep: one GEMM, batch folded
     avx512 = ty.current_isa() in ("avx512", "vnni", "amx")
-    direct = "gemm_direct" if avx512 else "gemm_1x1"
+    direct = "gemm_direct" if ty.current_isa() != "generic" else "gemm_1x1"  # batch 1
+    batched = "gemm_direct" if avx512 else "gemm_1x1"  # the AVX2 kernel: batch 1 only
     assert list(conv_ops.algorithm_choices().values()) == [
-        direct, "gemm_1x1", direct, "gemm_1x1", direct,
+        direct, "gemm_1x1", direct, "gemm_1x1", batched,
         "gemm_direct" if avx512 else "im2col_gemm", "im2col_gemm"]
