@@ -1,5 +1,6 @@
-// AVX2 row kernels for the depthwise drivers (depthwise_impl.h), float32: 8 lanes a step for
-// unit stride, scalar tails and scalar strided rows.
+// AVX2 depthwise kernels, float32: the forward on zero-padded planes (below); the gradients
+// on the row kernels of the shared drivers (depthwise_impl.h), 8 lanes a step for unit
+// stride, scalar tails and scalar strided rows.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -46,11 +47,110 @@ struct Avx2Rows {
     }
 };
 
+// The forward plane by plane from a zero-padded copy: every tap of 8 or 16 outputs is then an
+// unconditional load (stride 1), two loads and a shuffle (stride 2: the even columns of 16) or
+// a gather, accumulated in registers and stored once. The row kernel (a load and store of the
+// output row per tap, strided rows scalar) ran MobileNetV2's depthwise layers at batch 16 at
+// 4 GMAC/s on 2 Zen 3 cores (144 channels at 56x56 stride 2: 10.9 ms).
+struct Padded {
+    int64_t oh, ow, hp, wp;
+};
+
+Padded padded_size(const Conv2dGeometry& g) {
+    Padded p{g.out_h(), g.out_w(), 0, 0};
+    const int64_t owv = (p.ow + 7) / 8 * 8;  // outputs computed, in whole vectors
+    p.hp = (p.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+    p.wp = (owv - 1) * g.sw + (g.kw - 1) * g.dw + 1 + (g.sw == 2 ? 1 : 0);
+    return p;
+}
+
+// Grow-only per-thread scratch (no STL in an ISA translation unit).
+float* scratch(int64_t n) {
+    static thread_local float* buf = nullptr;
+    static thread_local int64_t size = 0;
+    if (size < n) {
+        delete[] buf;
+        buf = new float[static_cast<size_t>(n)];
+        size = n;
+    }
+    return buf;
+}
+
+// xp (hp, wp) = x (h, w) at (pt, pl), zero elsewhere (input rows and columns past the padded
+// extent are never read).
+void pad_plane(const float* x, const Conv2dGeometry& g, const Padded& p, float* xp) {
+    for (int64_t k = 0; k < p.hp * p.wp; ++k) xp[k] = 0.0f;
+    const int64_t cols = g.w < p.wp - g.pl ? g.w : p.wp - g.pl;
+    for (int64_t y = 0; y < g.h && g.pt + y < p.hp; ++y)
+        for (int64_t c = 0; c < cols; ++c) xp[(g.pt + y) * p.wp + g.pl + c] = x[y * g.w + c];
+}
+
+// 8 taps' inputs from `at` (lane l: column l * sw).
+inline __m256 tap8(const float* at, int64_t sw, __m256i idx) {
+    if (sw == 1) return _mm256_loadu_ps(at);
+    if (sw == 2) {
+        const __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(at), _mm256_loadu_ps(at + 8), 0x88);
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+    }
+    return _mm256_i32gather_ps(at, idx, 4);
+}
+
+void forward_plane(const float* xp, const float* w, float b, const Conv2dGeometry& g,
+                   const Padded& p, float* out) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32(static_cast<int>(g.sw)));
+    const __m256 bias = _mm256_set1_ps(b);
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+        const float* rows = xp + oy * g.sh * p.wp;
+        float* o = out + oy * p.ow;
+        int64_t ox = 0;
+        for (; ox + 16 <= p.ow; ox += 16) {
+            __m256 a0 = bias, a1 = bias;
+            for (int64_t i = 0; i < g.kh; ++i) {
+                const float* r = rows + i * g.dh * p.wp + ox * g.sw;
+                for (int64_t j = 0; j < g.kw; ++j) {
+                    const __m256 wv = _mm256_broadcast_ss(w + i * g.kw + j);
+                    a0 = _mm256_fmadd_ps(wv, tap8(r + j * g.dw, g.sw, idx), a0);
+                    a1 = _mm256_fmadd_ps(wv, tap8(r + j * g.dw + 8 * g.sw, g.sw, idx), a1);
+                }
+            }
+            _mm256_storeu_ps(o + ox, a0);
+            _mm256_storeu_ps(o + ox + 8, a1);
+        }
+        for (; ox < p.ow; ox += 8) {
+            __m256 a0 = bias;
+            for (int64_t i = 0; i < g.kh; ++i) {
+                const float* r = rows + i * g.dh * p.wp + ox * g.sw;
+                for (int64_t j = 0; j < g.kw; ++j)
+                    a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w + i * g.kw + j),
+                                         tap8(r + j * g.dw, g.sw, idx), a0);
+            }
+            if (ox + 8 <= p.ow) {
+                _mm256_storeu_ps(o + ox, a0);
+            } else {
+                alignas(32) float tail[8];
+                _mm256_store_ps(tail, a0);
+                for (int64_t l = 0; ox + l < p.ow; ++l) o[ox + l] = tail[l];
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void depthwise_forward_avx2(const float* x, const float* w, const float* bias,
                             const Conv2dGeometry& g, float* out) {
-    dw_forward<float, Avx2Rows>(x, w, bias, g, out);
+    const Padded p = padded_size(g);
+    if (p.oh <= 0 || p.ow <= 0) return;
+    const int64_t in_plane = g.h * g.w, out_plane = p.oh * p.ow, k = g.kh * g.kw;
+    const bool parallel = g.n * g.c * out_plane * k >= kDwParallelMin;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+        const int64_t c = plane % g.c;
+        float* xp = scratch(p.hp * p.wp);
+        pad_plane(x + plane * in_plane, g, p, xp);
+        forward_plane(xp, w + c * k, bias ? bias[c] : 0.0f, g, p, out + plane * out_plane);
+    }
 }
 
 void depthwise_backward_input_avx2(const float* gy, const float* w, const Conv2dGeometry& g,
