@@ -87,6 +87,13 @@ void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* 
 void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo);
+// The AVX2 tile widens its block's weights into int16 pairs (w0, w2), (w1, w3) per k-quad
+// and row (widen_weights_avx2, groups of 4 bytes -> 2 words, order kept); the _wide entry
+// takes them widened beforehand, so that a call widens each weight once, not once per tile.
+void widen_weights_avx2(const int8_t* w, int64_t groups, int32_t* out);
+void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_t* wx,
+                          int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
+                          const Requant& r, uint8_t* out, int64_t ldo);
 void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo);

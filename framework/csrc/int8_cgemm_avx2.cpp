@@ -35,27 +35,6 @@ int32_t* widened(int64_t words) {
     return buf;
 }
 
-// groups of 4 s8 (w0, w1, w2, w3) -> 2 words each: int16 (w0, w2) then int16 (w1, w3).
-void widen_weights(const int8_t* w, int64_t groups, int32_t* out) {
-    int64_t g = 0;
-    for (; g + 4 <= groups; g += 4) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + g * kGroup));
-        const __m256i s = _mm256_cvtepi8_epi16(b);  // 16 int16: w0 w1 w2 w3 per group
-        const __m256i lo = _mm256_shufflelo_epi16(s, _MM_SHUFFLE(3, 1, 2, 0));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * g),
-                            _mm256_shufflehi_epi16(lo, _MM_SHUFFLE(3, 1, 2, 0)));
-    }
-    for (; g < groups; ++g) {
-        const int8_t* q = w + g * kGroup;
-        const auto pair = [](int8_t a, int8_t b) {
-            return static_cast<int32_t>(static_cast<uint16_t>(a) |
-                                        static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16);
-        };
-        out[2 * g] = pair(q[0], q[2]);
-        out[2 * g + 1] = pair(q[1], q[3]);
-    }
-}
-
 // Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out.
 inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
     if (n > 0) store_first(pack16(y0, y1, out_signed), out, n);
@@ -121,12 +100,40 @@ SubFn pick(int64_t rows) {
 
 }  // namespace
 
+// groups of 4 s8 (w0, w1, w2, w3) -> 2 words each: int16 (w0, w2) then int16 (w1, w3).
+void widen_weights_avx2(const int8_t* w, int64_t groups, int32_t* out) {
+    int64_t g = 0;
+    for (; g + 4 <= groups; g += 4) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + g * kGroup));
+        const __m256i s = _mm256_cvtepi8_epi16(b);  // 16 int16: w0 w1 w2 w3 per group
+        const __m256i lo = _mm256_shufflelo_epi16(s, _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * g),
+                            _mm256_shufflehi_epi16(lo, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+    for (; g < groups; ++g) {
+        const int8_t* q = w + g * kGroup;
+        const auto pair = [](int8_t a, int8_t b) {
+            return static_cast<int32_t>(static_cast<uint16_t>(a) |
+                                        static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16);
+        };
+        out[2 * g] = pair(q[0], q[2]);
+        out[2 * g + 1] = pair(q[1], q[3]);
+    }
+}
+
 void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
     int32_t* wx = widened(nq * rows * 2);
-    widen_weights(w, nq * rows, wx);
+    widen_weights_avx2(w, nq * rows, wx);
+    cgemm_tile_avx2_wide(acts, qoff, wx, kp, rows, npos, q, r, out, ldo);
+}
+
+void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_t* wx,
+                          int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
+                          const Requant& r, uint8_t* out, int64_t ldo) {
+    const int64_t nq = kp / kGroup;
     // 5 or 6 channels: 3 + 2 or 3 + 3 (as many vector operations per product as 4 + 1, 4 + 2)
     const int64_t first = rows > 4 ? 3 : rows;
     for (int64_t i0 = 0; i0 < rows; i0 += first) {
