@@ -44,6 +44,9 @@ CASES = [
     (1, 60, 7, 7, 14, 3, 3, 1, 1, 1, 1),          # 540 rows k: past 128 k-quads
     (3, 130, 4, 5, 9, 3, 3, 1, 1, 1, 1),          # 1170 rows k, the block spans images
     (1, 140, 5, 5, 8, 3, 3, 2, 1, 1, 2),          # grouped, 630 rows k per group
+    # >= 8 position blocks of >= 512 rows k: AVX2 widens the weights once per call
+    (2, 64, 16, 16, 9, 3, 3, 1, 1, 1, 1),
+    (1, 128, 20, 20, 8, 3, 3, 1, 1, 1, 2),
 ]
 
 
