@@ -147,5 +147,7 @@ using WgradGather = void (*)(const float* gy, int64_t co, int64_t positions,
                              int64_t npanels, float* at, int64_t ldblock);
 WgradKernel conv_wgrad_kernel_avx512();
 WgradGather conv_wgrad_gather_avx512();
+WgradKernel conv_wgrad_kernel_avx2();
+WgradGather conv_wgrad_gather_avx2();
 
 }  // namespace tianyuan

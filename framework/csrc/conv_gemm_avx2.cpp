@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "conv_gemm.h"
+#include "transpose_avx2.h"
 
 namespace tianyuan {
 namespace {
@@ -215,25 +216,6 @@ void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, 
         TapReads now;
         if (!planned) plan_tap(g, seg, nseg, tap / g.kw, tap % g.kw, &now);
         pack_row(xn + c * plane_size, planned ? taps[tap] : now, g.sw, panel + kk * kNr);
-    }
-}
-
-// 8 rows of 8 floats transposed in registers.
-inline void transpose8(__m256* r) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; ++i) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
     }
 }
 

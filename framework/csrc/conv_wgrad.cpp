@@ -133,11 +133,12 @@ void run_task(const Plan& p, int64_t k0, int64_t k1, int64_t n0, int64_t nb, int
 }
 
 Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g) {
-    const bool avx512 = current_isa() >= Isa::avx512;
-    Plan p{avx512 ? conv_wgrad_kernel_avx512() : kernel_generic,
-           // the gather indexes channels with 32-bit offsets
+    const bool avx512 = current_isa() >= Isa::avx512, avx2 = current_isa() >= Isa::avx2;
+    Plan p{avx512 ? conv_wgrad_kernel_avx512() : avx2 ? conv_wgrad_kernel_avx2() : kernel_generic,
+           // the AVX-512 gather indexes channels with 32-bit offsets
            avx512 && co * g.out_h() * g.out_w() < (int64_t(1) << 31) ? conv_wgrad_gather_avx512()
-                                                                     : gather_generic,
+           : avx2 ? conv_wgrad_gather_avx2()
+                  : gather_generic,
            conv_gemm_pack(), x, gy, &g, co};
     p.positions = g.out_h() * g.out_w();
     p.depth = g.c * g.kh * g.kw;
