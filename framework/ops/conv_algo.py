@@ -162,8 +162,8 @@ def wgrad_direct_wins(x, w, groups, geo):
     AVX-512 or AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward. It
     gathers the output gradient transposed once per call (cost ~ Co * positions against
     ~ C * kh * kw * Co * positions of multiply-adds), so it needs C * kh * kw >= Co, and
-    enough positions per call (N * out_h * out_w >= WGRAD_DIRECT_MIN_POSITIONS) to amortise its (C*kh*kw, Co)
-    accumulator. Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with
+    enough positions per call (N * out_h * out_w >= WGRAD_DIRECT_MIN_POSITIONS) to amortise
+    its (C*kh*kw, Co) accumulator. Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with
     the im2col path), batch 16: ResNet-18's 3x3 layers 1.1-2.0x faster (64 ch at 56x56:
     49 -> 25 ms), its stem 2.0x, 1x1 layers that narrow the channels 1.1-1.8x; batch 1 7x7
     maps 2.3x slower, 1x1 layers that widen the channels 1.2-2.2x slower. Since gy^T is
