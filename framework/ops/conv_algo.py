@@ -158,25 +158,25 @@ def pointwise_direct_wins(batch, plane, depth, out_channels, avx512=True):
 
 
 def wgrad_direct_wins(x, w, groups, geo):
-    """Whether the weight gradient runs on the direct kernel (_C.conv2d_gemm_weight_grad,
-    AVX-512 or AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward. It
-    gathers the output gradient transposed once per call (cost ~ Co * positions against
-    ~ C * kh * kw * Co * positions of multiply-adds), so it needs C * kh * kw >= Co, and
-    enough positions per call (N * out_h * out_w >= WGRAD_DIRECT_MIN_POSITIONS) to amortise
-    its (C*kh*kw, Co) accumulator. Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with
-    the im2col path), batch 16: ResNet-18's 3x3 layers 1.1-2.0x faster (64 ch at 56x56:
-    49 -> 25 ms), its stem 2.0x, 1x1 layers that narrow the channels 1.1-1.8x; batch 1 7x7
-    maps 2.3x slower, 1x1 layers that widen the channels 1.2-2.2x slower. Since gy^T is
-    gathered by 16 x 16 register transposes (2026-12-01, interleaved, batch 16): widening 1x1
-    layers with >= WGRAD_WIDEN_MIN_POSITIONS positions per call and < WGRAD_WIDEN_MAX_WEIGHTS
-    weights 0.52-0.95x numpy's time (ShuffleNetV2's 24 -> 58 at 56x56 5.0 -> 2.6 ms,
-    MobileNetV2's 24 -> 144 10.0 -> 7.0, ResNet-50's 64 -> 256 23.4 -> 19.7), 512 -> 2048 at
-    7x7 1.1x; at batch 1 numpy's columns are views of x and gy, and the direct kernel is
-    1.03-2.1x slower from 28x28 down (0.43-0.96x at 56x56), so widening layers at batch 1
-    stay on numpy. The AVX2 kernel (Zen 3, 2026-12-03, interleaved, batch 8) fits the same
-    rule: ResNet-18's layers it takes 0.53-0.76x numpy's time (the stem 27.7 against 36.5
-    ms), those it leaves 0.6-1.07x (7x7 maps, 392 positions), ShuffleNetV2's 0.52-1.12x; at
-    batch 1 the 14x14 and 7x7 layers it leaves 0.97-1.72x."""
+    """Whether the weight gradient runs on the direct kernel (_C.conv2d_gemm_weight_grad, AVX-512 or
+    AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward. It gathers the
+    output gradient transposed once per call (cost ~ Co * positions against ~ C * kh * kw * Co *
+    positions of multiply-adds), so it needs C * kh * kw >= Co, and enough positions per call (N
+    * out_h * out_w >= WGRAD_DIRECT_MIN_POSITIONS) to amortise its (C*kh*kw, Co) accumulator.
+    Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with the im2col path),
+    batch 16: ResNet-18's 3x3 layers 1.1-2.0x faster (64 ch at 56x56: 49 -> 25 ms), its stem
+    2.0x, 1x1 layers that narrow the channels 1.1-1.8x; batch 1 7x7 maps 2.3x slower, 1x1 layers
+    that widen the channels 1.2-2.2x slower. Since gy^T is gathered by 16 x 16 register
+    transposes (2026-12-01, interleaved, batch 16): widening 1x1 layers with >=
+    WGRAD_WIDEN_MIN_POSITIONS positions per call and < WGRAD_WIDEN_MAX_WEIGHTS weights
+    0.52-0.95x numpy's time (ShuffleNetV2's 24 -> 58 at 56x56 5.0 -> 2.6 ms, MobileNetV2's 24 ->
+    144 10.0 -> 7.0, ResNet-50's 64 -> 256 23.4 -> 19.7), 512 -> 2048 at 7x7 1.1x; at batch 1
+    numpy's columns are views of x and gy, and the direct kernel is 1.03-2.1x slower from 28x28
+    down (0.43-0.96x at 56x56), so widening layers at batch 1 stay on numpy. The AVX2 kernel
+    (Zen 3, 2026-12-03, interleaved, batch 8) fits the same rule: ResNet-18's layers it takes
+    0.53-0.76x numpy's time (the stem 27.7 against 36.5 ms), those it leaves 0.6-1.07x (7x7
+    maps, 392 positions), ShuffleNetV2's 0.52-1.12x; at batch 1 the 14x14 and 7x7 layers it
+    leaves 0.97-1.72x."""
     if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32:
         return False
     if _C.current_isa() == "generic":
