@@ -153,9 +153,25 @@ void depthwise_forward_avx2(const float* x, const float* w, const float* bias,
     }
 }
 
+// Stride 1: the input gradient is the forward of gy with the kernel flipped, padded so that
+// the output is the input's size (tap (i, j) of gx[y][x] reads gy[y + pt - i * dh][...]).
+// Padding past a kernel's reach (pt > (kh - 1) * dh) would need a negative padding: rows.
 void depthwise_backward_input_avx2(const float* gy, const float* w, const Conv2dGeometry& g,
                                    float* gx) {
-    dw_backward_input<float, Avx2Rows>(gy, w, g, gx);
+    const int64_t reach_h = (g.kh - 1) * g.dh, reach_w = (g.kw - 1) * g.dw;
+    if (g.sh != 1 || g.sw != 1 || g.pt > reach_h || g.pb > reach_h || g.pl > reach_w ||
+        g.pr > reach_w) {
+        return dw_backward_input<float, Avx2Rows>(gy, w, g, gx);
+    }
+    const Conv2dGeometry t{g.n,  g.c,  g.out_h(), g.out_w(), g.kh, g.kw, 1, 1,
+                           reach_h - g.pt, reach_h - g.pb, reach_w - g.pl, reach_w - g.pr,
+                           g.dh, g.dw};
+    const int64_t k = g.kh * g.kw;
+    float* flipped = new float[static_cast<size_t>(g.c * k)];
+    for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t i = 0; i < k; ++i) flipped[c * k + i] = w[c * k + k - 1 - i];
+    depthwise_forward_avx2(gy, flipped, nullptr, t, gx);
+    delete[] flipped;
 }
 
 void depthwise_backward_weight_avx2(const float* x, const float* gy, const Conv2dGeometry& g,
