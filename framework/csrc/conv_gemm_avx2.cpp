@@ -8,7 +8,8 @@
 // A sub-block whose 16 lanes lie in one output run reads and writes its rows in place;
 // one at a run's edge (the last panel of an image, or a panel that straddles images) goes
 // through a 6 x 16 staging tile. A pointwise input read in place (ldb != kNr) is read with
-// masked loads past its last lane.
+// masked loads past its last lane. Also here: the AVX2 panel packer (masked loads planned
+// once per kernel tap) and weight packer (8 x 8 register transposes).
 #include <immintrin.h>
 
 #include <cstdint>

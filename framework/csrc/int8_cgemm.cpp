@@ -179,7 +179,7 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 // thread, each thread's equal share of the positions is cut into whole blocks and one
 // remainder, so that a static schedule gives every thread the same work: 196 positions
 // (14x14, batch 1) on 2 threads had been 3 blocks of 64 and one of 4, and the thread with two
-// full blocks 1.3x the other's work (the other idled 17 % of samples at the barrier).
+// full blocks 1.8x the other's work (the other idled 17 % of samples at the barrier).
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     std::vector<int64_t> start{0};
     const int64_t uniform = (all + kPos - 1) / kPos;
@@ -206,9 +206,9 @@ struct ConvPlan {
     QuadPackFn qpack;
     const uint8_t* xpad;
     int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
-    std::vector<int64_t> start; // (blocks + 1,) block b: positions [start[b], start[b + 1])
-    std::vector<int64_t> koff;  // (kg,) offsets of k's (c, i, j) in a padded group
-    std::vector<int64_t> qoff;  // (kp / 4,) k-quad q's panels in a packed block
+    std::vector<int64_t> start;  // (blocks + 1,): block b is positions [start[b], start[b + 1])
+    std::vector<int64_t> koff;   // (kg,) offsets of k's (c, i, j) in a padded group
+    std::vector<int64_t> qoff;   // (kp / 4,) k-quad q's panels in a packed block
     PackFn pack;
     CTileFn tile;
     // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or

@@ -103,25 +103,24 @@ def rule(x, w, groups, geo, names):
 
 
 def gemm_direct_wins(x, w, geo, adjoint=False):
-    """With a SIMD kernel (AVX2 or AVX-512); pointwise: `pointwise_direct_wins`; else always
-    for a forward convolution, and for the adjoint one of an input gradient (`adjoint`: its
-    kernel is a flipped copy made per call, _C.conv_flip_kernel) where it has few rows
-    (C * kh * kw <= GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output
-    positions per call (panels run over the whole batch, so a batch of 7x7 maps fills them).
-    Measured at 2
-    threads on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before
-    numpy, so OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than
-    im2col + OpenBLAS at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at 7x7
-    (stride 1 and 2) 1.15-1.65x faster than im2col; at batch 1, since the kernel reads w once
-    on small maps (2026-12-01), 0.5-0.92x im2col's time on every ResNet-18 / ResNet-50 layer
-    from 28x28 down (256 channels at 14x14 1.79 -> 1.62 ms, 512 at 7x7 2.12 -> 1.96, strided
-    3x3 0.72-0.79x, strided 1x1 0.46-0.56x). The adjoint at batch 1: 0.74x from 28x28 up,
-    0.87x at 14x14 (256 channels), 1.07x at 7x7 (512), where im2col's stays.
-    With the AVX2 kernel (6 x 16 sub-blocks; a 2-core AMD EPYC Zen 3, 2026-12-03, tianyuan
-    imported first), ResNet-18's convolutions other than 1x1 stride 1 took 31.6 ms at batch 1
-    where the rule without it (im2col + OpenBLAS, winograd) took 42.6, and 473 ms at batch 16
-    where it took 597 (the stem 34 -> 75 ms, 64 channels at 56x56 30-41 -> 40-42, 512 at 7x7
-    26-33 -> 33-38); pointwise layers: `pointwise_direct_wins`."""
+    """With a SIMD kernel (AVX2 or AVX-512); pointwise: `pointwise_direct_wins`; else always for a
+    forward convolution, and for the adjoint one of an input gradient (`adjoint`: its kernel is
+    a flipped copy made per call, _C.conv_flip_kernel) where it has few rows (C * kh * kw <=
+    GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output positions per call
+    (panels run over the whole batch, so a batch of 7x7 maps fills them). Measured at 2 threads
+    on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before numpy, so
+    OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than im2col + OpenBLAS
+    at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at 7x7 (stride 1 and 2)
+    1.15-1.65x faster than im2col; at batch 1, since the kernel reads w once on small maps
+    (2026-12-01), 0.5-0.92x im2col's time on every ResNet-18 / ResNet-50 layer from 28x28 down
+    (256 channels at 14x14 1.79 -> 1.62 ms, 512 at 7x7 2.12 -> 1.96, strided 3x3 0.72-0.79x,
+    strided 1x1 0.46-0.56x). The adjoint at batch 1: 0.74x from 28x28 up, 0.87x at 14x14 (256
+    channels), 1.07x at 7x7 (512), where im2col's stays. With the AVX2 kernel (6 x 16
+    sub-blocks; a 2-core AMD EPYC Zen 3, 2026-12-03, tianyuan imported first), ResNet-18's
+    convolutions other than 1x1 stride 1 took 31.6 ms at batch 1 where the rule without it
+    (im2col + OpenBLAS, winograd) took 42.6, and 473 ms at batch 16 where it took 597 (the stem
+    75 -> 34 ms, 64 channels at 56x56 40-42 -> 30-41, 512 at 7x7 33-38 -> 26-33); pointwise
+    layers: `pointwise_direct_wins`."""
     isa = _C.current_isa()
     if isa not in ("avx2", "avx512", "vnni", "amx"):
         return False
