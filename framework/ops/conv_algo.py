@@ -127,12 +127,12 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise:
-        return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0], isa != "avx2")
+        return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
     return (not adjoint or depth <= GEMM_DIRECT_STEM_DEPTH
             or x.shape[0] * oh * ow >= ADJOINT_MIN_POSITIONS)
 
 
-def pointwise_direct_wins(batch, plane, depth, out_channels, avx512=True):
+def pointwise_direct_wins(batch, plane, depth, out_channels):
     """1x1 convolutions read x in place (no packing): 1.2-1.9x faster than numpy's batched
     matmul at batch 16 on maps of >= 14x14 (ShuffleNetV2, MobileNetV2 shapes) with >= 24
     input channels. At batch 1 (2 threads, interleaved, 2026-12-01): 0.4-0.8x the time for
@@ -146,14 +146,16 @@ def pointwise_direct_wins(batch, plane, depth, out_channels, avx512=True):
     batch and its few-positions plan takes the wide ones (2026-12-01, batch 16, interleaved):
     0.25-0.93x that GEMM's time on every MobileNetV2 / ShuffleNetV2 7x7 layer (232 -> 232
     0.88 -> 0.82 ms, 960 -> 160 2.10 -> 1.47, 58 -> 58 0.19 -> 0.05), 0.4-0.8x at batch 2-4.
-    With the AVX2 kernel (not `avx512`; Zen 3, 2026-12-03) the batch-1 rule holds (MobileNetV2's
-    1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5), but at batch 16 numpy's GEMM kept
-    the narrow expansions on big maps (16 -> 96 at 112x112: 9.2 ms against 16.4) and the 7x7
-    maps, so batches stay on it."""
+    With the AVX2 kernel (Zen 3, 2026-12-03) the same rule; whole fused models at batch 16, 3
+    alternating runs against numpy's GEMM for the batched 1x1 layers: ShuffleNetV2 138-215 ->
+    77-122 ms, MobileNetV2 310-373 -> 229-348, ResNet-50 1343-1750 -> 1458-1595. Layer by
+    layer, in isolation, numpy's GEMM had looked level or faster on MobileNetV2 (93 against
+    103 ms); in a model its workers start while ours still spin and share their cores. At
+    batch 1: MobileNetV2's 1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5."""
     if batch == 1:
         return depth >= POINTWISE_MIN_DEPTH_B1 and (
             depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or plane <= POINTWISE_FEW_PLANE)
-    return avx512 and depth >= POINTWISE_MIN_DEPTH
+    return depth >= POINTWISE_MIN_DEPTH
 
 
 def wgrad_direct_wins(x, w, groups, geo):
