@@ -36,7 +36,7 @@ namespace int8 {
 // and a 32-byte one every other time). Bytes a buffer grows by are zero; what a call wrote
 // stays until the next call of the same thread and use. Defined in a generic translation
 // unit: ISA units must not instantiate STL templates.
-enum class Space : int { pad, block, blocks, quads, amx, depthwise, pool, count };
+enum class Space : int { pad, block, blocks, quads, amx, depthwise, pool, widened, count };
 uint8_t* thread_space(Space use, int64_t size);
 
 constexpr int64_t kOcBlock = 6;  // output channels per weight block (register rows)

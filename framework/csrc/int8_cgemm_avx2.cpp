@@ -7,8 +7,9 @@
 // (k1, k3), zero-extended to int16, and each is multiplied by the channel's matching pair of
 // weights, sign-extended: two vpmaddwd and two adds per 8 positions and channel, every
 // partial sum exact (2 * 255 * 128 per pair).
-// The weights are widened once per call into (w0, w2) and (w1, w3) int16 pairs, so that the
-// inner loop broadcasts a ready pair from memory. Register tile: up to 4 channels x 16
+// The weights are widened into (w0, w2) and (w1, w3) int16 pairs once per tile call (or once
+// per convolution: cgemm_tile_avx2_wide), so that the inner loop broadcasts a ready pair from
+// memory. Register tile: up to 4 channels x 16
 // positions (8 ymm accumulators); a tile of 5 or 6 channels runs as two passes over the
 // activations. The store requantizes lane for lane as reference.requantize.
 #include <immintrin.h>
@@ -22,18 +23,6 @@
 namespace tianyuan {
 namespace int8 {
 namespace {
-
-// Grow-only per-thread buffer for the widened weights (no STL in ISA translation units).
-int32_t* widened(int64_t words) {
-    static thread_local int32_t* buf = nullptr;
-    static thread_local int64_t size = 0;
-    if (size < words) {
-        delete[] buf;
-        buf = new int32_t[static_cast<size_t>(words)];
-        size = words;
-    }
-    return buf;
-}
 
 // Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out.
 inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
@@ -125,7 +114,7 @@ void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
-    int32_t* wx = widened(nq * rows * 2);
+    int32_t* wx = reinterpret_cast<int32_t*>(thread_space(Space::widened, nq * rows * 8));
     widen_weights_avx2(w, nq * rows, wx);
     cgemm_tile_avx2_wide(acts, qoff, wx, kp, rows, npos, q, r, out, ldo);
 }

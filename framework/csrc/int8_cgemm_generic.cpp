@@ -1,0 +1,96 @@
+// int8 convolution (layouts in int8_cgemm.h), the parts every ISA shares: the weight packer
+// (run once, at quantize() time), the generic activation pack, pad and register tile (the
+// reference the SIMD twins in int8_cgemm_avx2.cpp / _avx512.cpp / _vnni.cpp match bit for
+// bit), the tile dispatch, and the per-thread scratch (here, in a generic unit, because ISA
+// units must not instantiate STL templates). The driver is int8_cgemm.cpp.
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+void pack_conv_weights(const int8_t* w, int64_t oc, int64_t cg, int64_t taps, int8_t* packed,
+                       int32_t* row_sums) {
+    const int64_t k = cg * taps, kp = round_up(k, kGroup);
+    std::memset(packed, 0, static_cast<size_t>(oc * kp));
+    for (int64_t j = 0; j < oc; ++j) {
+        const int64_t b = j / kOcBlock, r = j % kOcBlock;
+        const int64_t rb = oc - b * kOcBlock < kOcBlock ? oc - b * kOcBlock : kOcBlock;
+        int8_t* block = packed + b * kOcBlock * kp;
+        int32_t sum = 0;
+        for (int64_t q = 0; q < k; ++q) {
+            int64_t c, tap;
+            k_row(q, cg, taps, &c, &tap);
+            const int8_t v = w[j * k + c * taps + tap];
+            block[(q / kGroup) * rb * kGroup + r * kGroup + q % kGroup] = v;
+            sum += v;
+        }
+        row_sums[j] = sum;
+    }
+}
+
+void pad_plane_generic(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
+    const int64_t wp = p.pl + p.w + p.pr;
+    std::memset(dst, p.z, static_cast<size_t>(p.pt * wp));
+    for (int64_t y = 0; y < p.h; ++y) {
+        uint8_t* row = dst + (p.pt + y) * wp;
+        std::memset(row, p.z, static_cast<size_t>(p.pl));
+        for (int64_t x = 0; x < p.w; ++x) row[p.pl + x] = src[y * p.w + x] ^ p.flip;
+        std::memset(row + p.pl + p.w, p.z, static_cast<size_t>(p.pr));
+    }
+    std::memset(dst + (p.pt + p.h) * wp, p.z, static_cast<size_t>(p.pb * wp));
+}
+
+void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
+                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+    for (int64_t q = 0; q < kp; ++q) {
+        uint8_t* dst = buf + (q / kGroup) * kPos * kGroup + q % kGroup;
+        if (q >= k) {
+            for (int64_t p = 0; p < kPos; ++p) dst[p * kGroup] = 0;
+            continue;
+        }
+        const uint8_t* src = xpad + koff[q];
+        for (int64_t i = 0; i < nruns; ++i) {
+            const Run& u = runs[i];
+            for (int64_t t = 0; t < u.len; ++t) dst[(u.dst + t) * kGroup] = src[u.src + t * sw];
+        }
+    }
+}
+
+void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                        int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                        uint8_t* out, int64_t ldo) {
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t p = 0; p < npos; ++p) {
+            uint32_t acc = 0;  // wraps like vpdpbusd; the corrected sum fits int32
+            for (int64_t g = 0; g < kp / kGroup; ++g) {
+                const uint8_t* a = acts + qoff[g] + p * kGroup;
+                const int8_t* b = w + g * rows * kGroup + i * kGroup;
+                for (int64_t t = 0; t < kGroup; ++t) {
+                    acc += static_cast<uint32_t>(static_cast<int32_t>(a[t]) * b[t]);
+                }
+            }
+            out[i * ldo + p] = requant_one(static_cast<int32_t>(acc), q.bias[i],
+                                           q.multiplier[i], q.shift[i], r);
+        }
+    }
+}
+
+uint8_t* thread_space(Space use, int64_t size) {
+    static thread_local std::vector<uint8_t> spaces[static_cast<int>(Space::count)];
+    std::vector<uint8_t>& v = spaces[static_cast<int>(use)];
+    if (static_cast<int64_t>(v.size()) < size + 64) v.resize(static_cast<size_t>(size + 64));
+    return v.data() + (-reinterpret_cast<uintptr_t>(v.data()) & 63);
+}
+
+CTileFn cgemm_tile() {
+    if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
+    return current_isa() >= Isa::avx2 ? cgemm_tile_avx2 : cgemm_tile_generic;
+}
+
+}  // namespace int8
+}  // namespace tianyuan
