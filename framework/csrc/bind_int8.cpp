@@ -197,7 +197,7 @@ void bind_int8_conv(py::module_& m) {
                             bool relu, bool out_signed, int out_max,
                             std::pair<int64_t, int64_t> stride, Quad64 pad,
                             std::pair<int64_t, int64_t> dil, int64_t groups, int algo,
-                            const std::optional<Array<int8_t>>& amx) {
+                            const std::optional<Array<int8_t>>& amx, bool narrow) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
         if (algo < 0 || algo > 3) {
             throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed), "
@@ -217,12 +217,13 @@ void bind_int8_conv(py::module_& m) {
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
         int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
-                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr);
+                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr, narrow);
         return out;
     }, py::arg("x"), py::arg("zp"), py::arg("packed"), py::arg("sums"), py::arg("wshape"),
        py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
        py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
-       py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none());
+       py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none(),
+       py::arg("narrow") = false);
     m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "

@@ -144,7 +144,7 @@ struct ConvPlan {
 // while a tile's own stays in L1; the stem (148 deep) and 1x1 layers (64-256) 1.04-1.08x.
 constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512;
 
-ConvPlan plan(const QIn& x, const ConvGeom& g) {
+ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
     ConvPlan s;
     s.hp = g.h + g.pt + g.pb;
     s.wp = g.w + g.pl + g.pr;
@@ -186,7 +186,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g) {
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
     s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512
              : current_isa() >= Isa::avx2 ? pack_block_avx2 : pack_block_generic;
-    s.tile = cgemm_tile();
+    s.tile = cgemm_tile(narrow);
     return s;
 }
 
@@ -262,7 +262,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo,
-            const int8_t* wamx) {
+            const int8_t* wamx, bool narrow) {
     if (algo == ConvAlgo::direct && !direct_takes(g)) {
         throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
                                     " by 4, got " + std::to_string(g.c / g.groups));
@@ -282,11 +282,11 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         return;
     }
     if (algo == ConvAlgo::direct || (algo == ConvAlgo::automatic && direct_wins(g))) {
-        conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, b.data(),
-                      r, out);
+        conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, narrow,
+                      b.data(), r, out);
         return;
     }
-    ConvPlan s = plan(x, g);
+    ConvPlan s = plan(x, g, narrow);
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     std::unique_ptr<int32_t[]> wide;
     if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks && s.kp >= kWideMinDepth) {

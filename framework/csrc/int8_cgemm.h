@@ -94,12 +94,18 @@ void widen_weights_avx2(const int8_t* w, int64_t groups, int32_t* out);
 void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_t* wx,
                           int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                           const Requant& r, uint8_t* out, int64_t ldo);
+// Narrow weights (every |w| <= 64, as 7-bit grids [-63, 63] give): the AVX2 tile on the
+// packed bytes with vpmaddubsw, whose pair sums cannot saturate then (2 * 255 * 64 < 2^15).
+void cgemm_tile_avx2_narrow(const uint8_t* acts, const int64_t* qoff, const int8_t* w,
+                            int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
+                            const Requant& r, uint8_t* out, int64_t ldo);
 void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo);
 using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
                          int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
-CTileFn cgemm_tile();  // the tile of the current ISA
+// The tile of the current ISA; narrow: the weights are narrow (above).
+CTileFn cgemm_tile(bool narrow = false);
 
 // One plane (h, w) padded: (pt + h + pb, pl + w + pr) bytes, the zero point z outside and
 // every byte xor flip (the sign bit, for s8) inside.
@@ -153,7 +159,8 @@ void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, cons
 bool direct_takes(const ConvGeom& g);
 bool direct_wins(const ConvGeom& g);
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
-                   const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out);
+                   const int8_t* packed, bool narrow, const int32_t* bias, const Requant& r,
+                   uint8_t* out);
 
 // Depthwise, one channel plane: xp (Hp, Wp) padded with the zero point (u8, sign bit
 // flipped for s8) and readable kPadSlack bytes past its end; q holds the channel's bias

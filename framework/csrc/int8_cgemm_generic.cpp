@@ -87,9 +87,10 @@ uint8_t* thread_space(Space use, int64_t size) {
     return v.data() + (-reinterpret_cast<uintptr_t>(v.data()) & 63);
 }
 
-CTileFn cgemm_tile() {
+CTileFn cgemm_tile(bool narrow) {
     if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
-    return current_isa() >= Isa::avx2 ? cgemm_tile_avx2 : cgemm_tile_generic;
+    if (current_isa() < Isa::avx2) return cgemm_tile_generic;
+    return narrow ? cgemm_tile_avx2_narrow : cgemm_tile_avx2;
 }
 
 }  // namespace int8

@@ -181,10 +181,11 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
 }  // namespace
 
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
-                   const int8_t* packed, const int32_t* bias, const Requant& r, uint8_t* out) {
+                   const int8_t* packed, bool narrow, const int32_t* bias, const Requant& r,
+                   uint8_t* out) {
     const QuadInput in = quad_input(g, flip, z);
     const DirectPlan d = direct_plan(g, in);
-    const CTileFn tile = cgemm_tile();
+    const CTileFn tile = cgemm_tile(narrow);
     const int64_t tasks = g.n * g.groups * d.vblocks;
 #pragma omp parallel
     {

@@ -26,6 +26,8 @@ class PackedWeight:
 
     shape: the original weight shape, (N, K) for linear or (OC, C/groups, kh, kw) for conv.
     Depthwise convolutions (C/groups == 1, groups > 1) keep the raw weights.
+    narrow: every weight is within [-64, 64] (7-bit grids, `reduce_range` in the weight
+    observer): AVX2 convolutions without VNNI then take a faster tile with the same results.
     """
 
     def __init__(self, w, groups=1):
@@ -35,6 +37,7 @@ class PackedWeight:
                              f"with OC divisible by groups={groups}")
         self.shape, self.groups = tuple(w.shape), int(groups)
         self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
+        self.narrow = bool(w.size) and int(np.abs(w.astype(np.int16)).max()) <= 64
         self._w4, self._amx = (w if w.ndim == 4 and groups == 1 else None), None
         if self.depthwise:
             self.raw, self.packed, self.row_sums = w, None, None
@@ -232,7 +235,7 @@ class PreparedConv:
                 algorithm == "auto" and _C.current_isa() == "amx" and
                 packed.shape[2] * packed.shape[3] > 1) else None
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
-                packed.groups, CONV_ALGORITHMS.index(algorithm), amx)
+                packed.groups, CONV_ALGORITHMS.index(algorithm), amx, packed.narrow)
             self._fn = _C.int8_conv2d
 
     def __call__(self, x, x_zero_point):

@@ -33,6 +33,16 @@ def test_per_channel_symmetric_weights_by_hand():
     assert (p.zero_point == 0).all() and p.axis == 0 and p.dtype == np.int8
 
 
+def test_reduce_range_weights_by_hand():
+    w = np.array([[1.0, -2.0], [0.5, 0.25]], np.float32)
+    p = observe(Q.make_weight_observer(enabled=True, reduce_range=True), w)
+    np.testing.assert_array_equal(p.scale, np.float32([2 / 63, 0.5 / 63]))
+    q = Q.reference.quantize(w, p.scale, 0, np.int8, axis=0)
+    assert np.abs(q).max() == 63
+    with pytest.raises(ValueError, match="reduce_range needs symmetric=True"):
+        Q.MinMaxObserver(reduce_range=True)
+
+
 def test_int8_symmetric_activations():
     p = observe(Q.MinMaxObserver(dtype="int8", symmetric=True, enabled=True), [-3.0, 1.0])
     assert p.scale == np.float32(3 / 127) and p.zero_point == 0

@@ -166,7 +166,7 @@ def test_disable_quantize_keeps_classifier_float(trained, data):
 
 
 @pytest.mark.parametrize("qconfig", [Q.lsq_qconfig, Q.int8_symmetric_qconfig,
-                                     Q.min_max_fakequant_qconfig])
+                                     Q.min_max_fakequant_qconfig, Q.reduce_range_qconfig])
 def test_other_qconfigs_train_and_convert(trained, data, qconfig):
     float_model, _, _ = trained
     (x, y), (xt, _) = data
@@ -178,3 +178,6 @@ def test_other_qconfigs_train_and_convert(trained, data, qconfig):
     int8 = Q.quantize(qat)
     agree = (predict(qat, xt[:200]).argmax(1) == predict(int8, xt[:200]).argmax(1)).mean()
     assert agree >= 0.98
+    if qconfig is Q.reduce_range_qconfig:  # 7-bit weights: every conv takes the narrow tile
+        convs = [m for m in int8.modules() if isinstance(m, nn.quantized.Conv2d)]
+        assert convs and all(m.packed.narrow for m in convs)

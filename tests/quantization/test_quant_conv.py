@@ -148,6 +148,66 @@ def test_conv2d_algorithm_errors():
         K.conv2d(x, 0, packed, 0, 1 << 30, 31, 0, False, np.uint8, algorithm="winograd")
 
 
+# Narrow weights (|w| <= 64: the 7-bit grid of reduce_range, and 64 where a fold drifts past
+# it): the AVX2 tile without VNNI sums u8 x s8 pairs with vpmaddubsw, exact only because of
+# that bound. Extremes side by side: activations 0 and 255, rows of all +64 and all -64.
+NARROW_CASES = [c for c in ALGO_CASES if c[1] != c[10]][:12] + [CASES[0], CASES[2], CASES[14]]
+
+
+def _narrow(rng, wt, x, in_dtype):
+    wt = rng.integers(-64, 65, wt.shape).astype(np.int8)
+    wt[0], wt[-1] = 64, -64
+    lo, hi = R.qrange(in_dtype)
+    x = np.where(rng.random(x.shape) < 0.5, np.where(rng.random(x.shape) < 0.5, lo, hi), x)
+    return wt, x.astype(in_dtype)
+
+
+@pytest.mark.parametrize("case", NARROW_CASES)
+@pytest.mark.parametrize("algorithm", ["packed", "direct"])
+@pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])
+def test_conv2d_narrow_weights(case, algorithm, in_dtype, in_zp, relu):
+    if algorithm == "direct" and (case[1] // case[10]) % 4:
+        pytest.skip("direct needs C/groups divisible by 4")
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 13)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, in_dtype)
+    wt, x = _narrow(rng, wt, x, in_dtype)
+    packed = K.pack_weights(wt, groups)
+    assert packed.narrow
+    args = (bias, mult, shift, 64, relu, np.uint8)
+    check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm=algorithm),
+                lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+def test_narrow_flag():
+    """PackedWeight.narrow holds exactly when every weight is within [-64, 64], and on AVX2
+    (without VNNI) it selects the vpmaddubsw tile: forced on full-range weights, that tile
+    saturates and the result is wrong, which shows the narrow tests above run it."""
+    assert K.pack_weights(np.full((4, 8, 3, 3), -64, np.int8)).narrow
+    assert not K.pack_weights(np.full((4, 8, 3, 3), 65, np.int8)).narrow
+    assert not K.pack_weights(np.full((4, 8, 3, 3), -65, np.int8)).narrow
+    if "avx2" not in available_isas():
+        pytest.skip("no AVX2 on this machine")
+    import tianyuan as ty
+    x = np.full((1, 8, 6, 6), 255, np.uint8)
+    wt = np.full((6, 8, 3, 3), 127, np.int8)
+    packed = K.pack_weights(wt)
+    prepared = K.PreparedConv(packed, np.zeros(6, np.int32), *R.quantize_multiplier(
+        np.full(6, 1e-6)), 0, False, np.uint8, padding=1)
+    original = ty.current_isa()
+    try:
+        ty.set_isa("avx2")
+        right = prepared(x, 0)
+        np.testing.assert_array_equal(right, R.qconv2d(
+            x, 0, wt, np.zeros(6, np.int32), *R.quantize_multiplier(np.full(6, 1e-6)), 0,
+            False, np.uint8, padding=1))
+        packed.narrow = True  # a false claim: the pair sums saturate
+        forced = K.PreparedConv(packed, np.zeros(6, np.int32), *R.quantize_multiplier(
+            np.full(6, 1e-6)), 0, False, np.uint8, padding=1)
+        assert (forced(x, 0) < right).any()
+    finally:
+        ty.set_isa(original)
+
+
 # The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
 # on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
 # strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images.
