@@ -18,10 +18,13 @@ once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized
 per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ model
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
+--reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`), which AVX2
+CPUs without VNNI run on a faster exact tile (column int8r); the peers' kernels do not
+depend on the weights' range.
 
     python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5]
                                [--rounds 3] [--stat min] [--threads N] [--layers]
-                               [--json results.json]
+                               [--reduce-range] [--json results.json]
 """
 import argparse
 import json
@@ -66,10 +69,12 @@ def median_ms(fn, repeat, stat="median"):
     return 1000 * float(STAT[stat](times))
 
 
-def ours(conv, x_u8, x_f32):
-    """(int8 fn, float32 fn) for one layer, weights quantized and packed outside the timing."""
+def ours(conv, x_u8, x_f32, weight_bits=8):
+    """(int8 fn, float32 fn) for one layer, weights quantized (on the grid of weight_bits: 8,
+    or 7 as reduce_range gives) and packed outside the timing."""
     w = conv.weight.data
-    scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / 127, 1e-8)
+    top = 2 ** (weight_bits - 1) - 1
+    scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / top, 1e-8)
     packed = K.pack_weights(R.quantize(w, scale, 0, np.int8, axis=0), conv.groups)
     mult, shift = R.quantize_multiplier(0.02 * scale / 0.05)
     bias = np.zeros(w.shape[0], np.int32)
@@ -177,8 +182,9 @@ def peer_rows(specs, batch, repeat, stat, threads):
     return rows
 
 
-def bench_net(layers, batch, repeat, stat, rounds):
-    """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds."""
+def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False):
+    """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds;
+    reduce_range: also ours with 7-bit weights ("int8r")."""
     specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
     runs = []
     for _ in range(rounds):
@@ -188,6 +194,8 @@ def bench_net(layers, batch, repeat, stat, rounds):
             int8, f32 = ours(conv, x_u8, x_f32)
             mine.append({"int8": median_ms(int8, repeat, stat),
                          "f32": median_ms(f32, repeat, stat)})
+            if reduce_range:
+                mine[-1]["int8r"] = median_ms(ours(conv, x_u8, x_f32, 7)[0], repeat, stat)
         peers = in_child(peer_rows, specs, batch, repeat, stat, ty.get_num_threads())
         runs.append([dict(m, **p) for m, p in zip(mine, peers)])
     rows = []
@@ -225,7 +233,7 @@ def measured_peaks(seen):
 
 
 def report(net, batch, rows, show_layers, peaks):
-    cols = [c for c in ("int8", "f32", "torch", "ort") if c in rows[0][1]]
+    cols = [c for c in ("int8", "int8r", "f32", "torch", "ort") if c in rows[0][1]]
     if show_layers:
         print(f"\n{net} batch {batch}: ms per layer")
         for name, row in rows:
@@ -233,16 +241,19 @@ def report(net, batch, rows, show_layers, peaks):
     total = {c: sum(r[c] for _, r in rows) for c in cols + ["macs"]}
     tops = {c: 2 * total["macs"] / (total[c] / 1000) / 1e12 for c in cols}
     line = "  ".join(f"{c} {total[c]:8.2f} ms ({tops[c]:.3f} TOP/s)" for c in cols)
-    vs_f32 = total["int8"] / total["f32"]
-    ratio = f"int8/f32 {vs_f32:.2f}x ({_target(vs_f32, TARGET_VS_F32)})"
     peers = [total[c] for c in ("torch", "ort") if c in total]
-    if peers:
-        vs_peer = total["int8"] / min(peers)
-        ratio += f"  int8/best peer {vs_peer:.2f}x ({_target(vs_peer, TARGET_VS_PEER)})"
-    print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  {ratio}")
-    if peaks:
-        print(f"{'':<20} int8 at " + ", ".join(f"{100 * tops['int8'] / p:.0f} % of the {name} "
-                                            f"peak ({p:.2f} TOP/s)" for name, p in peaks.items()))
+    print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}")
+    for c in (c for c in ("int8", "int8r") if c in total):
+        vs_f32 = total[c] / total["f32"]
+        ratio = f"{c}/f32 {vs_f32:.2f}x ({_target(vs_f32, TARGET_VS_F32)})"
+        if peers:
+            vs_peer = total[c] / min(peers)
+            ratio += f"  {c}/best peer {vs_peer:.2f}x ({_target(vs_peer, TARGET_VS_PEER)})"
+        print(f"{'':<20} {ratio}")
+        if peaks:
+            print(f"{'':<20} {c} at " + ", ".join(f"{100 * tops[c] / p:.0f} % of the {name} "
+                                               f"peak ({p:.2f} TOP/s)"
+                                               for name, p in peaks.items()))
     return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops,
             "peak_tops": peaks}
 
@@ -268,6 +279,9 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="0: the library default")
     parser.add_argument("--layers", action="store_true", help="print every layer")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--reduce-range", action="store_true",
+                        help="also time ours with 7-bit weights (column int8r): the narrow "
+                             "tile on AVX2 without VNNI")
     args = parser.parse_args()
     # numpy came before tianyuan here: OpenBLAS must get its short spin from a restart, or
     # its workers slow the float convolutions that follow its GEMMs
@@ -287,7 +301,8 @@ def main():
                          f"{', '.join(NETWORKS + EXTRA)}")
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
-            rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds)
+            rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
+                             args.reduce_range)
             # the peak is measured after each network too, as the shared machine's speed drifts
             results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
                                                             measured_peaks(peaks_seen))

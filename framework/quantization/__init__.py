@@ -10,9 +10,9 @@ The five steps (see /DESIGN.md, Quantization):
 
 Numbers: weights int8 symmetric per output channel; activations uint8 asymmetric per
 tensor (int8 symmetric with `int8_symmetric_qconfig`; weights on 7 bits, faster on AVX2
-without VNNI, with `reduce_range_qconfig`); bias int32 at s_in * s_w. The
-arithmetic is specified by `reference.py` (numpy) and run by `kernels.py` (native,
-bit-exact). Quantized activations are Tensors of `QArray` (`qarray.py`).
+without VNNI, with `reduce_range_qconfig` / `calibration_reduce_range_qconfig`); bias int32
+at s_in * s_w. The arithmetic is specified by `reference.py` (numpy) and run by `kernels.py`
+(native, bit-exact). Quantized activations are Tensors of `QArray` (`qarray.py`).
 """
 from . import kernels, reference
 from .fake_quant import FakeQuantize, FakeQuantizeSTE, LSQFakeQuantize, LSQFunction
@@ -21,8 +21,8 @@ from .observer import (MinMaxObserver, MovingAverageMinMaxObserver, Observer, QP
                        make_weight_observer, qparams_from_range)
 from .qarray import QArray, dequantize_tensor, is_quantized, quantized_tensor
 from .qconfig import (FAKE_QUANTIZERS, OBSERVERS, QConfig, calibration_qconfig,
-                      ema_fakequant_qconfig, int8_symmetric_qconfig, lsq_qconfig,
-                      min_max_fakequant_qconfig, reduce_range_qconfig, register_fake_quantizer,
-                      register_observer)
+                      calibration_reduce_range_qconfig, ema_fakequant_qconfig,
+                      int8_symmetric_qconfig, lsq_qconfig, min_max_fakequant_qconfig,
+                      reduce_range_qconfig, register_fake_quantizer, register_observer)
 from .quantize import (calibrate, disable_fake_quant, disable_observer, disable_quantize,
                        enable_fake_quant, enable_observer, fuse, quantize, quantize_qat)

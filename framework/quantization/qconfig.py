@@ -94,6 +94,8 @@ lsq_qconfig = QConfig(make_weight_observer, MovingAverageMinMaxObserver,
 # VNNI every convolution then runs the faster exact tile (kernels.PackedWeight.narrow)
 reduce_range_qconfig = QConfig(partial(make_weight_observer, reduce_range=True),
                                MovingAverageMinMaxObserver, FakeQuantize, FakeQuantize)
+calibration_reduce_range_qconfig = QConfig(partial(make_weight_observer, reduce_range=True),
+                                           HistogramObserver, FakeQuantize, FakeQuantize)
 int8_symmetric_qconfig = QConfig(make_weight_observer,
                                  partial(MovingAverageMinMaxObserver, dtype="int8",
                                          symmetric=True), FakeQuantize, FakeQuantize)
