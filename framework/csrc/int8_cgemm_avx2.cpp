@@ -11,7 +11,8 @@
 // per convolution: cgemm_tile_avx2_wide), so that the inner loop broadcasts a ready pair from
 // memory. Register tile: up to 4 channels x 16
 // positions (8 ymm accumulators); a tile of 5 or 6 channels runs as two passes over the
-// activations. The store requantizes lane for lane as reference.requantize.
+// activations. Narrow weights (|w| <= 64, the 7-bit grid) take cgemm_tile_avx2_narrow,
+// where vpmaddubsw is exact. The store requantizes lane for lane as reference.requantize.
 #include <immintrin.h>
 
 #include <cstdint>
