@@ -37,8 +37,9 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // the shape; AMX where the OS grants it, weights are packed for it, the shape fits and the
 // tiles passed their check); direct needs C/groups % 4 == 0, amx the shapes amx_takes and
 // wamx, on real tiles where granted and emulated ones elsewhere (std::invalid_argument
-// otherwise). narrow: every weight is within [-64, 64] (int8_cgemm.h), which AVX2 tiles
-// without VNNI run faster; results are the same either way.
+// otherwise). narrow: the caller's word that every weight is within [-64, 64]
+// (PackedWeight.narrow checks it at pack time), which AVX2 tiles without VNNI run faster with
+// the same results; a false word makes their int16 pair sums saturate.
 enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2, amx = 3 };
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out,
