@@ -86,7 +86,14 @@ void plane(const uint8_t* xp, int64_t wp, const Pairs& ps, const ConvGeom& g, co
             window16<NP, 1>(xp + f, ps, lo, hi);
             store16(lo, hi, c, out_signed, flat + f, nf - f);
         }
-        for (int64_t oy = 0; oy < g.oh; ++oy)
+        // rows of up to 16 bytes as whole 16-byte copies, in order, each running into the
+        // next row's place (rewritten next); those that would pass the plane's end exact
+        int64_t oy = 0;
+        if (g.ow <= 16) {
+            for (; oy * g.ow + 16 <= g.oh * g.ow; ++oy)
+                std::memcpy(out + oy * g.ow, flat + oy * wp, 16);
+        }
+        for (; oy < g.oh; ++oy)
             std::memcpy(out + oy * g.ow, flat + oy * wp, static_cast<size_t>(g.ow));
         return;
     }
