@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "conv_gemm.h"
+#include "conv_gemm_pack_impl.h"
 #include "transpose_avx2.h"
 
 namespace tianyuan {
@@ -128,38 +129,6 @@ void kernel(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvG
     }
 }
 
-// The reads of one panel row for one kernel tap (i, j), as in the AVX-512 packer: per
-// segment whose input row exists, its in-image lanes (bit L: lane L), for stride 2 the input
-// columns they read (bit m: column m past lane 0's), and where lane 0 would read, relative to
-// the channel's plane; computed once per tap, not per channel.
-struct TapReads {
-    int64_t offset[kNr];
-    uint32_t lanes[kNr];
-    uint64_t span[kNr];
-    int64_t count;
-};
-
-void plan_tap(const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg, int64_t i,
-              int64_t j, TapReads* t) {
-    const int64_t off = j * g.dw - g.pl;
-    t->count = 0;
-    for (int64_t s = 0; s < nseg; ++s) {
-        const int64_t iy = seg[s].oy * g.sh - g.pt + i * g.dh;
-        if (iy < 0 || iy >= g.h) continue;
-        const int64_t base = (seg[s].ox - seg[s].lane) * g.sw + off;  // ix = L * sw + base
-        int64_t first = seg[s].lane, last = seg[s].lane + seg[s].len;
-        while (first < last && first * g.sw + base < 0) ++first;
-        while (last > first && (last - 1) * g.sw + base >= g.w) --last;
-        if (first >= last) continue;
-        t->lanes[t->count] =
-            static_cast<uint32_t>(((uint64_t(1) << last) - 1) & ~((uint64_t(1) << first) - 1));
-        // stride 2: columns 2 * first .. 2 * last - 2 (none past the last lane's)
-        const uint64_t below_end = (uint64_t(1) << (2 * last - 1)) - 1;
-        t->span[t->count] = below_end & ~((uint64_t(1) << (2 * first)) - 1);
-        t->offset[t->count++] = (seg[s].n * g.c * g.h + iy) * g.w + base;
-    }
-}
-
 // 8 bits -> an 8-lane mask (lane i: bit i).
 inline __m256i bits8(uint64_t b) {
     const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -201,23 +170,10 @@ inline void pack_row(const float* plane, const TapReads& t, int64_t sw, float* d
     for (int v = 0; v < 4; ++v) _mm256_storeu_ps(dst + 8 * v, row[v]);
 }
 
-constexpr int64_t kMaxTaps = 49;  // wider kernels plan each row as it comes
-
 void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg,
           int64_t /*nvalid: lanes outside every segment stay zero*/, int64_t k0, int64_t kc,
           float* panel) {
-    const int64_t khw = g.kh * g.kw, plane_size = g.h * g.w;
-    const bool planned = khw <= kMaxTaps;
-    TapReads taps[kMaxTaps];
-    if (planned)
-        for (int64_t t = 0; t < khw; ++t) plan_tap(g, seg, nseg, t / g.kw, t % g.kw, &taps[t]);
-    int64_t c = k0 / khw, tap = k0 % khw;  // row k = c * kh * kw + tap
-    for (int64_t kk = 0; kk < kc; ++kk, ++tap) {
-        if (tap == khw) tap = 0, ++c;
-        TapReads now;
-        if (!planned) plan_tap(g, seg, nseg, tap / g.kw, tap % g.kw, &now);
-        pack_row(xn + c * plane_size, planned ? taps[tap] : now, g.sw, panel + kk * kNr);
-    }
+    pack_panel<pack_row>(xn, g, seg, nseg, k0, kc, panel);
 }
 
 // dst[k][r] = w[cb * 12 + r][k]: 8 columns a step, rows 0-7 and 8-11 transposed in registers

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "conv_gemm.h"
+#include "conv_gemm_pack_impl.h"
 #include "transpose_avx512.h"
 
 namespace tianyuan {
@@ -104,35 +105,10 @@ void kernel(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvG
     kBlocks[masked][mr - 1](a, b, ldb, kc, out, row0, first, last, scale, shift, act);
 }
 
-// The reads of one panel row for one kernel tap (i, j): per segment whose input row exists,
-// the in-image lanes as masks and where lane 0 would read, relative to the channel's plane.
-// They do not depend on the channel, so a panel computes them once per tap.
-struct TapReads {
-    int64_t offset[kConvGemmNr];
-    __mmask16 m0[kConvGemmNr], m1[kConvGemmNr];
-    uint64_t span[kConvGemmNr];  // stride 2: the 64 input columns from lane 0's that it reads
-    int64_t count;
-};
-
-// Lane L of a segment reads column ix = (ox + L - lane) * sw + off of input row iy.
-void plan_tap(const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg, int64_t i,
-              int64_t j, TapReads* t) {
-    const int64_t off = j * g.dw - g.pl;
-    t->count = 0;
-    for (int64_t s = 0; s < nseg; ++s) {
-        const int64_t iy = seg[s].oy * g.sh - g.pt + i * g.dh;
-        if (iy < 0 || iy >= g.h) continue;
-        const int64_t base = (seg[s].ox - seg[s].lane) * g.sw + off;  // ix = L * sw + base
-        int64_t first = seg[s].lane, last = seg[s].lane + seg[s].len;
-        while (first < last && first * g.sw + base < 0) ++first;
-        while (last > first && (last - 1) * g.sw + base >= g.w) --last;
-        if (first >= last) continue;
-        lane_masks(first, last, &t->m0[t->count], &t->m1[t->count]);
-        // stride 2: lanes [first, last) read columns 2 * first .. 2 * last - 2 from lane 0's
-        const uint64_t below_end = (uint64_t(1) << (2 * last - 1)) - 1;
-        t->span[t->count] = below_end & ~((uint64_t(1) << (2 * first)) - 1);
-        t->offset[t->count++] = (seg[s].n * g.c * g.h + iy) * g.w + base;
-    }
+// A planned segment's lanes 0-15 and 16-31 as the masks of the panel row's two vectors.
+inline __mmask16 low_lanes(const TapReads& t, int64_t s) { return __mmask16(t.lanes[s]); }
+inline __mmask16 high_lanes(const TapReads& t, int64_t s) {
+    return __mmask16(t.lanes[s] >> 16);
 }
 
 // Stride 2: each 16 lanes are the even columns of 32 consecutive ones, two masked loads and
@@ -143,15 +119,16 @@ inline void pack_row_stride2(const float* plane, const TapReads& t, __m512* lo, 
     for (int64_t s = 0; s < t.count; ++s) {
         const float* at = plane + t.offset[s];
         const uint64_t span = t.span[s];
-        if (t.m0[s]) {
+        const __mmask16 m0 = low_lanes(t, s), m1 = high_lanes(t, s);
+        if (m0) {
             const __m512 a = _mm512_maskz_loadu_ps(__mmask16(span), at);
             const __m512 b = _mm512_maskz_loadu_ps(__mmask16(span >> 16), at + 16);
-            *lo = _mm512_mask_mov_ps(*lo, t.m0[s], _mm512_permutex2var_ps(a, even, b));
+            *lo = _mm512_mask_mov_ps(*lo, m0, _mm512_permutex2var_ps(a, even, b));
         }
-        if (t.m1[s]) {
+        if (m1) {
             const __m512 a = _mm512_maskz_loadu_ps(__mmask16(span >> 32), at + 32);
             const __m512 b = _mm512_maskz_loadu_ps(__mmask16(span >> 48), at + 48);
-            *hi = _mm512_mask_mov_ps(*hi, t.m1[s], _mm512_permutex2var_ps(a, even, b));
+            *hi = _mm512_mask_mov_ps(*hi, m1, _mm512_permutex2var_ps(a, even, b));
         }
     }
 }
@@ -163,8 +140,8 @@ inline void pack_row(const float* plane, const TapReads& t, int64_t sw, float* d
     __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
     if (sw == 1) {
         for (int64_t s = 0; s < t.count; ++s) {
-            lo = _mm512_mask_loadu_ps(lo, t.m0[s], plane + t.offset[s]);
-            hi = _mm512_mask_loadu_ps(hi, t.m1[s], plane + t.offset[s] + 16);
+            lo = _mm512_mask_loadu_ps(lo, low_lanes(t, s), plane + t.offset[s]);
+            hi = _mm512_mask_loadu_ps(hi, high_lanes(t, s), plane + t.offset[s] + 16);
         }
     } else if (sw == 2) {
         pack_row_stride2(plane, t, &lo, &hi);
@@ -175,31 +152,19 @@ inline void pack_row(const float* plane, const TapReads& t, int64_t sw, float* d
         const __m512i idx1 = _mm512_add_epi32(idx0, _mm512_set1_epi32(int(16 * sw)));
         for (int64_t s = 0; s < t.count; ++s) {
             const float* at = plane + t.offset[s];
-            if (t.m0[s]) lo = _mm512_mask_i32gather_ps(lo, t.m0[s], idx0, at, 4);
-            if (t.m1[s]) hi = _mm512_mask_i32gather_ps(hi, t.m1[s], idx1, at, 4);
+            const __mmask16 m0 = low_lanes(t, s), m1 = high_lanes(t, s);
+            if (m0) lo = _mm512_mask_i32gather_ps(lo, m0, idx0, at, 4);
+            if (m1) hi = _mm512_mask_i32gather_ps(hi, m1, idx1, at, 4);
         }
     }
     _mm512_store_ps(dst, lo);
     _mm512_store_ps(dst + 16, hi);
 }
 
-constexpr int64_t kMaxTaps = 49;  // wider kernels plan each row as it comes
-
 void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, int64_t nseg,
           int64_t /*nvalid: lanes outside every segment stay zero*/, int64_t k0, int64_t kc,
           float* panel) {
-    const int64_t khw = g.kh * g.kw, plane_size = g.h * g.w;
-    const bool planned = khw <= kMaxTaps;
-    TapReads taps[kMaxTaps];
-    if (planned)
-        for (int64_t t = 0; t < khw; ++t) plan_tap(g, seg, nseg, t / g.kw, t % g.kw, &taps[t]);
-    int64_t c = k0 / khw, tap = k0 % khw;  // row k = c * kh * kw + tap
-    for (int64_t kk = 0; kk < kc; ++kk, ++tap) {
-        if (tap == khw) tap = 0, ++c;
-        TapReads now;
-        if (!planned) plan_tap(g, seg, nseg, tap / g.kw, tap % g.kw, &now);
-        pack_row(xn + c * plane_size, planned ? taps[tap] : now, g.sw, panel + kk * kConvGemmNr);
-    }
+    pack_panel<pack_row>(xn, g, seg, nseg, k0, kc, panel);
 }
 
 // dst[k][r] = w[cb * 12 + r][k]: 16 columns a step, the 12 rows transposed in
