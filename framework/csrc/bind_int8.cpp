@@ -1,4 +1,5 @@
 // pybind11 glue: int8 kernels (framework/csrc/int8_*.{h,cpp}, requant*.cpp).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -74,6 +75,21 @@ void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& s
                                     std::to_string(n) + " K=" + std::to_string(k));
     }
     if (k > 65793) throw std::invalid_argument("int8_conv2d: K > 65793 may overflow s32");
+}
+
+// The narrow form of conv weights (int8_cgemm.h, NarrowWeights) as int8_split_narrow returns
+// it, checked against the packed weights' size and OC. The entries themselves are trusted:
+// kernels.PackedWeight makes them with int8_split_narrow and keeps them with the weights.
+using NarrowArrays = std::tuple<Array<int8_t>, Array<int32_t>, Array<int32_t>>;
+int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size, int64_t oc) {
+    const auto& [w, ptr, res] = n;
+    if (w.size() != packed_size || ptr.size() != oc + 1 || ptr.data()[0] != 0 ||
+        res.size() != 2 * static_cast<int64_t>(ptr.data()[oc])) {
+        throw std::invalid_argument("int8_conv2d: the narrow weights do not match the packed "
+                                    "ones (" + std::to_string(packed_size) + " bytes, OC " +
+                                    std::to_string(oc) + ")");
+    }
+    return {w.data(), ptr.data(), res.data()};
 }
 
 py::tuple int8_pack_conv(const Array<int8_t>& w) {
@@ -197,7 +213,8 @@ void bind_int8_conv(py::module_& m) {
                             bool relu, bool out_signed, int out_max,
                             std::pair<int64_t, int64_t> stride, Quad64 pad,
                             std::pair<int64_t, int64_t> dil, int64_t groups, int algo,
-                            const std::optional<Array<int8_t>>& amx, bool narrow) {
+                            const std::optional<Array<int8_t>>& amx,
+                            const std::optional<NarrowArrays>& narrow) {
         const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups);
         if (algo < 0 || algo > 3) {
             throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed), "
@@ -210,6 +227,8 @@ void bind_int8_conv(py::module_& m) {
                                         std::to_string(amx->size()) + " bytes, expected " +
                                         std::to_string(g.oc * g.c * g.kh * g.kw));
         }
+        int8::NarrowWeights nw{};
+        if (narrow) nw = int8_check_narrow(*narrow, packed.size(), g.oc);
         const int8::QIn in = int8_input(x, zp, "int8_conv2d");
         const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
                                              "int8_conv2d", out_max);
@@ -217,13 +236,35 @@ void bind_int8_conv(py::module_& m) {
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
         int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
-                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr, narrow);
+                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr,
+                     narrow ? &nw : nullptr);
         return out;
     }, py::arg("x"), py::arg("zp"), py::arg("packed"), py::arg("sums"), py::arg("wshape"),
        py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
        py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
        py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none(),
-       py::arg("narrow") = false);
+       py::arg("narrow") = py::none());
+    m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,
+                                  int64_t kp) {
+        if (groups < 1 || ocg < 1 || kp < 1 || kp % int8::kGroup ||
+            packed.size() != groups * ocg * kp) {
+            throw std::invalid_argument("int8_split_narrow: packed has " +
+                                        std::to_string(packed.size()) + " bytes, not groups " +
+                                        std::to_string(groups) + " x OC/groups " +
+                                        std::to_string(ocg) + " x Kp " + std::to_string(kp));
+        }
+        Array<int8_t> narrow(packed.size());
+        std::vector<int32_t> res_ptr, res;
+        int8::split_narrow(packed.data(), groups, ocg, kp, narrow.mutable_data(), &res_ptr,
+                           &res);
+        Array<int32_t> ptr(static_cast<py::ssize_t>(res_ptr.size()));
+        Array<int32_t> entries(static_cast<py::ssize_t>(res.size()));
+        std::copy(res_ptr.begin(), res_ptr.end(), ptr.mutable_data());
+        std::copy(res.begin(), res.end(), entries.mutable_data());
+        return py::make_tuple(narrow, ptr, entries);
+    }, py::arg("packed"), py::arg("groups"), py::arg("ocg"), py::arg("kp"),
+       "conv-packed s8 -> its narrow form (packed s8, res_ptr s32 (OC + 1,), res s32 "
+       "(2 * nnz,)); int8_cgemm.h, NarrowWeights");
     m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "

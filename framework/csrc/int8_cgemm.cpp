@@ -132,6 +132,8 @@ struct ConvPlan {
     std::vector<int64_t> qoff;   // (kp / 4,) k-quad q's panels in a packed block
     PackFn pack;
     CTileFn tile;
+    const int32_t* res_ptr = nullptr;  // the narrow form's residual (NarrowWeights), or null
+    const int32_t* res = nullptr;
     // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or
     // more position blocks reuse them and rows are kWideMinDepth deep or more, else null (the
     // tile widens its block's itself).
@@ -204,7 +206,8 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const int64_t j = ob * kOcBlock;
         if (j >= s.ocg) break;
         const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
-        const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
+        const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
+                          s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res};
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         const auto tile = [&](uint8_t* dst, int64_t ldo) {
             if (s.wide) {  // 4 packed bytes -> 2 words
@@ -262,7 +265,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo,
-            const int8_t* wamx, bool narrow) {
+            const int8_t* wamx, const NarrowWeights* narrow) {
     if (algo == ConvAlgo::direct && !direct_takes(g)) {
         throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
                                     " by 4, got " + std::to_string(g.c / g.groups));
@@ -275,6 +278,8 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
     }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    const NarrowWeights* nw = narrow && narrow_tile() ? narrow : nullptr;
+    if (nw) packed = nw->packed;
     const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
     if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
         conv2d_amx(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, wamx, b.data(), r,
@@ -282,11 +287,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         return;
     }
     if (algo == ConvAlgo::direct || (algo == ConvAlgo::automatic && direct_wins(g))) {
-        conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, narrow,
+        conv2d_direct(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, packed, nw,
                       b.data(), r, out);
         return;
     }
-    ConvPlan s = plan(x, g, narrow);
+    ConvPlan s = plan(x, g, nw != nullptr);
+    if (nw) {
+        s.res_ptr = nw->res_ptr;
+        s.res = nw->res;
+    }
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     std::unique_ptr<int32_t[]> wide;
     if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks && s.kp >= kWideMinDepth) {

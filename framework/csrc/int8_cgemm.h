@@ -77,7 +77,27 @@ struct RowParams {
     const int32_t* bias;        // corrected: bias - z * row_sums
     const int32_t* multiplier;
     const int32_t* shift;
+    // The narrow tile's residual (NarrowWeights) from the block's first row on; null: none.
+    const int32_t* res_ptr = nullptr;
+    const int32_t* res = nullptr;
 };
+
+// Conv weights for the narrow AVX2 tile (cgemm_tile_avx2_narrow). vpmaddubsw sums the
+// products of a k-quad's bytes 0-1 and 2-3 into a saturating int16, exact when each pair has
+// |w0| + |w1| <= 128 (255 * 128 < 2^15). split_narrow writes the packed weights with every
+// pair past that bound clamped to [-64, 64], and the clamped-off parts (|r| <= 64, so they
+// obey the bound too) as a sparse residual the tile adds after its dense loop: row j's
+// entries are res[2e] (its k-quad) and res[2e + 1] (the quad's 4 residual bytes) for e in
+// [res_ptr[j], res_ptr[j + 1]). 7-bit weights (|w| <= 64) have no residual; full-range
+// 8-bit weights with a bell-shaped spread have a few per cent of quads in it.
+struct NarrowWeights {
+    const int8_t* packed;
+    const int32_t* res_ptr;  // (OC + 1,)
+    const int32_t* res;      // (2 * res_ptr[OC],)
+};
+// packed: the conv layout of groups * ocg rows of kp bytes; narrow: as many bytes.
+void split_narrow(const int8_t* packed, int64_t groups, int64_t ocg, int64_t kp, int8_t* narrow,
+                  std::vector<int32_t>* res_ptr, std::vector<int32_t>* res);
 
 // rows (<= kOcBlock) channels x npos (<= kPos) positions: out[r*ldo + p] = requantized
 // sum_k w[r][k] * acts[qoff[k/4] + 4*p + k%4]. w is the block's packed rows.
@@ -94,8 +114,8 @@ void widen_weights_avx2(const int8_t* w, int64_t groups, int32_t* out);
 void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_t* wx,
                           int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                           const Requant& r, uint8_t* out, int64_t ldo);
-// Narrow weights (every |w| <= 64, as 7-bit grids [-63, 63] give): the AVX2 tile on the
-// packed bytes with vpmaddubsw, whose pair sums cannot saturate then (2 * 255 * 64 < 2^15).
+// Narrow weights (NarrowWeights.packed, with q's residual): the AVX2 tile on the packed
+// bytes with vpmaddubsw, whose pair sums cannot saturate then.
 void cgemm_tile_avx2_narrow(const uint8_t* acts, const int64_t* qoff, const int8_t* w,
                             int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                             const Requant& r, uint8_t* out, int64_t ldo);
@@ -104,8 +124,11 @@ void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
                      uint8_t* out, int64_t ldo);
 using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
                          int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
-// The tile of the current ISA; narrow: the weights are narrow (above).
+// The tile of the current ISA; narrow: the weights are in the narrow form (above), which
+// only cgemm_tile_avx2_narrow reads (the AVX2 tiles without VNNI).
 CTileFn cgemm_tile(bool narrow = false);
+// Whether the current ISA's tile takes the narrow form.
+inline bool narrow_tile() { return cgemm_tile(true) == cgemm_tile_avx2_narrow; }
 
 // One plane (h, w) padded: (pt + h + pb, pl + w + pr) bytes, the zero point z outside and
 // every byte xor flip (the sign bit, for s8) inside.
@@ -158,9 +181,10 @@ void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, cons
 // choice takes it, and the convolution itself (bias already corrected for the zero point).
 bool direct_takes(const ConvGeom& g);
 bool direct_wins(const ConvGeom& g);
+// nw: the weights' narrow form, for the narrow tile (null: packed, the current ISA's tile).
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
-                   const int8_t* packed, bool narrow, const int32_t* bias, const Requant& r,
-                   uint8_t* out);
+                   const int8_t* packed, const NarrowWeights* nw, const int32_t* bias,
+                   const Requant& r, uint8_t* out);
 
 // Depthwise, one channel plane: xp (Hp, Wp) padded with the zero point (u8, sign bit
 // flipped for s8) and readable kPadSlack bytes past its end; q holds the channel's bias

@@ -11,8 +11,9 @@
 // per convolution: cgemm_tile_avx2_wide), so that the inner loop broadcasts a ready pair from
 // memory. Register tile: up to 4 channels x 16
 // positions (8 ymm accumulators); a tile of 5 or 6 channels runs as two passes over the
-// activations. Narrow weights (|w| <= 64, the 7-bit grid) take cgemm_tile_avx2_narrow,
-// where vpmaddubsw is exact. The store requantizes lane for lane as reference.requantize.
+// activations. Weights in the narrow form (NarrowWeights: pairs clamped to |w0| + |w1| <= 128,
+// the rest as a sparse residual) take cgemm_tile_avx2_narrow, where vpmaddubsw is exact. The
+// store requantizes lane for lane as reference.requantize.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -75,7 +76,8 @@ void sub_tile(const uint8_t* acts, const int64_t* qoff, const int32_t* wx, int64
 #undef TY_DOT
 
 // Narrow weights: one vpmaddubsw on the raw bytes (u8 x s8 pairs summed into int16, exact
-// since |w| <= 64: 2 * 255 * 64 < 2^15) and one vpmaddwd by ones (the two pairs into int32):
+// since |w0| + |w1| <= 128: 255 * 128 < 2^15) and one vpmaddwd by ones (the two pairs into
+// int32), then the residual quads of each row (NarrowWeights):
 // as many multiply-port operations as the split form, but no split and no widened weights,
 // so all 6 channels of a block fit one pass over the activations (12 accumulators, one of
 // which GCC keeps on the stack). On Zen 3, 6 channels x 16 positions took 0.94-0.98x the
@@ -91,6 +93,23 @@ void sub_tile(const uint8_t* acts, const int64_t* qoff, const int32_t* wx, int64
             c##i##1 = _mm256_add_epi32(                                                \
                 c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));        \
     }
+
+// Row i's residual quads (NarrowWeights), the same steps one k-quad at a time.
+#define TY_NRES(i)                                                                     \
+    if (R > i)                                                                         \
+        for (int32_t e = q.res_ptr[i]; e < q.res_ptr[i + 1]; ++e) {                    \
+            const uint8_t* a = acts + qoff[q.res[2 * e]];                              \
+            const __m256i w = _mm256_set1_epi32(q.res[2 * e + 1]);                     \
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)); \
+            c##i##0 = _mm256_add_epi32(c##i##0,                                        \
+                                       _mm256_madd_epi16(_mm256_maddubs_epi16(x0, w), ones)); \
+            if (P > 1) {                                                               \
+                const __m256i x1 =                                                     \
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32));      \
+                c##i##1 = _mm256_add_epi32(                                            \
+                    c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));    \
+            }                                                                          \
+        }
 
 // R channels (the rows of the packed block w) x 8P positions, narrow weights.
 template <int R, int P>
@@ -110,10 +129,14 @@ void narrow_sub_tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
             P > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)) : z;
         TY_NDOT(0) TY_NDOT(1) TY_NDOT(2) TY_NDOT(3) TY_NDOT(4) TY_NDOT(5)
     }
+    if (q.res_ptr) {
+        TY_NRES(0) TY_NRES(1) TY_NRES(2) TY_NRES(3) TY_NRES(4) TY_NRES(5)
+    }
     TY_STORE(0) TY_STORE(1) TY_STORE(2) TY_STORE(3) TY_STORE(4) TY_STORE(5)
 }
 
 #undef TY_NDOT
+#undef TY_NRES
 #undef TY_STORE
 
 using SubFn = void (*)(const uint8_t*, const int64_t*, const int32_t*, int64_t, int64_t,

@@ -3,6 +3,7 @@
 // reference the SIMD twins in int8_cgemm_avx2.cpp / _avx512.cpp / _vnni.cpp match bit for
 // bit), the tile dispatch, and the per-thread scratch (here, in a generic unit, because ISA
 // units must not instantiate STL templates). The driver is int8_cgemm.cpp.
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -30,6 +31,39 @@ void pack_conv_weights(const int8_t* w, int64_t oc, int64_t cg, int64_t taps, in
             sum += v;
         }
         row_sums[j] = sum;
+    }
+}
+
+void split_narrow(const int8_t* packed, int64_t groups, int64_t ocg, int64_t kp, int8_t* narrow,
+                  std::vector<int32_t>* res_ptr, std::vector<int32_t>* res) {
+    const int64_t nq = kp / kGroup;
+    std::memcpy(narrow, packed, static_cast<size_t>(groups * ocg * kp));
+    res_ptr->assign(1, 0);
+    res->clear();
+    for (int64_t j = 0; j < groups * ocg; ++j) {
+        const int64_t gi = j / ocg, jg = j % ocg, b = jg / kOcBlock, r = jg % kOcBlock;
+        const int64_t rb = ocg - b * kOcBlock < kOcBlock ? ocg - b * kOcBlock : kOcBlock;
+        int8_t* block = narrow + gi * ocg * kp + b * kOcBlock * kp;
+        for (int64_t q = 0; q < nq; ++q) {
+            int8_t* w = block + q * rb * kGroup + r * kGroup;
+            uint8_t rest[kGroup] = {};
+            bool any = false;
+            for (int64_t t = 0; t < kGroup; t += 2) {
+                if (std::abs(w[t]) + std::abs(w[t + 1]) <= 128) continue;
+                for (int64_t u = t; u < t + 2; ++u) {
+                    const int clamped = w[u] < -64 ? -64 : (w[u] > 64 ? 64 : w[u]);
+                    rest[u] = static_cast<uint8_t>(w[u] - clamped);
+                    w[u] = static_cast<int8_t>(clamped);
+                }
+                any = true;
+            }
+            if (!any) continue;
+            int32_t word;
+            std::memcpy(&word, rest, sizeof(word));
+            res->push_back(static_cast<int32_t>(q));
+            res->push_back(word);
+        }
+        res_ptr->push_back(static_cast<int32_t>(res->size() / 2));
     }
 }
 

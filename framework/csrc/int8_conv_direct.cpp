@@ -153,7 +153,8 @@ int64_t block_segments(int64_t wph, const ConvGeom& g, int64_t v0, int64_t npos,
 
 // Weight blocks [ob0, ob1) of group gi of image n over virtual block vb.
 void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, CTileFn tile,
-                  const int8_t* packed, const int32_t* bias, const Requant& r, int64_t n,
+                  const int8_t* packed, const NarrowWeights* nw, const int32_t* bias,
+                  const Requant& r, int64_t n,
                   int64_t gi, int64_t vb, int64_t ob0, int64_t ob1, uint8_t* out) {
     const int64_t v0 = vb * kPos, npos = d.nv - v0 < kPos ? d.nv - v0 : kPos;
     Segment segs[kPos + 1];
@@ -165,7 +166,8 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         const int64_t j = ob * kOcBlock;
         if (j >= d.ocg) break;
         const int64_t rows = d.ocg - j < kOcBlock ? d.ocg - j : kOcBlock;
-        const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j};
+        const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
+                          nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr};
         tile(acts, in.qoff.data(), packed + (gi * d.ocg + j) * d.kp, d.kp, rows, npos, q, r,
              stage, kPos);
         for (int64_t i = 0; i < rows; ++i) {
@@ -181,11 +183,12 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
 }  // namespace
 
 void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
-                   const int8_t* packed, bool narrow, const int32_t* bias, const Requant& r,
-                   uint8_t* out) {
+                   const int8_t* packed, const NarrowWeights* nw, const int32_t* bias,
+                   const Requant& r, uint8_t* out) {
     const QuadInput in = quad_input(g, flip, z);
     const DirectPlan d = direct_plan(g, in);
-    const CTileFn tile = cgemm_tile(narrow);
+    const CTileFn tile = cgemm_tile(nw != nullptr);
+    if (nw) packed = nw->packed;
     const int64_t tasks = g.n * g.groups * d.vblocks;
 #pragma omp parallel
     {
@@ -194,7 +197,7 @@ void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         for (int64_t t = 0; t < tasks * d.chunks; ++t) {
             const int64_t ch = t % d.chunks, task = t / d.chunks;
             const int64_t vb = task % d.vblocks, ng = task / d.vblocks;
-            direct_tiles(d, in, g, tile, packed, bias, r, ng / g.groups, ng % g.groups, vb,
+            direct_tiles(d, in, g, tile, packed, nw, bias, r, ng / g.groups, ng % g.groups, vb,
                          ch * d.ob_per_chunk, (ch + 1) * d.ob_per_chunk, out);
         }
     }

@@ -37,14 +37,14 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // the shape; AMX where the OS grants it, weights are packed for it, the shape fits and the
 // tiles passed their check); direct needs C/groups % 4 == 0, amx the shapes amx_takes and
 // wamx, on real tiles where granted and emulated ones elsewhere (std::invalid_argument
-// otherwise). narrow: the caller's word that every weight is within [-64, 64]
-// (PackedWeight.narrow checks it at pack time), which AVX2 tiles without VNNI run faster with
-// the same results; a false word makes their int16 pair sums saturate.
+// otherwise). narrow: the weights' narrow form (int8_cgemm.h, split_narrow), which the AVX2
+// tiles without VNNI run faster with the same results; others read packed.
 enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2, amx = 3 };
+struct NarrowWeights;
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out,
             ConvAlgo algo = ConvAlgo::automatic, const int8_t* wamx = nullptr,
-            bool narrow = false);
+            const NarrowWeights* narrow = nullptr);
 
 // Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,

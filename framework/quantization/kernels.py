@@ -26,8 +26,7 @@ class PackedWeight:
 
     shape: the original weight shape, (N, K) for linear or (OC, C/groups, kh, kw) for conv.
     Depthwise convolutions (C/groups == 1, groups > 1) keep the raw weights.
-    narrow: every weight is within [-64, 64] (7-bit grids, `reduce_range` in the weight
-    observer): AVX2 convolutions without VNNI then take a faster tile with the same results.
+    `narrow` is the conv weights' form for the AVX2 tile without VNNI, made on first use.
     """
 
     def __init__(self, w, groups=1):
@@ -37,8 +36,7 @@ class PackedWeight:
                              f"with OC divisible by groups={groups}")
         self.shape, self.groups = tuple(w.shape), int(groups)
         self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
-        self.narrow = bool(w.size) and int(np.abs(w.astype(np.int16)).max()) <= 64
-        self._w4, self._amx = (w if w.ndim == 4 and groups == 1 else None), None
+        self._w4, self._amx, self._narrow = (w if w.ndim == 4 and groups == 1 else None), None, None
         if self.depthwise:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
@@ -55,6 +53,8 @@ class PackedWeight:
         for key in ("packed", "_amx"):
             if getattr(self, key, None) is not None:
                 setattr(self, key, _aligned(getattr(self, key)))
+        if self.__dict__.get("_narrow"):
+            self._narrow = (_aligned(self._narrow[0]),) + tuple(self._narrow[1:])
 
     @property
     def out_channels(self):
@@ -70,10 +70,26 @@ class PackedWeight:
         return self._amx
 
     @property
+    def narrow(self):
+        """The narrow form for the AVX2 tile without VNNI (framework/csrc/int8_cgemm.h,
+        NarrowWeights): (packed s8, res_ptr s32 (OC + 1,), res s32), made on first use; None
+        for linear and depthwise weights, and where the residual holds more than
+        NARROW_MAX_RESIDUAL of the rows' k-quads (the tile splitting the activations then
+        wins). With 7-bit weights (`reduce_range`) the residual is empty."""
+        if self._narrow is None:
+            self._narrow = False
+            if len(self.shape) == 4 and not self.depthwise:
+                form = split_narrow(self)
+                quads = self.packed.size // 4
+                if form[2].size // 2 <= NARROW_MAX_RESIDUAL * quads:
+                    self._narrow = (_aligned(form[0]),) + form[1:]
+        return self._narrow or None
+
+    @property
     def nbytes(self):
+        extra = [a for a in (self._amx,) + (self._narrow or ()) if a is not None]
         return (self.raw.nbytes if self.depthwise
-                else self.packed.nbytes + self.row_sums.nbytes +
-                (self._amx.nbytes if self._amx is not None else 0))
+                else self.packed.nbytes + self.row_sums.nbytes + sum(a.nbytes for a in extra))
 
 
 def _aligned(a):
@@ -85,6 +101,19 @@ def _aligned(a):
     out = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
+
+
+# The narrow tile's residual costs about two dense k-quads a quad (one row, not six, per
+# activation load, and an index); past this share of quads the split tile is faster.
+NARROW_MAX_RESIDUAL = 0.25
+
+
+def split_narrow(packed):
+    """A conv PackedWeight's narrow form, whatever its residual: (packed s8, res_ptr s32
+    (OC + 1,), res s32 (2 * entries,)); `PackedWeight.narrow` keeps it where it pays."""
+    oc, cg, kh, kw = packed.shape
+    kp = -(-cg * kh * kw // 4) * 4
+    return _C.int8_split_narrow(packed.packed, packed.groups, oc // packed.groups, kp)
 
 
 def pack_weights(w, groups=1):
@@ -235,7 +264,8 @@ class PreparedConv:
                 algorithm == "auto" and _C.current_isa() == "amx" and
                 packed.shape[2] * packed.shape[3] > 1) else None
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
-                packed.groups, CONV_ALGORITHMS.index(algorithm), amx, packed.narrow)
+                packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
+                packed.narrow if _C.current_isa() in ("avx2", "avx512") else None)
             self._fn = _C.int8_conv2d
 
     def __call__(self, x, x_zero_point):
