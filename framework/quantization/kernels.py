@@ -50,11 +50,15 @@ class PackedWeight:
     def __setstate__(self, state):
         # a copy (deepcopy, pickle) gets numpy's alignment: align the packed buffers again
         self.__dict__.update(state)
+        self.__dict__.pop("narrow", None)  # a bool before the narrow form replaced it
+        self.__dict__.setdefault("_narrow", None)
         for key in ("packed", "_amx"):
             if getattr(self, key, None) is not None:
                 setattr(self, key, _aligned(getattr(self, key)))
-        if self.__dict__.get("_narrow"):
-            self._narrow = (_aligned(self._narrow[0]),) + tuple(self._narrow[1:])
+        if self._narrow:
+            same = np.array_equal(self._narrow[0], self.packed)
+            self._narrow = (self.packed if same else _aligned(self._narrow[0]),) + tuple(
+                self._narrow[1:])
 
     @property
     def out_channels(self):
@@ -82,12 +86,15 @@ class PackedWeight:
                 form = split_narrow(self)
                 quads = self.packed.size // 4
                 if form[2].size // 2 <= NARROW_MAX_RESIDUAL * quads:
-                    self._narrow = (_aligned(form[0]),) + form[1:]
+                    # no residual (7-bit weights): the packed bytes themselves
+                    bytes_ = self.packed if form[2].size == 0 else _aligned(form[0])
+                    self._narrow = (bytes_,) + form[1:]
         return self._narrow or None
 
     @property
     def nbytes(self):
-        extra = [a for a in (self._amx,) + (self._narrow or ()) if a is not None]
+        extra = [a for a in (self._amx,) + (self._narrow or ())
+                 if a is not None and a is not self.packed]
         return (self.raw.nbytes if self.depthwise
                 else self.packed.nbytes + self.row_sums.nbytes + sum(a.nbytes for a in extra))
 
