@@ -18,9 +18,11 @@ once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized
 per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ model
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
---reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`), which AVX2
-CPUs without VNNI run on a faster exact tile (column int8r); the peers' kernels do not
-depend on the weights' range.
+--reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`; column
+int8r): AVX2 CPUs without VNNI run both on the exact vpmaddubsw tile, 8-bit weights with a
+sparse residual for the byte pairs past its bound (int8_cgemm.h, NarrowWeights), 7-bit ones
+with none; the peers' kernels do not depend on the weights' range. The weights are the zoo
+models' random initialisation (Kaiming-normal), quantized per channel.
 
     python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5]
                                [--rounds 3] [--stat min] [--threads N] [--layers]
@@ -280,8 +282,8 @@ def main():
     parser.add_argument("--layers", action="store_true", help="print every layer")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--reduce-range", action="store_true",
-                        help="also time ours with 7-bit weights (column int8r): the narrow "
-                             "tile on AVX2 without VNNI")
+                        help="also time ours with 7-bit weights (column int8r): no residual "
+                             "on the narrow tile of AVX2 without VNNI")
     args = parser.parse_args()
     # numpy came before tianyuan here: OpenBLAS must get its short spin from a restart, or
     # its workers slow the float convolutions that follow its GEMMs

@@ -13,8 +13,8 @@ fuse_groups: each conv + frozen BN + activation as one convolution), as `tianyua
 does. Int8: post-training calibration on two random batches, then convert (ours:
 quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the accuracy of
 int8 is `tianyuan quantize`'s. int8r: ours with 7-bit weights
-(calibration_reduce_range_qconfig), which AVX2 CPUs without VNNI convolve on a faster exact
-tile. Training: SGD steps on random data at --train-batch, images/s from the median step.
+(calibration_reduce_range_qconfig), which AVX2 CPUs without VNNI convolve on the exact
+vpmaddubsw tile with no residual (8-bit weights take it with one, int8_cgemm.h). Training: SGD steps on random data at --train-batch, images/s from the median step.
 Peers run in a child process, one framework at a time (torch ships its own OpenMP runtime).
 """
 import argparse
