@@ -4,7 +4,8 @@ engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipp
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
 latter also as a share of the VNNI peak measured in the run (before and after each network;
 the largest so far) and of the AMX peak, measured alike, on machines that grant AMX tiles
-(without VNNI: of the exact AVX2 form's peak, vpmaddwd + vpaddd, the AVX2 tile's ceiling);
+(without VNNI: of AVX-VNNI's vpdpbusd on ymm on the avxvnni path, else of the exact AVX2
+form's peak, vpmaddwd + vpaddd, the AVX2 split tile's ceiling);
 each network's ratios are marked against the targets (int8 <= 0.4x our float32 time and
 <= 1.0x the faster peer's).
 
@@ -221,14 +222,17 @@ def _target(ratio, target):
 
 def measured_peaks(seen):
     """{name: TOP/s}: the VNNI and, where the OS grants tiles, the AMX peak measured now
-    (register-only vpdpbusd / TDPBUSD loops on every thread), or without VNNI the exact AVX2
-    form's (vpmaddwd + vpaddd), each the largest of this and the earlier measurements in
+    (register-only vpdpbusd / TDPBUSD loops on every thread), or without VNNI AVX-VNNI's (its
+    vpdpbusd on ymm) or the exact AVX2 form's (vpmaddwd + vpaddd), each the largest of this and the earlier measurements in
     `seen` (a slow spell of the shared machine lowers a measurement, nothing raises one); {}
     without AVX2."""
     if "vnni" not in ty.available_isas():
-        if "avx2" not in ty.available_isas():
+        if ty.current_isa() == "avxvnni":
+            seen.append({"AVX-VNNI": K.avxvnni_peak() / 1e12})
+        elif "avx2" in ty.available_isas():
+            seen.append({"AVX2 vpmaddwd": K.avx2_peak() / 1e12})
+        else:
             return {}
-        seen.append({"AVX2 vpmaddwd": K.avx2_peak() / 1e12})
         return {name: max(s[name] for s in seen) for name in seen[-1]}
     seen.append({"VNNI": K.vnni_peak() / 1e12})
     if "amx" in ty.available_isas():

@@ -3,17 +3,18 @@ import os
 
 from . import _C
 
-ISA_LEVELS = ("generic", "avx2", "avx512", "vnni", "amx")
+# Each level runs the kernels of those before it, but avxvnni (AVX2 with the VEX vpdpbusd,
+# framework/csrc/cpu.h), which some AVX-512 CPUs lack.
+ISA_LEVELS = ("generic", "avx2", "avxvnni", "avx512", "vnni", "amx")
 
 
 def available_isas():
     """ISA paths this machine can run, lowest first."""
-    best = ISA_LEVELS.index(_C.best_isa())
-    return list(ISA_LEVELS[: best + 1])
+    return [name for name in ISA_LEVELS if _C.isa_runs(name)]
 
 
 def set_isa(name):
-    """Force the kernels' ISA path ('generic', 'avx2', 'avx512', 'vnni', 'amx')."""
+    """Force the kernels' ISA path ('generic', 'avx2', 'avxvnni', 'avx512', 'vnni', 'amx')."""
     if name not in ISA_LEVELS:
         raise ValueError(f"unknown ISA '{name}'; expected one of {', '.join(ISA_LEVELS)}")
     if name not in available_isas():

@@ -3,9 +3,12 @@
 # statically from framework/csrc, runs as the init of a Linux guest booted in Bochs 3.0 (its
 # Sapphire Rapids model implements AMX), and compares the real tiles with the VNNI algorithm
 # and with the emulated tiles the test suite checks. Prints the guest's AMXCHECK lines; exit
-# status 0 when they all agree.
+# status 0 when they all agree. CHECK=isa runs isa_check.cpp instead (every ISA path of the
+# convolution against the generic one; ISACHECK lines) on MODEL (arrow_lake: AVX2 with
+# AVX-VNNI and no AVX-512; sapphire_rapids, the default: AVX-512 VNNI too).
 #
 #   sudo sh bench/amx_bochs/run.sh          # about 2 minutes of setup, 2 of Bochs
+#   sudo CHECK=isa MODEL=arrow_lake sh bench/amx_bochs/run.sh
 #
 # Needs root (debootstrap, chroot), g++ with -mamx-tile, and the Debian mirror (the guest and
 # Bochs come from Debian trixie, unpacked under $AMX_BOCHS_ROOT, default
@@ -19,6 +22,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CSRC="$HERE/../../framework/csrc"
 ROOT=${AMX_BOCHS_ROOT:-/tmp/tianyuan-amx-bochs}
 WORK="$ROOT/work"
+CHECK=${CHECK:-amx}
+MODEL=${MODEL:-sapphire_rapids}
+TAG=$(echo "$CHECK" | tr a-z A-Z)CHECK
 
 if [ ! -x "$ROOT/usr/bin/bochs" ]; then
     command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
@@ -33,20 +39,21 @@ rm -rf "$WORK" && mkdir -p "$WORK/obj" "$WORK/mod" "$WORK/initrd/bin" "$WORK/ini
     "$WORK/iso/isolinux"
 
 # the checker: every kernel unit but the Python bindings, each with its ISA's flags (setup.py)
-for src in "$CSRC"/*.cpp "$HERE/amx_check.cpp"; do
+for src in "$CSRC"/*.cpp "$HERE/${CHECK}_check.cpp"; do
     name=$(basename "$src" .cpp)
     case "$name" in bind*) continue ;; esac
     case "$name" in
         *_avx2) isa="-mavx2 -mfma -mf16c" ;;
+        *_avxvnni) isa="-mavx2 -mfma -mf16c -mavxvnni" ;;
         *_avx512) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma" ;;
         *_vnni) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma" ;;
-        *_amx) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mamx-tile \
-                    -mamx-int8" ;;
+        *_amx) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma \
+                    -mavx512vbmi -mamx-tile -mamx-int8" ;;
         *) isa="" ;;
     esac
     echo "g++ -std=c++17 -O2 -fopenmp -fno-math-errno $isa -I$CSRC -c $src -o $WORK/obj/$name.o"
 done | xargs -P "$(nproc)" -I{} sh -c "{}"
-g++ -static -fopenmp "$WORK"/obj/*.o -o "$WORK/initrd/amx_check" 2>/dev/null
+g++ -static -fopenmp "$WORK"/obj/*.o -o "$WORK/initrd/check" 2>/dev/null
 
 cp "$HERE/amxon.c" "$WORK/mod/" && echo "obj-m := amxon.o" > "$WORK/mod/Makefile"
 chroot "$ROOT" make -s -C "/usr/src/linux-headers-$KVER" M=/work/mod modules
@@ -55,13 +62,14 @@ cp "$WORK/mod/amxon.ko" "$ROOT/bin/busybox" "$WORK/initrd/" && mv "$WORK/initrd/
 cat > "$WORK/initrd/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
-/bin/busybox insmod /amxon.ko
-OMP_NUM_THREADS=1 AMXCHECK_REAL=1 /amx_check
-echo "AMXCHECK exit $?"
+[ "$(cat /check.kind)" = amx ] && /bin/busybox insmod /amxon.ko
+OMP_NUM_THREADS=1 AMXCHECK_REAL=1 /check
+echo "CHECK exit $?"
 /bin/busybox sleep 5
 /bin/busybox poweroff -f
 EOF
 chmod +x "$WORK/initrd/init"
+echo "$CHECK" > "$WORK/initrd/check.kind"  # amxon.ko sets XCR0's tile bits: AMX models only
 chroot "$ROOT" sh -c "cd /work/initrd && find . | cpio -o -H newc 2>/dev/null | gzip -1 \
     > /work/iso/initrd.gz"
 cp "$ROOT/boot/vmlinuz-$KVER" "$WORK/iso/vmlinuz"
@@ -79,7 +87,7 @@ chroot "$ROOT" xorriso -as mkisofs -quiet -o /work/boot.iso -b isolinux/isolinux
     -c isolinux/boot.cat -no-emul-boot -boot-load-size 4 -boot-info-table /work/iso
 cat > "$WORK/bochsrc" <<'EOF'
 megs: 512
-cpu: model=sapphire_rapids, count=1, ips=100000000
+cpu: model=MODEL, count=1, ips=100000000
 romimage: file=/usr/share/bochs/BIOS-bochs-latest
 vgaromimage: file=/usr/share/bochs/VGABIOS-lgpl-latest
 ata0-master: type=cdrom, path=/work/boot.iso, status=inserted
@@ -89,13 +97,15 @@ display_library: rfb, options="timeout=0"
 log: /work/bochs.log
 clock: sync=none
 EOF
+sed -i "s/model=MODEL/model=$MODEL/" "$WORK/bochsrc"
 # the guest halts when done (no ACPI power-off): stop Bochs once the checker has reported
 chroot "$ROOT" timeout 1200 bochs -q -f /work/bochsrc > "$WORK/bochs.out" 2>&1 &
 bochs=$!
-while kill -0 "$bochs" 2>/dev/null && ! grep -a -q "AMXCHECK exit" "$WORK/serial.txt" 2>/dev/null
+while kill -0 "$bochs" 2>/dev/null && ! grep -a -q "CHECK exit" "$WORK/serial.txt" 2>/dev/null
 do
     sleep 2
 done
 sleep 2 && kill "$bochs" 2>/dev/null || true
-grep -a AMXCHECK "$WORK/serial.txt" || { echo "no AMXCHECK output: see $WORK/bochs.log"; exit 1; }
-grep -a -q "AMXCHECK ALL EQUAL" "$WORK/serial.txt"
+grep -a "$TAG\|CHECK exit" "$WORK/serial.txt" ||
+    { echo "no $TAG output: see $WORK/bochs.log"; exit 1; }
+grep -a -q "$TAG.*ALL EQUAL" "$WORK/serial.txt"

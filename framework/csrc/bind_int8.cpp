@@ -161,6 +161,10 @@ void bind_int8_gemm(py::module_& m) {
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only vpmaddwd + vpaddd loop (the exact "
           "AVX2 product; steps x 6 pairs on every thread); RuntimeError without AVX2");
+    m.def("int8_avxvnni_peak", &int8::avxvnni_peak, py::arg("steps"),
+          py::call_guard<py::gil_scoped_release>(),
+          "int8 operations per second of a register-only AVX-VNNI vpdpbusd loop (ymm, "
+          "steps x 12 instructions on every thread); RuntimeError without AVX-VNNI");
     m.def("int8_pack_weights", &int8_pack, py::arg("w"),
           "w s8 (G, N, K) -> (packed s8, row_sums s32 (G*N,)); layout in int8_gemm.h");
     m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),

@@ -21,7 +21,7 @@ Isa parse_isa(const std::string& name) {
         if (name == isa_name(static_cast<Isa>(i))) return static_cast<Isa>(i);
     }
     throw std::invalid_argument("unknown ISA '" + name +
-                                "'; expected one of generic, avx2, avx512, vnni, amx");
+                                "'; expected one of generic, avx2, avxvnni, avx512, vnni, amx");
 }
 
 py::dict features_dict() {
@@ -35,6 +35,7 @@ py::dict features_dict() {
     d["avx512dq"] = f.avx512dq;
     d["avx512_vnni"] = f.avx512vnni;
     d["avx512_vbmi"] = f.avx512vbmi;
+    d["avx_vnni"] = f.avxvnni;
     d["amx_tile"] = f.amx_tile;
     d["amx_int8"] = f.amx_int8;
     d["os_avx512"] = f.os_avx512;
@@ -47,6 +48,8 @@ void bind_runtime(py::module_& m) {
     m.def("cpu_features", &features_dict, "CPU features as detected by CPUID and XGETBV");
     m.def("best_isa", [] { return std::string(isa_name(best_isa())); });
     m.def("current_isa", [] { return std::string(isa_name(current_isa())); });
+    m.def("isa_runs", [](const std::string& name) { return isa_runs(parse_isa(name)); },
+          "whether this CPU and OS can run the named ISA path");
     m.def("set_isa", [](const std::string& name) {
         const Isa isa = parse_isa(name);
         if (!set_isa(isa)) {

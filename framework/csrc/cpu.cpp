@@ -51,6 +51,8 @@ CpuFeatures detect() {
     f.avx512vnni = f.avx512f && ((c >> 11) & 1);
     f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
     f.amx_tile = (d >> 24) & 1;
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avxvnni = f.avx2 && ((a1 >> 4) & 1);
     f.amx_int8 = (d >> 25) & 1;
     if (f.amx_tile && f.amx_int8 && f.avx512vnni && f.avx512vbmi && request_amx_permission()) {
         f.os_amx = (read_xcr0() & 0x60000) == 0x60000;
@@ -64,6 +66,7 @@ Isa detect_best() {
     if (avx512 && f.avx512vnni && f.os_amx) return Isa::amx;
     if (avx512 && f.avx512vnni) return Isa::vnni;
     if (avx512) return Isa::avx512;
+    if (f.avx2 && f.fma && f.avxvnni) return Isa::avxvnni;
     if (f.avx2 && f.fma) return Isa::avx2;
     return Isa::generic;
 }
@@ -91,8 +94,13 @@ Isa current_isa() {
     return g_isa;
 }
 
+bool isa_runs(Isa isa) {
+    if (isa == Isa::avxvnni) return cpu_features().avxvnni && best_isa() >= Isa::avx2;
+    return static_cast<int>(isa) <= static_cast<int>(best_isa());
+}
+
 bool set_isa(Isa isa) {
-    if (static_cast<int>(isa) > static_cast<int>(best_isa())) return false;
+    if (!isa_runs(isa)) return false;
     g_isa = isa;
     g_isa_set = true;
     return true;
@@ -102,6 +110,7 @@ const char* isa_name(Isa isa) {
     switch (isa) {
         case Isa::generic: return "generic";
         case Isa::avx2: return "avx2";
+        case Isa::avxvnni: return "avxvnni";
         case Isa::avx512: return "avx512";
         case Isa::vnni: return "vnni";
         case Isa::amx: return "amx";

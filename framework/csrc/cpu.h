@@ -3,7 +3,10 @@
 
 namespace tianyuan {
 
-enum class Isa : int { generic = 0, avx2 = 1, avx512 = 2, vnni = 3, amx = 4 };
+// Levels, each running the kernels of those below it, but avxvnni: AVX2 with the VEX
+// encoding of vpdpbusd (Intel's client cores since Alder Lake, E-core Xeons, AMD Zen 5),
+// which AVX-512 CPUs may lack (Skylake-X, Zen 4), so an AVX-512 level does not imply it.
+enum class Isa : int { generic = 0, avx2 = 1, avxvnni = 2, avx512 = 3, vnni = 4, amx = 5 };
 
 struct CpuFeatures {
     bool avx2 = false;
@@ -14,6 +17,7 @@ struct CpuFeatures {
     bool avx512dq = false;
     bool avx512vnni = false;
     bool avx512vbmi = false;  // byte permutes (the AMX store's transpose)
+    bool avxvnni = false;     // vpdpbusd on ymm, VEX-encoded
     bool amx_tile = false;
     bool amx_int8 = false;
     bool os_avx = false;     // XCR0 grants YMM state
@@ -26,6 +30,8 @@ const CpuFeatures& cpu_features();
 Isa best_isa();
 // Level the kernels dispatch on; starts at best_isa().
 Isa current_isa();
+// Whether this CPU and OS can run `isa`'s kernels.
+bool isa_runs(Isa isa);
 // Returns false (and changes nothing) when the machine cannot run `isa`.
 bool set_isa(Isa isa);
 const char* isa_name(Isa isa);

@@ -119,6 +119,10 @@ void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_
 void cgemm_tile_avx2_narrow(const uint8_t* acts, const int64_t* qoff, const int8_t* w,
                             int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                             const Requant& r, uint8_t* out, int64_t ldo);
+// AVX-VNNI (int8_cgemm_avxvnni.cpp): vpdpbusd on ymm, exact on the packed bytes.
+void cgemm_tile_avxvnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
+                        int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
+                        uint8_t* out, int64_t ldo);
 void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                      int64_t rows, int64_t npos, const RowParams& q, const Requant& r,
                      uint8_t* out, int64_t ldo);

@@ -124,6 +124,7 @@ uint8_t* thread_space(Space use, int64_t size) {
 CTileFn cgemm_tile(bool narrow) {
     if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
     if (current_isa() < Isa::avx2) return cgemm_tile_generic;
+    if (current_isa() == Isa::avxvnni) return cgemm_tile_avxvnni;
     return narrow ? cgemm_tile_avx2_narrow : cgemm_tile_avx2;
 }
 

@@ -107,6 +107,13 @@ double avx2_peak(int64_t steps) {
     return peak_ops(avx2_peak_steps, steps, 6 * 16 * 2);
 }
 
+double avxvnni_peak(int64_t steps) {
+    if (!isa_runs(Isa::avxvnni)) {
+        throw std::runtime_error("avxvnni_peak: this CPU (or its OS) offers no AVX-VNNI");
+    }
+    return peak_ops(avxvnni_peak_steps, steps, 12 * 32 * 2);
+}
+
 double vnni_peak(int64_t steps) {
     if (best_isa() < Isa::vnni) {
         throw std::runtime_error("vnni_peak: this CPU (or its OS) offers no AVX512-VNNI");

@@ -54,6 +54,10 @@ double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
 // pair plus the activations' split. avx2_peak throws std::runtime_error without AVX2.
 int64_t avx2_peak_steps(int64_t steps);
 double avx2_peak(int64_t steps);
+// And for AVX-VNNI's vpdpbusd on ymm (12 a step, 32 multiply-adds each): the ceiling of its
+// convolution tile (int8_cgemm_avxvnni.cpp); avxvnni_peak throws without AVX-VNNI.
+int64_t avxvnni_peak_steps(int64_t steps);
+double avxvnni_peak(int64_t steps);
 
 // Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), dispatched on current_isa().
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,

@@ -122,7 +122,7 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
     75 -> 34 ms, 64 channels at 56x56 40-42 -> 30-41, 512 at 7x7 33-38 -> 26-33); pointwise
     layers: `pointwise_direct_wins`."""
     isa = _C.current_isa()
-    if isa not in ("avx2", "avx512", "vnni", "amx"):
+    if isa not in ("avx2", "avxvnni", "avx512", "vnni", "amx"):
         return False
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     oh, ow = geo.out_size(*x.shape[2:])

@@ -195,6 +195,16 @@ def avx2_peak(steps=10_000_000, repeat=5):
     return float(np.median([_C.int8_avx2_peak(int(steps)) for _ in range(repeat)]))
 
 
+def avxvnni_peak(steps=10_000_000, repeat=5):
+    """The machine's AVX-VNNI int8 peak, operations per second: as `vnni_peak`, with the
+    VEX-encoded vpdpbusd on ymm (32 multiply-adds each), the AVX-VNNI convolution tile's
+    instruction. RuntimeError where the CPU or its OS lacks AVX-VNNI."""
+    if steps < 1 or repeat < 1:
+        raise ValueError(f"avxvnni_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
+    _C.int8_avxvnni_peak(int(steps))
+    return float(np.median([_C.int8_avxvnni_peak(int(steps)) for _ in range(repeat)]))
+
+
 def amx_peak(steps=200_000, repeat=5):
     """The machine's AMX int8 peak in operations per second: as `vnni_peak`, with a
     register-only TDPBUSD loop (`steps` x 4 instructions, 16 x 16 x 64 multiply-adds each) on

@@ -1,8 +1,8 @@
-"""The native extension's ISA split (setup.py): code built with AVX-512 or AMX flags may only
-run after the dispatcher chose that path, so no shared (COMDAT) function, such as an STL
-template instantiated in an ISA translation unit, may carry such instructions: the linker
-could pick that copy for generic code, which would then die with SIGILL on a CPU without
-AVX-512 (an AVX2-only AMD EPYC, say)."""
+"""The native extension's ISA split (setup.py): code built with AVX-512, AMX or AVX-VNNI flags
+may only run after the dispatcher chose that path, so no shared (COMDAT) function, such as
+an STL template instantiated in an ISA translation unit, may carry such instructions: the
+linker could pick that copy for generic code, which would then die with SIGILL on a CPU
+without them (an AVX2-only AMD EPYC, say)."""
 import re
 import shutil
 import subprocess
@@ -11,7 +11,8 @@ import pytest
 
 from tianyuan import _C
 
-WIDE = re.compile(r"%zmm|%k[1-7]\b|%tmm")
+# AVX-512 and AMX registers, and AVX-VNNI's VEX-encoded vpdpbusd (an AVX2-only CPU lacks it)
+WIDE = re.compile(r"%zmm|%k[1-7]\b|%tmm|\{vex\} vpdpbusd")
 SHARED = re.compile(r"(^|[\s<])(std|__gnu_cxx|pybind11)::")
 
 
@@ -33,4 +34,4 @@ def test_no_shared_function_carries_avx512_or_amx():
     wide = functions_with_wide_registers(_C.__file__)
     assert any("tianyuan::" in f for f in wide), "expected AVX-512 kernels in the extension"
     shared = sorted(f for f in wide if SHARED.search(f.split("(")[0]))
-    assert not shared, f"shared functions with AVX-512/AMX code: {shared[:5]}"
+    assert not shared, f"shared functions with AVX-512/AMX/AVX-VNNI code: {shared[:5]}"

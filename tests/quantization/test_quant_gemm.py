@@ -131,6 +131,18 @@ def test_avx2_peak_measures_or_says_why_not():
     assert 0.1e9 * 16 * 2 < per_core < 6.5e9 * 4 * 16 * 2
 
 
+def test_avxvnni_peak_measures_or_says_why_not():
+    with pytest.raises(ValueError, match="steps"):
+        K.avxvnni_peak(steps=0)
+    if "avxvnni" not in _native.available_isas():
+        with pytest.raises(RuntimeError, match="AVX-VNNI"):
+            K.avxvnni_peak(steps=1000, repeat=1)
+        return
+    # 12 vpdpbusd x 32 multiply-adds per step on each thread, as the VNNI peak's bounds
+    per_core = K.avxvnni_peak(steps=200_000, repeat=3) / ty.get_num_threads()
+    assert 0.1e9 * 2 * 32 * 2 < per_core < 6.5e9 * 2 * 32 * 2
+
+
 def test_amx_peak_measures_or_says_why_not():
     with pytest.raises(ValueError, match="steps"):
         K.amx_peak(steps=0)

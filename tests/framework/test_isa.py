@@ -1,0 +1,35 @@
+"""The ISA paths (framework/_native.py, framework/csrc/cpu.h): each level runs the kernels of
+those below it, but avxvnni (AVX2 with the VEX vpdpbusd), which some AVX-512 CPUs lack, so
+what a machine runs follows its CPU features, not only its best level."""
+import pytest
+
+import tianyuan as ty
+from tianyuan import _C
+from tianyuan._native import ISA_LEVELS
+
+
+def test_available_isas_follow_the_cpu():
+    isas = ty.available_isas()
+    assert isas[0] == "generic" and isas == [name for name in ISA_LEVELS if name in isas]
+    assert isas[-1] == _C.best_isa()
+    features = _C.cpu_features()
+    assert ("avxvnni" in isas) == bool(features["avx_vnni"])
+    assert ("avx2" in isas) == bool(features["avx2"] and features["fma"])
+    for lower, upper in [("avx2", "avxvnni"), ("avx2", "avx512"), ("avx512", "vnni"),
+                         ("vnni", "amx")]:
+        assert upper not in isas or lower in isas
+
+
+def test_set_isa_refuses_what_the_cpu_lacks():
+    with pytest.raises(ValueError, match="unknown ISA 'sse9'"):
+        ty.set_isa("sse9")
+    missing = [name for name in ISA_LEVELS if name not in ty.available_isas()]
+    if not missing:
+        pytest.skip("this machine runs every ISA path")
+    original = ty.current_isa()
+    for name in missing:
+        with pytest.raises(RuntimeError, match=f"ISA '{name}' is not available"):
+            ty.set_isa(name)
+        with pytest.raises(RuntimeError, match=f"ISA '{name}' is not supported"):
+            _C.set_isa(name)
+        assert not _C.isa_runs(name) and ty.current_isa() == original
