@@ -223,9 +223,9 @@ def _target(ratio, target):
 def measured_peaks(seen):
     """{name: TOP/s}: the VNNI and, where the OS grants tiles, the AMX peak measured now
     (register-only vpdpbusd / TDPBUSD loops on every thread), or without VNNI AVX-VNNI's (its
-    vpdpbusd on ymm) or the exact AVX2 form's (vpmaddwd + vpaddd), each the largest of this and the earlier measurements in
-    `seen` (a slow spell of the shared machine lowers a measurement, nothing raises one); {}
-    without AVX2."""
+    vpdpbusd on ymm) or the exact AVX2 form's (vpmaddwd + vpaddd), each the largest of this
+    and the earlier measurements in `seen` (a slow spell of the shared machine lowers a
+    measurement, nothing raises one); {} without AVX2."""
     if "vnni" not in ty.available_isas():
         if ty.current_isa() == "avxvnni":
             seen.append({"AVX-VNNI": K.avxvnni_peak() / 1e12})
