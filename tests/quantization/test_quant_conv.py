@@ -222,6 +222,32 @@ def test_split_narrow(shape, groups):
     assert (pair(full) > 128).any()
 
 
+def test_narrow_form_survives_copies():
+    """A copy (pickle, deepcopy) keeps the narrow form on 64-byte boundaries, and the 7-bit
+    weights' form its sharing of the packed bytes; a state pickled before the form existed
+    (a bool `narrow`) loads and makes it anew."""
+    import copy
+    import pickle
+    rng = np.random.default_rng(5)
+    w8 = np.clip(np.round(rng.normal(0, 30, (12, 16, 3, 3))), -128, 127).astype(np.int8)
+    w7 = np.clip(w8 // 2, -63, 63).astype(np.int8)
+    for w in (w8, w7):
+        packed = K.pack_weights(w)
+        form = packed.narrow
+        assert form is not None and (form[2].size > 0) == (w is w8)
+        for clone in (pickle.loads(pickle.dumps(packed)), copy.deepcopy(packed)):
+            got = clone.narrow
+            assert got[0].ctypes.data % 64 == 0 and (got[0] is clone.packed) == (w is w7)
+            for a, b in zip(form, got):
+                np.testing.assert_array_equal(a, b)
+        old = packed.__dict__.copy()
+        del old["_narrow"]
+        old["narrow"] = False
+        legacy = K.PackedWeight.__new__(K.PackedWeight)
+        legacy.__setstate__(old)
+        np.testing.assert_array_equal(legacy.narrow[2], form[2])
+
+
 def test_narrow_form_is_what_runs():
     """On AVX2 (without VNNI) the narrow form is what the tile reads: a false one, the raw
     full-range bytes with no residual, saturates and the result is wrong, which shows the
