@@ -51,9 +51,9 @@ CpuFeatures detect() {
     f.avx512vnni = f.avx512f && ((c >> 11) & 1);
     f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
     f.amx_tile = (d >> 24) & 1;
-    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avxvnni = f.avx2 && ((a1 >> 4) & 1);
     f.amx_int8 = (d >> 25) & 1;
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;  // leaf 7 sub-leaf 1: EAX bit 4, AVX-VNNI
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avxvnni = f.avx2 && ((a1 >> 4) & 1);
     if (f.amx_tile && f.amx_int8 && f.avx512vnni && f.avx512vbmi && request_amx_permission()) {
         f.os_amx = (read_xcr0() & 0x60000) == 0x60000;
     }

@@ -154,8 +154,8 @@ int64_t block_segments(int64_t wph, const ConvGeom& g, int64_t v0, int64_t npos,
 // Weight blocks [ob0, ob1) of group gi of image n over virtual block vb.
 void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, CTileFn tile,
                   const int8_t* packed, const NarrowWeights* nw, const int32_t* bias,
-                  const Requant& r, int64_t n,
-                  int64_t gi, int64_t vb, int64_t ob0, int64_t ob1, uint8_t* out) {
+                  const Requant& r, int64_t n, int64_t gi, int64_t vb, int64_t ob0, int64_t ob1,
+                  uint8_t* out) {
     const int64_t v0 = vb * kPos, npos = d.nv - v0 < kPos ? d.nv - v0 : kPos;
     Segment segs[kPos + 1];
     const int64_t nseg = block_segments(in.qp.wph, g, v0, npos, segs);
