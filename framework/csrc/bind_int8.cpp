@@ -85,9 +85,11 @@ int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size
     const auto& [w, ptr, res] = n;
     if (w.size() != packed_size || ptr.size() != oc + 1 || ptr.data()[0] != 0 ||
         res.size() != 2 * static_cast<int64_t>(ptr.data()[oc])) {
-        throw std::invalid_argument("int8_conv2d: the narrow weights do not match the packed "
-                                    "ones (" + std::to_string(packed_size) + " bytes, OC " +
-                                    std::to_string(oc) + ")");
+        throw std::invalid_argument(
+            "int8_conv2d: the narrow form (" + std::to_string(w.size()) + " bytes, " +
+            std::to_string(ptr.size()) + " row offsets, " + std::to_string(res.size()) +
+            " residual words) does not match the packed weights (" +
+            std::to_string(packed_size) + " bytes, OC " + std::to_string(oc) + ")");
     }
     return {w.data(), ptr.data(), res.data()};
 }
@@ -248,6 +250,8 @@ void bind_int8_conv(py::module_& m) {
        py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
        py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none(),
        py::arg("narrow") = py::none());
+    m.def("int8_narrow_tile", &int8::narrow_tile,
+          "whether the current ISA's convolution tile reads the narrow form (int8_cgemm.h)");
     m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,
                                   int64_t kp) {
         if (groups < 1 || ocg < 1 || kp < 1 || kp % int8::kGroup ||

@@ -21,10 +21,19 @@
 
 #include "int8_cgemm.h"
 #include "int8_requant_avx2.h"
+#include "int8_tile6_impl.h"
 
 namespace tianyuan {
 namespace int8 {
 namespace {
+
+// The narrow tile's product (cgemm_tile_avx2_narrow): vpmaddubsw, then vpmaddwd by ones.
+struct NarrowDot {
+    static __m256i step(__m256i acc, __m256i x, __m256i w) {
+        return _mm256_add_epi32(
+            acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1)));
+    }
+};
 
 // Two requantized halves (positions 0-7, 8-15) -> up to 16 bytes at out.
 inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64_t n) {
@@ -75,68 +84,6 @@ void sub_tile(const uint8_t* acts, const int64_t* qoff, const int32_t* wx, int64
 
 #undef TY_DOT
 
-// Narrow weights: one vpmaddubsw on the raw bytes (u8 x s8 pairs summed into int16, exact
-// since |w0| + |w1| <= 128: 255 * 128 < 2^15) and one vpmaddwd by ones (the two pairs into
-// int32), then the residual quads of each row (NarrowWeights):
-// as many multiply-port operations as the split form, but no split and no widened weights,
-// so all 6 channels of a block fit one pass over the activations (12 accumulators, one of
-// which GCC keeps on the stack). On Zen 3, 6 channels x 16 positions took 0.94-0.98x the
-// time of two passes of 3 (ResNet-18's 3x3 layers, 1x1 and stem, interleaved in one process).
-#define TY_NDOT(i)                                                                     \
-    if (R > i) {                                                                       \
-        int32_t word;                                                                  \
-        std::memcpy(&word, wq + i * kGroup, sizeof(word));                             \
-        const __m256i w = _mm256_set1_epi32(word);                                     \
-        c##i##0 = _mm256_add_epi32(c##i##0,                                            \
-                                   _mm256_madd_epi16(_mm256_maddubs_epi16(x0, w), ones)); \
-        if (P > 1)                                                                     \
-            c##i##1 = _mm256_add_epi32(                                                \
-                c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));        \
-    }
-
-// Row i's residual quads (NarrowWeights), the same steps one k-quad at a time.
-#define TY_NRES(i)                                                                     \
-    if (R > i)                                                                         \
-        for (int32_t e = q.res_ptr[i]; e < q.res_ptr[i + 1]; ++e) {                    \
-            const uint8_t* a = acts + qoff[q.res[2 * e]];                              \
-            const __m256i w = _mm256_set1_epi32(q.res[2 * e + 1]);                     \
-            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)); \
-            c##i##0 = _mm256_add_epi32(c##i##0,                                        \
-                                       _mm256_madd_epi16(_mm256_maddubs_epi16(x0, w), ones)); \
-            if (P > 1) {                                                               \
-                const __m256i x1 =                                                     \
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32));      \
-                c##i##1 = _mm256_add_epi32(                                            \
-                    c##i##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));    \
-            }                                                                          \
-        }
-
-// R channels (the rows of the packed block w) x 8P positions, narrow weights.
-template <int R, int P>
-void narrow_sub_tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t rows,
-                     int64_t nq, int64_t npos, const RowParams& q, const Requant& r,
-                     uint8_t* out, int64_t ldo) {
-    const __m256i z = _mm256_setzero_si256();
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
-    __m256i c40 = z, c41 = z, c50 = z, c51 = z;
-#pragma GCC unroll 4
-    for (int64_t g = 0; g < nq; ++g) {
-        const uint8_t* a = acts + qoff[g];
-        const int8_t* wq = w + g * rows * kGroup;
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-        const __m256i x1 =
-            P > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)) : z;
-        TY_NDOT(0) TY_NDOT(1) TY_NDOT(2) TY_NDOT(3) TY_NDOT(4) TY_NDOT(5)
-    }
-    if (q.res_ptr) {
-        TY_NRES(0) TY_NRES(1) TY_NRES(2) TY_NRES(3) TY_NRES(4) TY_NRES(5)
-    }
-    TY_STORE(0) TY_STORE(1) TY_STORE(2) TY_STORE(3) TY_STORE(4) TY_STORE(5)
-}
-
-#undef TY_NDOT
-#undef TY_NRES
 #undef TY_STORE
 
 using SubFn = void (*)(const uint8_t*, const int64_t*, const int32_t*, int64_t, int64_t,
@@ -152,30 +99,19 @@ SubFn pick(int64_t rows) {
     }
 }
 
-using NarrowFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
-                          int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
-
-template <int P>
-NarrowFn pick_narrow(int64_t rows) {
-    switch (rows) {
-        case 1: return narrow_sub_tile<1, P>;
-        case 2: return narrow_sub_tile<2, P>;
-        case 3: return narrow_sub_tile<3, P>;
-        case 4: return narrow_sub_tile<4, P>;
-        case 5: return narrow_sub_tile<5, P>;
-        default: return narrow_sub_tile<6, P>;
-    }
-}
-
 }  // namespace
 
+// Narrow weights: one vpmaddubsw on the raw bytes (u8 x s8 pairs summed into int16, exact
+// since |w0| + |w1| <= 128: 255 * 128 < 2^15) and one vpmaddwd by ones (the two pairs into
+// int32), then the residual quads of each row (NarrowWeights): as many multiply-port
+// operations as the split form, but no split and no widened weights, so all 6 channels of a
+// block fit one pass over the activations (int8_tile6_impl.h; of its 12 accumulators and the
+// ones, GCC keeps one on the stack). On Zen 3, 6 channels x 16 positions took 0.94-0.98x the
+// time of two passes of 3 (ResNet-18's 3x3 layers, 1x1 and stem, interleaved in one process).
 void cgemm_tile_avx2_narrow(const uint8_t* acts, const int64_t* qoff, const int8_t* w,
                             int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                             const Requant& r, uint8_t* out, int64_t ldo) {
-    for (int64_t p0 = 0; p0 < npos; p0 += 16) {
-        const NarrowFn fn = npos - p0 > 8 ? pick_narrow<2>(rows) : pick_narrow<1>(rows);
-        fn(acts + p0 * kGroup, qoff, w, rows, kp / kGroup, npos - p0, q, r, out + p0, ldo);
-    }
+    tile6<NarrowDot>(acts, qoff, w, kp, rows, npos, q, r, out, ldo);
 }
 
 // groups of 4 s8 (w0, w1, w2, w3) -> 2 words each: int16 (w0, w2) then int16 (w1, w3).

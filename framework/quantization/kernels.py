@@ -282,7 +282,7 @@ class PreparedConv:
                 packed.shape[2] * packed.shape[3] > 1) else None
             self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
                 packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
-                packed.narrow if _C.current_isa() in ("avx2", "avx512") else None)
+                packed.narrow if _C.int8_narrow_tile() else None)
             self._fn = _C.int8_conv2d
 
     def __call__(self, x, x_zero_point):
