@@ -101,7 +101,11 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 // remainder, so that a static schedule gives every thread the same work: 196 positions
 // (14x14, batch 1) on 2 threads had been 3 blocks of 64 and one of 4, and the thread with two
 // full blocks 1.8x the other's work (the other idled 17 % of samples at the barrier).
+// Positions that fit one block stay one block, whose output channels the threads share
+// (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24 had run 32 + 24 lanes (the tile
+// steps 16 and 8 wide), and one thread waited for the other; one block is 56 lanes, halved.
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
+    if (all <= kPos) return {0, all};
     std::vector<int64_t> start{0};
     const int64_t uniform = (all + kPos - 1) / kPos;
     const int64_t share = uniform >= 32 * threads ? all : (all + threads - 1) / threads;
@@ -160,7 +164,8 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
         s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));
-        s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512 : pack_quads_generic;
+        s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
+                  : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
         s.xpad = nullptr;
     } else {
         s.xpad = padded_input(x, g, s.hp, s.wp);

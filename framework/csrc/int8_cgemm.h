@@ -178,6 +178,8 @@ void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in);
 // different threads.
 void pack_quads_generic(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                         int64_t nruns, uint8_t* buf);
+void pack_quads_avx2(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                     int64_t nruns, uint8_t* buf);
 void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                        int64_t nruns, uint8_t* buf);
 

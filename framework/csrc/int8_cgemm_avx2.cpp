@@ -1,6 +1,6 @@
 // AVX2 tile of the int8 convolution (layouts in int8_cgemm.h), exact without VNNI, for
 // AVX2-only CPUs (AMD Zen 1-3, Intel's client CPUs) and AVX-512 ones without VNNI; and the
-// AVX2 activation-block pack and quad planes (a 4-row byte interleave with vpunpck).
+// AVX2 activation-block pack, quad planes and quad copy (a 4-row byte interleave with vpunpck).
 // vpmaddubsw would sum two u8 x s8 products into a saturating int16 (2 * 255 * 127 >
 // 32767), so the products go through vpmaddwd on int16 instead: a k-quad's 4 activation
 // bytes of a position (one 32-bit lane) split into the even bytes (k0, k2) and the odd ones
@@ -240,44 +240,76 @@ void pack_block_avx2(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_
     }
 }
 
-// Each phase row in steps of kPos columns: 4 row buffers (z outside the input, every byte
-// xor flip), interleaved; the last step of a row runs into the next row, written after it.
+// Each phase plane in steps of kPos quads, as one flat run of hph x wph (a step spans
+// several rows where the rows are narrow): 4 row buffers, z outside the input, each plane
+// row's columns copied in, every byte xor flip, then interleaved; the last step of a phase
+// runs into the next phase, written after it (or into dst's slack). Row by row, a 7x7 layer's
+// 9-quad rows had each cost a whole 64-quad step (quad planes took 4 % of the convolution).
 void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst) {
     alignas(32) uint8_t rows[kGroup][kPos];
     const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(p.flip));
+    const int64_t total = p.hph * p.wph;
     for (int64_t a = 0; a < p.sh; ++a) {
         for (int64_t b = 0; b < p.sw; ++b) {
             uint8_t* plane = dst + (a * p.sw + b) * p.plane * kGroup;
-            for (int64_t y = 0; y < p.hph; ++y) {
-                const int64_t row = p.sh * y + a - p.pt;
-                uint8_t* out = plane + y * p.wph * kGroup;
-                const bool inside = row >= 0 && row < p.h;
-                for (int64_t x0 = 0; x0 < p.wph; x0 += kPos, out += kPos * kGroup) {
-                    const int64_t left = p.wph - x0, quads = left < kPos ? left : kPos;
-                    // lanes [l0, l1) read input columns sw * (x0 + l) + b - pl inside [0, w)
-                    const int64_t c0 = p.sw * x0 + b - p.pl;
-                    const int64_t l0 = c0 >= 0 ? 0 : (-c0 + p.sw - 1) / p.sw;
-                    int64_t l1 = p.w - c0 <= 0 ? 0 : (p.w - c0 - 1) / p.sw + 1;
-                    l1 = !inside ? 0 : (l1 < quads ? l1 : quads);
+            // phase columns [x_lo, x_hi) read input columns sw * x + b - pl inside [0, w)
+            const int64_t x_lo = b >= p.pl ? 0 : (p.pl - b + p.sw - 1) / p.sw;
+            const int64_t x_hi = p.w + p.pl - b <= 0 ? 0 : (p.w + p.pl - b - 1) / p.sw + 1;
+            for (int64_t s0 = 0; s0 < total; s0 += kPos) {
+                const int64_t quads = total - s0 < kPos ? total - s0 : kPos;
+                for (int64_t t = 0; t < kGroup; ++t) std::memset(rows[t], p.z ^ p.flip, kPos);
+                for (int64_t y = s0 / p.wph; y * p.wph < s0 + quads; ++y) {
+                    const int64_t row = p.sh * y + a - p.pt;
+                    if (row < 0 || row >= p.h) continue;
+                    // this step's columns of phase row y, within the input
+                    int64_t x0 = s0 - y * p.wph > x_lo ? s0 - y * p.wph : x_lo;
+                    int64_t x1 = s0 + quads - y * p.wph < x_hi ? s0 + quads - y * p.wph : x_hi;
+                    x1 = x1 < p.wph ? x1 : p.wph;
+                    if (x1 <= x0) continue;
+                    const int64_t lane = y * p.wph + x0 - s0, col = p.sw * x0 + b - p.pl;
                     for (int64_t t = 0; t < kGroup; ++t) {
-                        // z ^ flip outside, raw bytes inside, then every byte xor flip
-                        uint8_t* r = rows[t];
-                        std::memset(r, p.z ^ p.flip, kPos);
-                        if (l1 > l0) {  // lane l0 reads column c0 + sw * l0 >= 0
-                            const uint8_t* src = rows4[t] + row * p.w + c0 + p.sw * l0;
-                            if (p.sw == 1) {
-                                std::memcpy(r + l0, src, static_cast<size_t>(l1 - l0));
-                            } else {
-                                for (int64_t l = l0; l < l1; ++l) r[l] = src[p.sw * (l - l0)];
-                            }
+                        const uint8_t* src = rows4[t] + row * p.w + col;
+                        if (p.sw == 1) {
+                            std::memcpy(rows[t] + lane, src, static_cast<size_t>(x1 - x0));
+                        } else {
+                            for (int64_t l = 0; l < x1 - x0; ++l) rows[t][lane + l] = src[p.sw * l];
                         }
-                        for (int64_t h = 0; h < kPos; h += 32)
-                            _mm256_store_si256(reinterpret_cast<__m256i*>(r + h),
-                                               _mm256_xor_si256(load32(r + h), flip));
                     }
-                    interleave(at, out, quads);
                 }
+                for (int64_t t = 0; t < kGroup; ++t)
+                    for (int64_t h = 0; h < kPos; h += 32)
+                        _mm256_store_si256(reinterpret_cast<__m256i*>(rows[t] + h),
+                                           _mm256_xor_si256(load32(rows[t] + h), flip));
+                interleave(at, plane + s0 * kGroup, quads);
+            }
+        }
+    }
+}
+
+// As pack_quads_generic, in 32-byte steps: a step past a run's end is overwritten by the
+// next run (or the next k-quad's first, which starts at lane 0); the last run of the last
+// k-quad stores its tail exactly (maskstore of whole quads). The source planes are readable
+// kPos quads past every run.
+void pack_quads_avx2(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
+                     int64_t nruns, uint8_t* buf) {
+    for (int64_t q = 0; q < nq; ++q) {
+        const uint8_t* from = src + qoff[q];
+        uint8_t* to = buf + q * kPos * kGroup;
+        for (int64_t i = 0; i < nruns; ++i) {
+            const uint8_t* a = from + runs[i].src * kGroup;
+            uint8_t* d = to + runs[i].dst * kGroup;
+            const int64_t bytes = runs[i].len * kGroup;
+            int64_t x = 0;
+            for (; x + 32 < bytes; x += 32)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + x), load32(a + x));
+            if (q + 1 < nq || i + 1 < nruns) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + x), load32(a + x));
+            } else {  // (bytes - x) / 4 whole quads, 1 to 8
+                const __m256i lanes = _mm256_cmpgt_epi32(
+                    _mm256_set1_epi32(static_cast<int32_t>((bytes - x) / kGroup)),
+                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                _mm256_maskstore_epi32(reinterpret_cast<int*>(d + x), lanes, load32(a + x));
             }
         }
     }
