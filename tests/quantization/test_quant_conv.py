@@ -184,6 +184,27 @@ def test_conv2d_narrow_form(case, algorithm, in_dtype, in_zp, relu, bits, monkey
                 lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+@pytest.mark.parametrize("n,width", [(1, w) for w in (1, 2, 3, 4, 5, 8, 9, 12, 13, 20, 28, 49)]
+                         + [(2, 3), (3, 5), (2, 10)])
+@pytest.mark.parametrize("oc", [5, 13])
+@pytest.mark.parametrize("bits", [7, 8])
+def test_conv2d_narrow_tails(n, width, oc, bits, monkeypatch):
+    """Every count of positions a block can end with, on the narrow tile (and the AVX-VNNI
+    one): steps of 16 and 8 positions and the few-position kernel (tile6_few) for the last
+    1-4, over channel blocks of 6 and shorter, with and without a residual; blocks that span
+    images too."""
+    monkeypatch.setattr(K, "NARROW_MAX_RESIDUAL", 1.0)
+    rng = np.random.default_rng(width * 31 + oc + bits + n)
+    case = (n, 8, 1, width, oc, 3, 3, 1, 1, 1, 1)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8)
+    wt, x = _narrow(rng, wt, x, np.uint8, bits)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 64, False, np.uint8)
+    for algorithm in ("packed", "direct"):
+        check_quant(lambda: K.conv2d(x, 117, packed, *args, **geom, algorithm=algorithm),
+                    lambda: R.qconv2d(x, 117, wt, *args, groups=groups, **geom))
+
+
 def _rows(packed, groups, ocg, kp):
     """Conv-packed bytes (int8_cgemm.h) -> (OC, Kp / 4, 4), row j's k-quads."""
     out = np.empty((groups * ocg, kp // 4, 4), np.int16)
