@@ -24,15 +24,21 @@ namespace int8 {
 
 namespace {
 
-using PackFn = void (*)(const uint8_t*, const int64_t*, int64_t, int64_t, const Run*, int64_t,
-                        int64_t, uint8_t*);
+using PackFn = void (*)(const uint8_t*, const uint8_t*, const int64_t*, int64_t, int64_t,
+                        const Run*, int64_t, int64_t, uint8_t*);
 
 // x (N, C, H, W) -> (N, C, Hp, Wp) u8 with the sign bit flipped for s8 and the zero
-// point as padding; x itself when nothing needs changing.
-const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp) {
+// point as padding; x itself when nothing needs changing. *end: the readable end (the
+// padded copy has 2 * kPos bytes of slack).
+const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp,
+                            const uint8_t** end) {
     const bool pad = g.pt || g.pb || g.pl || g.pr;
-    if (!pad && !x.is_signed) return x.data;
+    if (!pad && !x.is_signed) {
+        *end = x.data + g.n * g.c * g.h * g.w;
+        return x.data;
+    }
     uint8_t* xp = thread_space(Space::pad, g.n * g.c * hp * wp + 2 * kPos);
+    *end = xp + g.n * g.c * hp * wp + 2 * kPos;
     const PadPlane p{g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)),
                      flip_of(x)};
     // masked stores per row, where memset / memcpy per row had been 3 library calls for a
@@ -130,6 +136,7 @@ struct ConvPlan {
     QuadInput quads;
     QuadPackFn qpack;
     const uint8_t* xpad;
+    const uint8_t* xend;  // xpad's readable end
     int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
     std::vector<int64_t> start;  // (blocks + 1,): block b is positions [start[b], start[b + 1])
     std::vector<int64_t> koff;   // (kg,) offsets of k's (c, i, j) in a padded group
@@ -166,9 +173,9 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
         s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));
         s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
                   : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
-        s.xpad = nullptr;
+        s.xpad = s.xend = nullptr;
     } else {
-        s.xpad = padded_input(x, g, s.hp, s.wp);
+        s.xpad = padded_input(x, g, s.hp, s.wp, &s.xend);
         s.koff.resize(static_cast<size_t>(s.kg));
         for (int64_t q = 0; q < s.kg; ++q) {
             int64_t c, tap;
@@ -262,7 +269,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
     }
     const int64_t nr = block_runs(g, g.c * s.hp * s.wp, g.sh * s.wp, g.sw, spans, nspans, runs);
     const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
-    s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.koff.data() + k0, kend - k0,
+    s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.xend, s.koff.data() + k0, kend - k0,
            (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
 }
 

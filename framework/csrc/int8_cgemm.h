@@ -64,13 +64,15 @@ struct Run {
     int64_t dst, src, len;
 };
 
-// One activation block: k rows (koff (K,) offsets into xpad), runs with input stride sw.
-void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
-                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
-void pack_block_avx2(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
-                     const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
-void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
-                       const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
+// One activation block: k rows (koff (K,) offsets into xpad), runs with input stride sw;
+// bytes from xpad up to `end` are readable (steps may read past a run's last byte to there).
+void pack_block_generic(const uint8_t* xpad, const uint8_t* end, const int64_t* koff,
+                        int64_t k, int64_t kp, const Run* runs, int64_t nruns, int64_t sw,
+                        uint8_t* buf);
+void pack_block_avx2(const uint8_t* xpad, const uint8_t* end, const int64_t* koff, int64_t k,
+                     int64_t kp, const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
+void pack_block_avx512(const uint8_t* xpad, const uint8_t* end, const int64_t* koff, int64_t k,
+                       int64_t kp, const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
 
 // Per-channel requantization of one weight block; r carries zero point and bounds.
 struct RowParams {

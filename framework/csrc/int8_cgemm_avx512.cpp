@@ -149,8 +149,9 @@ inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, in
 
 }  // namespace
 
-void pack_block_avx512(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
-                       const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+void pack_block_avx512(const uint8_t* xpad, const uint8_t* /* end: masked reads */,
+                       const int64_t* koff, int64_t k, int64_t kp, const Run* runs,
+                       int64_t nruns, int64_t sw, uint8_t* buf) {
     if (sw <= 2) {
         const RowReads rr = plan_reads(runs, nruns, sw);
         if (sw == 1)

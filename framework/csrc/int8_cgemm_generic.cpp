@@ -79,8 +79,8 @@ void pad_plane_generic(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
     std::memset(dst + (p.pt + p.h) * wp, p.z, static_cast<size_t>(p.pb * wp));
 }
 
-void pack_block_generic(const uint8_t* xpad, const int64_t* koff, int64_t k, int64_t kp,
-                        const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+void pack_block_generic(const uint8_t* xpad, const uint8_t*, const int64_t* koff, int64_t k,
+                        int64_t kp, const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
     for (int64_t q = 0; q < kp; ++q) {
         uint8_t* dst = buf + (q / kGroup) * kPos * kGroup + q % kGroup;
         if (q >= k) {
