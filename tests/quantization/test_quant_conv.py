@@ -205,6 +205,43 @@ def test_conv2d_narrow_tails(n, width, oc, bits, monkeypatch):
                     lambda: R.qconv2d(x, 117, wt, *args, groups=groups, **geom))
 
 
+def _guarded(shape, rng):
+    """A random u8 array whose last byte is the last of a page that is followed by an
+    unreadable one: a kernel that reads past the array faults."""
+    import ctypes
+    import mmap
+    nbytes, page = int(np.prod(shape)), mmap.PAGESIZE
+    span = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, span + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + span, page, 0) == 0, ctypes.get_errno()
+    x = np.frombuffer(buf, np.uint8, count=nbytes, offset=span - nbytes).reshape(shape)
+    x[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+    return x, buf
+
+
+# Convolutions that read the caller's tensor in place (no padding, u8 input): 1x1 at strides
+# 1 and 2, C not a multiple of 4 (gathered blocks), quad planes, depthwise; shapes whose
+# last rows end on the input's last byte.
+@pytest.mark.parametrize("case", [(1, 3, 9, 70, 8, 1, 1, 1, 0, 1, 1),
+                                  (2, 5, 7, 65, 7, 1, 1, 2, 0, 1, 1),
+                                  (1, 3, 11, 67, 6, 3, 3, 2, 0, 1, 1),
+                                  (1, 8, 9, 66, 5, 3, 3, 1, 0, 1, 1),
+                                  (1, 4, 9, 67, 4, 3, 3, 2, 0, 1, 4)])
+def test_conv2d_reads_nothing_past_the_input(case):
+    rng = np.random.default_rng(17)
+    _, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8)
+    x, keep = _guarded(case[:4], rng)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 64, False, np.uint8)
+    for algorithm in ("packed", "direct") if case[1] // groups % 4 == 0 else ("packed",):
+        check_quant(lambda: K.conv2d(x, 5, packed, *args, **geom, algorithm=algorithm),
+                    lambda: R.qconv2d(x, 5, wt, *args, groups=groups, **geom))
+    del x, keep
+
+
 def _rows(packed, groups, ocg, kp):
     """Conv-packed bytes (int8_cgemm.h) -> (OC, Kp / 4, 4), row j's k-quads."""
     out = np.empty((groups * ocg, kp // 4, 4), np.int16)
