@@ -82,7 +82,7 @@ using Tile6Fn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t,
 
 // N (<= kFewMax) positions the other way round, for the last few of a block: per k-quad, the
 // block's rows' weights as one vector (lane i: channel i's 4 bytes; past `rows`, the next
-// quad's, or masked zeros at the last quad: lanes never read) against each position's 4
+// quads', or masked zeros near the block's end: lanes never read) against each position's 4
 // activation bytes broadcast, one Dot::step per position where a step of the register tile
 // spends one per channel on 8 lanes; then each channel's residual quads (the N positions' 16
 // bytes in one load: the last few of a block start at a multiple of 8, at most kPos - 8) and
@@ -101,9 +101,10 @@ void tile6_few(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_
 #pragma GCC unroll 4
     for (int64_t g = 0; g < nq; ++g) {
         const uint8_t* a = acts + qoff[g];
-        // past the last quad's rows, the next quad's (lanes whose sums are never read)
+        // past the quad's rows, the next quads' (lanes whose sums are never read), while
+        // those are the block's
         const int* wq = reinterpret_cast<const int*>(w + g * rows * kGroup);
-        const __m256i wv = g + 1 < nq
+        const __m256i wv = g * rows + 8 <= nq * rows
                                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq))
                                : _mm256_maskload_epi32(wq, live);
         for (int p = 0; p < N; ++p) {

@@ -205,21 +205,22 @@ def test_conv2d_narrow_tails(n, width, oc, bits, monkeypatch):
                     lambda: R.qconv2d(x, 117, wt, *args, groups=groups, **geom))
 
 
-def _guarded(shape, rng):
-    """A random u8 array whose last byte is the last of a page that is followed by an
-    unreadable one: a kernel that reads past the array faults."""
+def _guarded(data):
+    """A copy of `data` whose last byte is the last of a page that is followed by an
+    unreadable one: a kernel that reads past the array faults. (array, buffer to keep)"""
     import ctypes
     import mmap
-    nbytes, page = int(np.prod(shape)), mmap.PAGESIZE
+    nbytes, page = data.nbytes, mmap.PAGESIZE
     span = -(-nbytes // page) * page
     buf = mmap.mmap(-1, span + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     assert libc.mprotect(base + span, page, 0) == 0, ctypes.get_errno()
-    x = np.frombuffer(buf, np.uint8, count=nbytes, offset=span - nbytes).reshape(shape)
-    x[...] = rng.integers(0, 256, shape, dtype=np.uint8)
-    return x, buf
+    out = np.frombuffer(buf, data.dtype, count=data.size, offset=span - nbytes)
+    out = out.reshape(data.shape)
+    out[...] = data
+    return out, buf
 
 
 # Convolutions that read the caller's tensor in place (no padding, u8 input): 1x1 at strides
@@ -233,13 +234,34 @@ def _guarded(shape, rng):
 def test_conv2d_reads_nothing_past_the_input(case):
     rng = np.random.default_rng(17)
     _, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8)
-    x, keep = _guarded(case[:4], rng)
+    x, keep = _guarded(rng.integers(0, 256, case[:4], dtype=np.uint8))
     packed = K.pack_weights(wt, groups)
     args = (bias, mult, shift, 64, False, np.uint8)
     for algorithm in ("packed", "direct") if case[1] // groups % 4 == 0 else ("packed",):
         check_quant(lambda: K.conv2d(x, 5, packed, *args, **geom, algorithm=algorithm),
                     lambda: R.qconv2d(x, 5, wt, *args, groups=groups, **geom))
     del x, keep
+
+
+@pytest.mark.parametrize("width", [1, 3, 11])
+def test_conv2d_narrow_tail_reads_nothing_past_the_weights(width):
+    """The few-position kernel loads a k-quad's 6 channels as 8 lanes: in a block of 1
+    channel at the end of the weights, the lanes past it must not be read from past the end
+    (the narrow form placed before an unreadable page)."""
+    rng = np.random.default_rng(19)
+    case = (1, 8, 1, width, 7, 3, 3, 1, 1, 1, 1)
+    x, wt, bias, mult, shift, geom, groups = _case(rng, case, np.uint8)
+    wt, x = _narrow(rng, wt, x, np.uint8, 7)
+    packed = K.pack_weights(wt, groups)
+    form = packed.narrow
+    if form is None:
+        pytest.skip("no narrow form on this ISA path")
+    bytes_, keep = _guarded(form[0])
+    packed._narrow = (bytes_,) + tuple(form[1:])
+    args = (bias, mult, shift, 64, False, np.uint8)
+    check_quant(lambda: K.conv2d(x, 117, packed, *args, **geom),
+                lambda: R.qconv2d(x, 117, wt, *args, groups=groups, **geom))
+    del packed, bytes_, keep
 
 
 def _rows(packed, groups, ocg, kp):
