@@ -2,10 +2,10 @@
 conv (weights packed once) vs our float32 conv, and vs PyTorch's int8 conv (x86/fbgemm
 engine) and ONNX Runtime's QDQ int8 conv when those are installed (columns skipped
 otherwise). Prints per-layer milliseconds, totals per network and achieved TOP/s, the
-latter also as a share of the VNNI peak measured in the run (before and after each network;
-the largest so far) and of the AMX peak, measured alike, on machines that grant AMX tiles
-(without VNNI: of AVX-VNNI's vpdpbusd on ymm on the avxvnni path, else of the exact AVX2
-form's peak, vpmaddwd + vpaddd, the AVX2 split tile's ceiling);
+latter also as a share of the peak of the instruction the chosen path's tile runs on,
+measured in the run (before and after each network; the largest so far): vpdpbusd on zmm on
+`vnni`, and TDPBUSD too on `amx`; vpdpbusd on ymm on `avxvnni`; the exact AVX2 form's
+vpmaddwd + vpaddd, the AVX2 split tile's ceiling, on `avx2` and `avx512`;
 each network's ratios are marked against the targets (int8 <= 0.4x our float32 time and
 <= 1.0x the faster peer's).
 
@@ -221,23 +221,26 @@ def _target(ratio, target):
 
 
 def measured_peaks(seen):
-    """{name: TOP/s}: the VNNI and, where the OS grants tiles, the AMX peak measured now
-    (register-only vpdpbusd / TDPBUSD loops on every thread), or without VNNI AVX-VNNI's (its
-    vpdpbusd on ymm) or the exact AVX2 form's (vpmaddwd + vpaddd), each the largest of this
-    and the earlier measurements in `seen` (a slow spell of the shared machine lowers a
-    measurement, nothing raises one); {} without AVX2."""
-    if "vnni" not in ty.available_isas():
-        if ty.current_isa() == "avxvnni":
-            seen.append({"AVX-VNNI": K.avxvnni_peak() / 1e12})
-        elif "avx2" in ty.available_isas():
-            seen.append({"AVX2 vpmaddwd": K.avx2_peak() / 1e12})
-        else:
-            return {}
-        return {name: max(s[name] for s in seen) for name in seen[-1]}
-    seen.append({"VNNI": K.vnni_peak() / 1e12})
-    if "amx" in ty.available_isas():
-        seen[-1]["AMX"] = K.amx_peak() / 1e12
-    return {name: max(s[name] for s in seen) for name in seen[-1]}
+    """{name: TOP/s}: the peak of the instruction that the chosen path's int8 tile runs on
+    (`TIANYUAN_ISA` may choose a lower path than the CPU's best), measured now on every
+    thread by a register-only loop: vpdpbusd on zmm for `vnni`, and TDPBUSD too for `amx`;
+    vpdpbusd on ymm for `avxvnni`; the exact AVX2 form (vpmaddwd + vpaddd) for `avx2` and
+    `avx512` (AVX-512 without VNNI runs the AVX2 tile). Each is the largest of this and the
+    earlier measurements in `seen` (a slow spell of the shared machine lowers a measurement,
+    nothing raises one); {} on the generic path."""
+    isa = ty.current_isa()
+    if isa in ("vnni", "amx"):
+        now = {"VNNI": K.vnni_peak() / 1e12}
+        if isa == "amx":
+            now["AMX"] = K.amx_peak() / 1e12
+    elif isa == "avxvnni":
+        now = {"AVX-VNNI": K.avxvnni_peak() / 1e12}
+    elif isa in ("avx2", "avx512"):
+        now = {"AVX2 vpmaddwd": K.avx2_peak() / 1e12}
+    else:
+        return {}
+    seen.append(now)
+    return {name: max(s[name] for s in seen) for name in now}
 
 
 def report(net, batch, rows, show_layers, peaks):
