@@ -207,6 +207,12 @@ bool depthwise_avx2_takes(const ConvGeom& g);
 void depthwise_plane_avx2(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                           const RowParams& q, const Requant& r, uint8_t* out,
                           uint8_t* scratch);
+// AVX-VNNI (vpdpbusd on ymm; column dilation 1, strides 1 and 2, kernels up to 8x8:
+// depthwise_avxvnni_takes).
+bool depthwise_avxvnni_takes(const ConvGeom& g);
+void depthwise_plane_avxvnni(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
+                             const RowParams& q, const Requant& r, uint8_t* out,
+                             uint8_t* scratch);
 
 }  // namespace int8
 }  // namespace tianyuan

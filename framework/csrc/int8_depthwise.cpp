@@ -1,6 +1,7 @@
-// int8 depthwise convolution (groups == C): the dispatch between the VNNI kernel, the AVX-512
-// one and the generic direct loops (one channel's K is tiny, so no GEMM), and the lane
-// masks of the VNNI kernel's unpadded path, worked out once per geometry and kept.
+// int8 depthwise convolution (groups == C): the dispatch between the VNNI kernel, the AVX-512,
+// AVX-VNNI and AVX2 ones and the generic direct loops (one channel's K is tiny, so no GEMM),
+// and the lane masks of the VNNI kernel's unpadded path, worked out once per geometry and
+// kept.
 #include <array>
 #include <cstring>
 #include <map>
@@ -142,6 +143,11 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
     }
     if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
         depthwise_simd(x, g, w, bias, r, depthwise_plane_avx512, out);
+        return;
+    }
+    // avxvnni sits below avx512 and vnni, whose CPUs need not have it
+    if (current_isa() == Isa::avxvnni && depthwise_avxvnni_takes(g)) {
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avxvnni, out);
         return;
     }
     if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {

@@ -41,6 +41,10 @@ CASES = [
     (1, 2, 9, 9, 2, 1, 9, 1, (0, 4), 1, 2),       # kernel wider than 8: AVX-512 path
     (1, 2, 12, 12, 2, 3, 3, 1, (2, 2, 1, 1), (2, 1), 2),  # row dilation, unpadded path
     (2, 3, 6, 5, 3, 3, 3, 1, (0, 0, 1, 1), 1, 3),  # unpadded, no row padding: oh < h
+    # AVX-VNNI depthwise: 32-output rows, stride 2 over a flat plane, an 8x8 kernel
+    (1, 2, 6, 64, 2, 3, 3, 1, 1, 1, 2),
+    (1, 3, 6, 6, 3, 3, 3, 2, 1, 1, 3),
+    (1, 2, 13, 17, 4, 8, 8, 1, (3, 4, 4, 3), 1, 2),
     (1, 60, 7, 7, 14, 3, 3, 1, 1, 1, 1),          # 540 rows k: past 128 k-quads
     (3, 130, 4, 5, 9, 3, 3, 1, 1, 1, 1),          # 1170 rows k, the block spans images
     (1, 140, 5, 5, 8, 3, 3, 2, 1, 1, 2),          # grouped, 630 rows k per group
