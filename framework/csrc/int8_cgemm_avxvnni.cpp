@@ -5,7 +5,7 @@
 // even/odd split nor the narrow form (NarrowWeights), and the tile reads the packed bytes:
 // per k-quad, one 32-bit weight broadcast and one vpdpbusd per 8 positions and channel, in
 // the narrow tile's register tile (int8_tile6_impl.h: 6 channels x 16 positions; no vector
-// of ones here, so none of the 12 accumulators spills).
+// of ones here, so none of the 12 accumulators spills). Also the linear layers' GEMM block.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -25,7 +25,70 @@ struct VnniDot {
     }
 };
 
+// The linear layers' GEMM block (int8_gemm.h): R rows (up to 6) x one panel of 16 channels
+// in 2R accumulators; per k-quad, the panel's 64 weight bytes (two ymm: lane j holds channel
+// j's 4 bytes) and each row's 4 activation bytes broadcast, one vpdpbusd per 8 channels.
+#define TY_GEMM_ROW(i)                                                                 \
+    if (R > i) {                                                                       \
+        int32_t four;                                                                  \
+        std::memcpy(&four, a + i * lda + g * kGroup, sizeof(four));                    \
+        const __m256i x = _mm256_set1_epi32(four);                                     \
+        c##i##0 = _mm256_dpbusd_avx_epi32(c##i##0, x, w0);                             \
+        c##i##1 = _mm256_dpbusd_avx_epi32(c##i##1, x, w1);                             \
+    }
+#define TY_GEMM_STORE(i)                                                               \
+    if (R > i) {                                                                       \
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc), c##i##0);         \
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * ldc + 8), c##i##1);     \
+    }
+
+template <int R>
+void gemm_tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
+               int64_t ldc) {
+    const __m256i z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    __m256i c40 = z, c41 = z, c50 = z, c51 = z;
+    for (int64_t g = 0; g < kp / kGroup; ++g) {
+        const int8_t* grp = b + g * kPanel * kGroup;
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + 32));
+        TY_GEMM_ROW(0) TY_GEMM_ROW(1) TY_GEMM_ROW(2) TY_GEMM_ROW(3) TY_GEMM_ROW(4)
+        TY_GEMM_ROW(5)
+    }
+    TY_GEMM_STORE(0) TY_GEMM_STORE(1) TY_GEMM_STORE(2) TY_GEMM_STORE(3) TY_GEMM_STORE(4)
+    TY_GEMM_STORE(5)
+}
+
+#undef TY_GEMM_ROW
+#undef TY_GEMM_STORE
+
+constexpr int64_t kGemmRows = 6;
+
+using GemmTileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t);
+
+GemmTileFn gemm_pick(int64_t rows) {
+    switch (rows) {
+        case 1: return gemm_tile<1>;
+        case 2: return gemm_tile<2>;
+        case 3: return gemm_tile<3>;
+        case 4: return gemm_tile<4>;
+        case 5: return gemm_tile<5>;
+        default: return gemm_tile<6>;
+    }
+}
+
 }  // namespace
+
+void gemm_block_avxvnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b,
+                        int64_t kp, int64_t npanels, int32_t* c, int64_t ldc) {
+    for (int64_t p = 0; p < npanels; ++p) {
+        for (int64_t i = 0; i < rows; i += kGemmRows) {
+            const int64_t r = rows - i < kGemmRows ? rows - i : kGemmRows;
+            gemm_pick(r)(a + i * lda, lda, b + p * kp * kPanel, kp, c + i * ldc + p * kPanel,
+                         ldc);
+        }
+    }
+}
 
 void cgemm_tile_avxvnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
                         int64_t rows, int64_t npos, const RowParams& q, const Requant& r,

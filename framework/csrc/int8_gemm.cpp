@@ -56,6 +56,7 @@ using BlockFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_
 BlockFn pick_block() {
     const Isa isa = current_isa();
     if (isa >= Isa::vnni) return gemm_block_vnni;
+    if (isa == Isa::avxvnni) return gemm_block_avxvnni;  // below avx512, whose CPUs lack it
     if (isa >= Isa::avx2) return gemm_block_avx2;  // avx512 without VNNI shares the AVX2 path
     return gemm_block_generic;
 }

@@ -39,6 +39,9 @@ void gemm_block_avx2(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* 
                      int64_t kp, int64_t npanels, int32_t* c, int64_t ldc);
 void gemm_block_vnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b,
                      int64_t kp, int64_t npanels, int32_t* c, int64_t ldc);
+// AVX-VNNI (in int8_cgemm_avxvnni.cpp): vpdpbusd on ymm, 6 rows x 16 channels a tile.
+void gemm_block_avxvnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b,
+                        int64_t kp, int64_t npanels, int32_t* c, int64_t ldc);
 
 // Register-only vpdpbusd throughput: `steps` x 12 independent instructions on one thread;
 // returns a checksum so that the loop is kept. vnni_peak() runs it on every OpenMP thread
