@@ -116,6 +116,12 @@ struct DirectPlan {
     int64_t nv, vblocks, chunks, ob_per_chunk, ocg, kp;
 };
 
+// Few blocks (under 16 a thread): the output channels are split into one chunk per thread,
+// and each thread runs its chunk over every block (the tasks in chunk-major order under a
+// static schedule), so the threads compute the same positions. Split by blocks alone, a
+// short last block had left one thread idle at the end: 14x14 at batch 1 is 3 blocks of 64
+// and one of 30 (128 and 94 positions on 2 threads), a stride-2 28x28 one 12 of 64 and one
+// of 43 (448 and 363).
 DirectPlan direct_plan(const ConvGeom& g, const QuadInput& in) {
     DirectPlan d;
     d.ocg = g.oc / g.groups;
@@ -123,8 +129,8 @@ DirectPlan direct_plan(const ConvGeom& g, const QuadInput& in) {
     d.nv = (g.oh - 1) * in.qp.wph + g.ow;
     d.vblocks = (d.nv + kPos - 1) / kPos;
     const int64_t oblocks = (d.ocg + kOcBlock - 1) / kOcBlock;
-    const int64_t tasks = g.n * g.groups * d.vblocks, want = 2 * omp_get_max_threads();
-    d.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
+    const int64_t tasks = g.n * g.groups * d.vblocks, threads = omp_get_max_threads();
+    d.chunks = tasks >= 16 * threads ? 1 : threads;
     d.chunks = d.chunks < oblocks ? d.chunks : oblocks;
     d.ob_per_chunk = (oblocks + d.chunks - 1) / d.chunks;
     return d;
@@ -195,7 +201,7 @@ void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         fill_quad_planes(x, g, in);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks * d.chunks; ++t) {
-            const int64_t ch = t % d.chunks, task = t / d.chunks;
+            const int64_t ch = t / tasks, task = t % tasks;
             const int64_t vb = task % d.vblocks, ng = task / d.vblocks;
             direct_tiles(d, in, g, tile, packed, nw, bias, r, ng / g.groups, ng % g.groups, vb,
                          ch * d.ob_per_chunk, (ch + 1) * d.ob_per_chunk, out);
