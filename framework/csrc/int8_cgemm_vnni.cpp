@@ -52,6 +52,12 @@ inline void store16(__m512i acc, const ChannelQ& c, uint8_t* out, int64_t n) {
         if (P > 3) store16(c##i##3, cq, oi + 48, npos - 48);                        \
     }
 
+// The weights are one sequential stream per call, read from memory where they pass L2
+// (layer4 of ResNet-18: 2.4 MB a layer); prefetched 2 KB ahead, ResNet-18's 7x7 layers took
+// 0.93-0.96x their in-model time at batch 1 and 16, the others level (0.97-1.02x; Zen 5,
+// 2 threads, alternating forwards).
+constexpr int64_t kWeightAhead = 2048;
+
 template <int R, int P>
 void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp, int64_t npos,
           const RowParams& q, const Requant& r, uint8_t* out, int64_t ldo) {
@@ -60,6 +66,7 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
     for (int64_t g = 0; g < kp / kGroup; ++g) {
         const uint8_t* a = acts + qoff[g];
         const int8_t* wq = w + g * R * kGroup;
+        _mm_prefetch(reinterpret_cast<const char*>(wq + kWeightAhead), _MM_HINT_T0);
         const __m512i x0 = _mm512_loadu_si512(a);
         const __m512i x1 = P > 1 ? _mm512_loadu_si512(a + 64) : z;
         const __m512i x2 = P > 2 ? _mm512_loadu_si512(a + 128) : z;
