@@ -50,6 +50,11 @@ namespace {
                     out + i * ldo, npos);                                              \
     }
 
+// The weights are prefetched 2 KB ahead (where they pass L2, as ResNet-18's 7x7 layers'
+// 2.4 MB do, the stream comes from memory): those layers took 0.935-0.97x their in-model
+// time at batch 1 on AVX-VNNI and on AVX2 (Zen 5, alternating forwards).
+constexpr int64_t kWeightAhead = 2048;
+
 // R channels (the rows of the packed block w) x 8P positions from acts.
 template <class Dot, int R, int P>
 void tile6_sub(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t rows,
@@ -62,6 +67,7 @@ void tile6_sub(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_
     for (int64_t g = 0; g < nq; ++g) {
         const uint8_t* a = acts + qoff[g];
         const int8_t* wq = w + g * rows * kGroup;
+        _mm_prefetch(reinterpret_cast<const char*>(wq + kWeightAhead), _MM_HINT_T0);
         const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
         const __m256i x1 =
             P > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)) : z;
