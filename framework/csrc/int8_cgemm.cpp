@@ -40,10 +40,11 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     uint8_t* xp = thread_space(Space::pad, g.n * g.c * hp * wp + 2 * kPos);
     *end = xp + g.n * g.c * hp * wp + 2 * kPos;
     const PadPlane p{g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)),
-                     flip_of(x)};
+                     flip_of(x), x.data + g.n * g.c * g.h * g.w};
     // masked stores per row, where memset / memcpy per row had been 3 library calls for a
     // 1-byte border (256 channels at 14x14, batch 16: 6 % of the convolution)
-    const auto pad_fn = current_isa() >= Isa::avx512 ? pad_plane_avx512 : pad_plane_generic;
+    const auto pad_fn = current_isa() >= Isa::avx512 ? pad_plane_avx512
+                        : current_isa() >= Isa::avx2  ? pad_plane_avx2 : pad_plane_generic;
 #pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
     for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
         pad_fn(x.data + plane * g.h * g.w, p, xp + plane * hp * wp);

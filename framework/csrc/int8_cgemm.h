@@ -137,12 +137,15 @@ CTileFn cgemm_tile(bool narrow = false);
 inline bool narrow_tile() { return cgemm_tile(true) == cgemm_tile_avx2_narrow; }
 
 // One plane (h, w) padded: (pt + h + pb, pl + w + pr) bytes, the zero point z outside and
-// every byte xor flip (the sign bit, for s8) inside.
+// every byte xor flip (the sign bit, for s8) inside. The AVX2 version may read the source up
+// to src_end (its plane's end when null); all write exactly the padded plane.
 struct PadPlane {
     int64_t h, w, pt, pb, pl, pr;
     uint8_t z, flip;
+    const uint8_t* src_end = nullptr;
 };
 void pad_plane_generic(const uint8_t* src, const PadPlane& p, uint8_t* dst);
+void pad_plane_avx2(const uint8_t* src, const PadPlane& p, uint8_t* dst);
 void pad_plane_avx512(const uint8_t* src, const PadPlane& p, uint8_t* dst);
 
 // The direct algorithm's quad planes of one channel quad of one image: 4 rows of the input
