@@ -160,39 +160,49 @@ void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int
 
 inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
-// Output row oy of one plane: per 64 columns, the max over the window's valid input rows in
-// a register (u8 order: signed input comes sign-flipped; lanes past the row zero, the
-// smallest value), stored once into `row` after the left padding; then the max over each
-// window's kw columns. `row` is zero outside the columns stored here.
-void max_pool_row(const uint8_t* in, const PoolGeom& g, int64_t oy, __m512i flip, uint8_t* row,
-                  uint8_t* out) {
+// One plane in two passes over a buffer of one padded row per output row (`rows`, zero
+// outside the columns stored here): per output row and 64 columns, the max over the
+// window's valid input rows (u8 order: signed input comes sign-flipped; lanes past the row
+// zero, the smallest value), stored after the left padding; then per output row the max
+// over each window's kw columns. Row by row, each row's columns had been read back right
+// after their store, every load spanning stores still in flight (no store forwarding):
+// 64 channels at 112x112, batch 1, took 58 us on one thread, 30 on two.
+void max_pool_plane(const uint8_t* in, const PoolGeom& g, __m512i flip, int64_t width,
+                    uint8_t* rows, uint8_t* out) {
     const __m512i zero = _mm512_setzero_si512();
-    const int64_t i0 = g.pt - oy * g.sh > 0 ? g.pt - oy * g.sh : 0;
-    const int64_t i1 = g.h + g.pt - oy * g.sh < g.kh ? g.h + g.pt - oy * g.sh : g.kh;
-    for (int64_t x = 0; x < g.w; x += 64) {
-        const __mmask64 k = first64(g.w - x);
-        __m512i m = zero;
-        for (int64_t i = i0; i < i1; ++i) {
-            const uint8_t* src = in + (oy * g.sh - g.pt + i) * g.w + x;
-            m = _mm512_max_epu8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src), flip));
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+        uint8_t* row = rows + oy * width;
+        const int64_t i0 = g.pt - oy * g.sh > 0 ? g.pt - oy * g.sh : 0;
+        const int64_t i1 = g.h + g.pt - oy * g.sh < g.kh ? g.h + g.pt - oy * g.sh : g.kh;
+        for (int64_t x = 0; x < g.w; x += 64) {
+            const __mmask64 k = first64(g.w - x);
+            __m512i m = zero;
+            for (int64_t i = i0; i < i1; ++i) {
+                const uint8_t* src = in + (oy * g.sh - g.pt + i) * g.w + x;
+                m = _mm512_max_epu8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src), flip));
+            }
+            _mm512_storeu_si512(row + g.pl + x, _mm512_maskz_mov_epi8(k, m));
         }
-        _mm512_storeu_si512(row + g.pl + x, _mm512_maskz_mov_epi8(k, m));
     }
     const int64_t step = g.sw == 1 ? 64 : 32;
-    for (int64_t x0 = 0; x0 < g.ow; x0 += step) {
-        __m512i m = zero;
-        for (int64_t j = 0; j < g.kw; ++j) {
-            m = _mm512_max_epu8(m, _mm512_loadu_si512(row + g.sw * x0 + j));
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const uint8_t* row = rows + oy * width;
+        uint8_t* o = out + oy * g.ow;
+        for (int64_t x0 = 0; x0 < g.ow; x0 += step) {
+            __m512i m = zero;
+            for (int64_t j = 0; j < g.kw; ++j) {
+                m = _mm512_max_epu8(m, _mm512_loadu_si512(row + g.sw * x0 + j));
+            }
+            const int64_t n = g.ow - x0 < step ? g.ow - x0 : step;
+            if (g.sw == 1) {
+                _mm512_mask_storeu_epi8(o + x0, first64(n), _mm512_xor_si512(m, flip));
+                continue;
+            }
+            // stride 2: output x0 + t is the low byte of word t (bytes 2t + j of the row)
+            const __m256i packed = _mm512_cvtepi16_epi8(m);
+            _mm256_mask_storeu_epi8(o + x0, static_cast<__mmask32>(first64(n)),
+                                    _mm256_xor_si256(packed, _mm512_castsi512_si256(flip)));
         }
-        const int64_t n = g.ow - x0 < step ? g.ow - x0 : step;
-        if (g.sw == 1) {
-            _mm512_mask_storeu_epi8(out + x0, first64(n), _mm512_xor_si512(m, flip));
-            continue;
-        }
-        // stride 2: output x0 + t is the low byte of word t (bytes 2t + j of the row)
-        const __m256i packed = _mm512_cvtepi16_epi8(m);
-        _mm256_mask_storeu_epi8(out + x0, static_cast<__mmask32>(first64(n)),
-                                _mm256_xor_si256(packed, _mm512_castsi512_si256(flip)));
     }
 }
 
@@ -200,20 +210,18 @@ void max_pool_row(const uint8_t* in, const PoolGeom& g, int64_t oy, __m512i flip
 
 void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(x.is_signed ? 0x80 : 0));
-    // the padded row: every column a window reads, and a whole step's loads past the last
+    // a padded row: every column a window reads, and a whole step's loads past the last
     const int64_t span = (g.ow - 1) * g.sw + g.kw, valid = g.pl + round_up(g.w, 64);
     const int64_t width = (span > valid ? span : valid) + 2 * 64 + g.kw;
 #pragma omp parallel if (g.planes * g.oh * g.ow > (1 << 14))
     {
-        uint8_t* row = new uint8_t[static_cast<size_t>(width + 64)]();
+        uint8_t* rows = new uint8_t[static_cast<size_t>(g.oh * width + 64)]();
 #pragma omp for schedule(static)
         for (int64_t pl = 0; pl < g.planes; ++pl) {
-            for (int64_t oy = 0; oy < g.oh; ++oy) {
-                max_pool_row(x.data + pl * g.h * g.w, g, oy, flip, row,
-                             out + (pl * g.oh + oy) * g.ow);
-            }
+            max_pool_plane(x.data + pl * g.h * g.w, g, flip, width, rows,
+                           out + pl * g.oh * g.ow);
         }
-        delete[] row;
+        delete[] rows;
     }
 }
 
