@@ -166,7 +166,7 @@ inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; 
 // zero, the smallest value), stored after the left padding; then per output row the max
 // over each window's kw columns. Row by row, each row's columns had been read back right
 // after their store, every load spanning stores still in flight (no store forwarding):
-// 64 channels at 112x112, batch 1, took 58 us on one thread, 30 on two.
+// this takes 0.76x / 0.81x that time on 64 channels at 112x112, batch 1, 1 / 2 threads.
 void max_pool_plane(const uint8_t* in, const PoolGeom& g, __m512i flip, int64_t width,
                     uint8_t* rows, uint8_t* out) {
     const __m512i zero = _mm512_setzero_si512();
