@@ -80,17 +80,6 @@ inline __m256i step(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t,
     return _mm256_or_si256(_mm256_or_si256(y0, y1), _mm256_or_si256(y2, y3));
 }
 
-// The first n (<= 32) bytes of v at out: one store when all 32 fit, else through a buffer.
-inline void store_first32(__m256i v, uint8_t* out, int64_t n) {
-    if (n >= 32) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
-        return;
-    }
-    alignas(32) uint8_t tmp[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
-    std::memcpy(out, tmp, static_cast<size_t>(n));
-}
-
 // Output row by row, 32 / S outputs a step, straight into out.
 template <int KH, int ND, int S>
 void rows(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t, const Chan& c,

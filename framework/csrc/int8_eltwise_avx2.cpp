@@ -110,14 +110,7 @@ void max_plane(const uint8_t* xp, int64_t wp, const PoolGeom& g, uint8_t flip, u
                     best = _mm256_max_epu8(
                         best, _mm256_xor_si256(load32<S>(top + i * wp + j + S * x0), f));
             best = _mm256_xor_si256(best, f);
-            uint8_t* o = out + oy * g.ow + x0;
-            if (g.ow - x0 >= 32) {
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), best);
-            } else {
-                alignas(32) uint8_t tmp[32];
-                _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), best);
-                std::memcpy(o, tmp, static_cast<size_t>(g.ow - x0));
-            }
+            store_first32(best, out + oy * g.ow + x0, g.ow - x0);
         }
     }
 }

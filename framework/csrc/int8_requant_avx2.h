@@ -91,5 +91,16 @@ static inline void store_first(__m128i v, uint8_t* out, int64_t n) {
     std::memcpy(out, tmp, static_cast<size_t>(n));
 }
 
+// The first n (<= 32) bytes of v at out, likewise.
+static inline void store_first32(__m256i v, uint8_t* out, int64_t n) {
+    if (n >= 32) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
+        return;
+    }
+    alignas(32) uint8_t tmp[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+    std::memcpy(out, tmp, static_cast<size_t>(n));
+}
+
 }  // namespace int8
 }  // namespace tianyuan
