@@ -2,8 +2,11 @@
 // t = acc + bias (s32, wrapping); p = t * m as s64 (vpmuldq on even and odd lanes);
 // y = (p + 2^(s-1)) >>arith s; clamp to [lo - zp, hi - zp]; + zp, the output byte's value in
 // each s32 lane. For s >= 32 the high halves of the products fit s32 and the rest runs on 8
-// s32 lanes (floor of a floor is the floor); AVX2 has no 64-bit arithmetic shift, min or
-// max, so s < 32 shifts as sign ^ ((x ^ sign) >>> s) and clamps with compares and blends.
+// s32 lanes (floor of a floor is the floor); for s >= 33 (the usual case) the rounding half
+// is a multiple of 2^32 too and goes onto the high halves as 2^(s-33) (|p| < 2^62, so they
+// stay below 2^31): one s32 add in place of two s64 ones. AVX2 has no 64-bit arithmetic
+// shift, min or max, so s < 32 shifts as sign ^ ((x ^ sign) >>> s) and clamps with compares
+// and blends.
 // Included only by AVX2 translation units; everything is `static` (no COMDAT the linker
 // could pick for a unit built with other flags).
 #pragma once
@@ -21,8 +24,9 @@ namespace int8 {
 // One channel's constants, broadcast.
 struct Chan {
     __m256i bias, mult, half, lo, hi, zp;  // lo, hi: s32 when wide, else s64
+    __m256i half_hi;                       // s >= 33: 2^(s-33) (s32), the half on the highs
     __m128i shift;                         // s - 32 when wide, else s
-    bool wide;                             // s >= 32
+    bool wide, fold;                       // s >= 32, s >= 33
 };
 
 static inline Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r) {
@@ -34,8 +38,10 @@ static inline Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r)
             wide ? _mm256_set1_epi32(lo) : _mm256_set1_epi64x(lo),
             wide ? _mm256_set1_epi32(hi) : _mm256_set1_epi64x(hi),
             _mm256_set1_epi32(r.zero_point),
+            _mm256_set1_epi32(s >= 33 ? 1 << (s - 33) : 0),
             _mm_cvtsi32_si128(wide ? s - 32 : s),
-            wide};
+            wide,
+            s >= 33};
 }
 
 // floor(x / 2^s) for s64 lanes (AVX2 has no 64-bit arithmetic shift).
@@ -65,6 +71,14 @@ static inline __m256i shift_clamp8(__m256i pe, __m256i po, const Chan& c) {
 // 8 accumulators of one channel -> 8 s32 lanes holding the output bytes' values.
 static inline __m256i requant8(__m256i acc, const Chan& c) {
     const __m256i t = _mm256_add_epi32(acc, c.bias);
+    if (c.fold) {
+        const __m256i pe = _mm256_mul_epi32(t, c.mult);
+        const __m256i po = _mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult);
+        const __m256i high = _mm256_add_epi32(
+            _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA), c.half_hi);
+        const __m256i y = _mm256_sra_epi32(high, c.shift);
+        return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, c.lo), c.hi), c.zp);
+    }
     const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(t, c.mult), c.half);
     const __m256i po =
         _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult), c.half);

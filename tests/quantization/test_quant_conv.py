@@ -106,6 +106,26 @@ def test_conv2d_large_scales(case):
                 lambda: R.qconv2d(x, 120, wt, *args, groups=groups, **geom))
 
 
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_conv2d_requantization_ties(groups, sign):
+    """Shift 34 (the s32 shortcut with the rounding half on the high halves) on every residue
+    of t = acc + bias modulo 16, ties (t = 16k + 8, negative and positive) among them: the
+    output is floor(t / 16 + 1 / 2) exactly, for the convolution tile and depthwise."""
+    x = np.arange(256, dtype=np.uint8)[None, None].repeat(3, 1).reshape(1, 3, 16, 16)
+    wt = np.zeros((3, 3 // groups, 1, 1), np.int8)
+    for c in range(3):
+        wt[c, c % (3 // groups)] = sign
+    bias = np.array([-150, -7, 0], np.int32) * sign
+    mult, shift = np.full(3, 2 ** 30, np.int32), np.full(3, 34, np.int32)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 128, False, np.uint8)
+    expected = R.qconv2d(x, 0, wt, *args, groups=groups)
+    t = sign * x.astype(np.int64) + bias.reshape(1, 3, 1, 1)
+    np.testing.assert_array_equal(expected, np.floor(t / 16 + 0.5).astype(np.int64) + 128)
+    check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
+
+
 def test_conv2d_checks_shapes():
     packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
     with pytest.raises(ValueError, match="conv2d"):
