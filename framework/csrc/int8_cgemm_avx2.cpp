@@ -250,6 +250,7 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
     alignas(32) uint8_t rows[kGroup][kPos];
     const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(p.flip));
+    const __m256i even = _mm256_set1_epi16(0x00FF);
     const int64_t total = p.hph * p.wph;
     for (int64_t a = 0; a < p.sh; ++a) {
         for (int64_t b = 0; b < p.sw; ++b) {
@@ -273,9 +274,22 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
                         const uint8_t* src = rows4[t] + row * p.w + col;
                         if (p.sw == 1) {
                             std::memcpy(rows[t] + lane, src, static_cast<size_t>(x1 - x0));
-                        } else {
-                            for (int64_t l = 0; l < x1 - x0; ++l) rows[t][lane + l] = src[p.sw * l];
+                            continue;
                         }
+                        int64_t l = 0;
+                        // stride 2: 16 even bytes of 32 a step while the step stays in the
+                        // plane (ResNet-18's 56x56 stride-2 layer 0.92-0.96x the time)
+                        if (p.sw == 2) {
+                            const uint8_t* end = rows4[t] + p.h * p.w;
+                            for (; l + 16 <= x1 - x0 && src + 2 * l + 32 <= end; l += 16) {
+                                const __m256i v = _mm256_and_si256(load32(src + 2 * l), even);
+                                const __m256i bytes = _mm256_permute4x64_epi64(
+                                    _mm256_packus_epi16(v, v), 0x08);
+                                _mm_storeu_si128(reinterpret_cast<__m128i*>(rows[t] + lane + l),
+                                                 _mm256_castsi256_si128(bytes));
+                            }
+                        }
+                        for (; l < x1 - x0; ++l) rows[t][lane + l] = src[p.sw * l];
                     }
                 }
                 for (int64_t t = 0; t < kGroup; ++t)

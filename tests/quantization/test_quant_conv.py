@@ -248,7 +248,8 @@ def _guarded(data):
 
 
 # Convolutions that read the caller's tensor in place (no padding, u8 input): 1x1 at strides
-# 1 and 2, C not a multiple of 4 (gathered blocks), quad planes, depthwise; shapes whose
+# 1 and 2, C not a multiple of 4 (gathered blocks), quad planes (strides 1 and 2: AVX2 reads
+# a stride-2 row 32 bytes a step), depthwise; shapes whose
 # last rows end on the input's last byte. Then padded copies of it: gathered blocks (rows
 # wider and narrower than the AVX2 pad's 32-byte steps, which read on past a row's end but
 # not past the input's) and depthwise planes.
@@ -257,6 +258,7 @@ def _guarded(data):
                                   (1, 3, 11, 67, 6, 3, 3, 2, 0, 1, 1),
                                   (1, 8, 9, 66, 5, 3, 3, 1, 0, 1, 1),
                                   (1, 4, 9, 67, 4, 3, 3, 2, 0, 1, 4),
+                                  (1, 8, 9, 64, 5, 3, 3, 2, 0, 1, 1),
                                   (1, 3, 9, 70, 8, 3, 3, 1, 1, 1, 1),
                                   (2, 3, 7, 7, 5, 3, 3, 2, 1, 1, 1),
                                   (1, 4, 9, 67, 4, 3, 3, 1, 1, 1, 4),
