@@ -5,9 +5,9 @@
 // y = ((p + 2^(s-1)) >> 32) >> (s - 32): the high halves of the products, which fit s32, so
 // the shift and the clamp run on 16 s32 lanes instead of twice 8 s64 (floor of a floor is
 // the floor); for s >= 33 the rounding half is a multiple of 2^32 too and goes onto the high
-// halves as 2^(s-33) (|p| < 2^62: they stay below 2^31), one s32 add for two s64 ones. Included only by AVX-512 translation units; everything is `static` so that
-// each unit keeps its own copy (no COMDAT the linker could pick for a unit built with other
-// flags).
+// halves as 2^(s-33) (|p| < 2^62: they stay below 2^31), one s32 add for two s64 ones.
+// Included only by AVX-512 translation units; everything is `static` so that each unit keeps
+// its own copy (no COMDAT the linker could pick for a unit built with other flags).
 #pragma once
 
 #include <immintrin.h>
