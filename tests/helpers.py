@@ -89,3 +89,21 @@ def check_quant(native, ref, *args, **kwargs):
         got = native(*args, **kwargs)
         assert got.dtype == expected.dtype, f"{isa}: dtype {got.dtype} != {expected.dtype}"
         np.testing.assert_array_equal(got, expected, err_msg=f"ISA path {isa}")
+
+
+def guarded_copy(data):
+    """A copy of `data` whose last byte is the last of a page that is followed by an
+    unreadable one: a kernel that reads past the array faults. (array, buffer to keep)"""
+    import ctypes
+    import mmap
+    nbytes, page = data.nbytes, mmap.PAGESIZE
+    span = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, span + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + span, page, 0) == 0, ctypes.get_errno()
+    out = np.frombuffer(buf, data.dtype, count=data.size, offset=span - nbytes)
+    out = out.reshape(data.shape)
+    out[...] = data
+    return out, buf

@@ -1,0 +1,80 @@
+"""The int8 convolution shapes and their random data, shared by the conv tests."""
+import numpy as np
+
+from tianyuan.quantization import reference as R
+
+# (N, C, H, W, OC, kh, kw, stride, padding, dilation, groups)
+CASES = [
+    (1, 3, 5, 5, 4, 1, 1, 1, 0, 1, 1),            # 1x1: straight to the GEMM
+    (2, 17, 6, 7, 33, 1, 1, 1, 0, 1, 1),
+    (1, 5, 7, 6, 3, 1, 1, 2, 0, 1, 1),            # 1x1 strided: im2row
+    (2, 3, 9, 8, 17, 3, 3, 1, 1, 1, 1),
+    (1, 7, 11, 10, 20, 3, 3, 2, 1, 1, 1),
+    (1, 4, 10, 9, 5, 5, 3, (2, 1), (2, 1), 1, 1),
+    (1, 6, 9, 9, 6, 3, 3, 1, 2, 2, 1),            # dilation
+    (1, 3, 8, 8, 16, 7, 7, 2, 3, 1, 1),           # ResNet stem shape, small
+    (2, 8, 6, 6, 12, 3, 3, 1, 1, 1, 4),           # grouped
+    (1, 6, 7, 7, 6, 3, 3, 1, 1, 1, 6),            # depthwise
+    (2, 5, 9, 8, 5, 3, 3, 2, 1, 1, 5),            # depthwise strided
+    (1, 4, 8, 8, 8, 5, 5, 1, 2, 1, 4),            # depthwise, channel multiplier 2
+    (1, 3, 9, 9, 3, 3, 3, 1, (1, 1, 0, 2), 2, 3),  # depthwise, asymmetric pad, dilation
+    (1, 5, 20, 19, 13, 3, 3, 2, 1, 1, 1),         # several position blocks, channel tail
+    (2, 9, 17, 23, 7, 3, 3, 3, 1, 1, 1),          # stride 3: scalar gather
+    (1, 16, 12, 12, 70, 1, 1, 1, 0, 1, 1),        # 1x1: runs merge across rows
+    (1, 4, 5, 70, 3, 1, 3, (1, 2), (0, 1), 1, 1),  # rows longer than a block
+    (2, 3, 20, 33, 3, 3, 3, 1, 1, 1, 3),          # depthwise SIMD: 16-column steps + tail
+    (1, 5, 19, 37, 5, 3, 3, 2, 1, 1, 5),          # depthwise SIMD stride 2
+    (1, 4, 18, 21, 4, 5, 5, 1, 2, 1, 4),          # depthwise 5x5
+    (5, 6, 3, 3, 13, 3, 3, 1, 1, 1, 1),           # position blocks span 5 images
+    (9, 4, 2, 3, 7, 1, 1, 1, 0, 1, 1),            # 1x1, 9 images in one block
+    (3, 8, 9, 9, 10, 3, 3, 2, 1, 1, 2),           # strided, grouped, blocks span images
+    (1, 2, 30, 70, 2, 3, 3, 1, 1, 1, 2),          # depthwise VNNI: 64-output rows + tail
+    (2, 3, 14, 14, 3, 3, 3, 2, 1, 1, 3),          # depthwise stride 2, flat (small map)
+    (1, 2, 40, 75, 2, 5, 5, 2, 2, 1, 2),          # depthwise 5x5 stride 2, rows
+    (1, 3, 11, 13, 6, 7, 6, 1, (3, 2, 1, 4), 1, 3),  # 7x6 kernel, asymmetric pad, mult 2
+    (1, 2, 12, 12, 2, 3, 4, (2, 1), 1, (2, 1), 2),   # row dilation, row stride 2: rows
+    (1, 2, 9, 9, 2, 1, 9, 1, (0, 4), 1, 2),       # kernel wider than 8: AVX-512 path
+    (1, 2, 12, 12, 2, 3, 3, 1, (2, 2, 1, 1), (2, 1), 2),  # row dilation, unpadded path
+    (2, 3, 6, 5, 3, 3, 3, 1, (0, 0, 1, 1), 1, 3),  # unpadded, no row padding: oh < h
+    # AVX-VNNI depthwise: 32-output rows, stride 2 over a flat plane, an 8x8 kernel
+    (1, 2, 6, 64, 2, 3, 3, 1, 1, 1, 2),
+    (1, 3, 6, 6, 3, 3, 3, 2, 1, 1, 3),
+    (1, 2, 13, 17, 4, 8, 8, 1, (3, 4, 4, 3), 1, 2),
+    (1, 60, 7, 7, 14, 3, 3, 1, 1, 1, 1),          # 540 rows k: past 128 k-quads
+    (3, 130, 4, 5, 9, 3, 3, 1, 1, 1, 1),          # 1170 rows k, the block spans images
+    (1, 140, 5, 5, 8, 3, 3, 2, 1, 1, 2),          # grouped, 630 rows k per group
+    # >= 8 position blocks of >= 512 rows k: AVX2 widens the weights once per call
+    (2, 64, 16, 16, 9, 3, 3, 1, 1, 1, 1),
+    (1, 128, 20, 20, 8, 3, 3, 1, 1, 1, 2),
+]
+
+
+def conv_case(rng, case, in_dtype, scales=None):
+    n, c, h, w, oc, kh, kw, stride, padding, dilation, groups = case
+    lo, hi = R.qrange(in_dtype)
+    x = rng.integers(lo, hi + 1, (n, c, h, w)).astype(in_dtype)
+    wt = rng.integers(-128, 128, (oc, c // groups, kh, kw)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, oc).astype(np.int32)
+    real = rng.uniform(2e-4, 4e-3, oc) if scales is None else np.resize(scales, oc)
+    mult, shift = R.quantize_multiplier(real)
+    geom = dict(stride=stride, padding=padding, dilation=dilation)
+    return x, wt, bias, mult, shift, geom, groups
+
+
+# The two algorithms of the non-depthwise conv (framework/csrc/int8_cgemm.h), each forced:
+# every case above whose C/groups is a multiple of 4 (which direct needs), and shapes for the
+# direct algorithm's edges: rows wider than a 64-position block, blocks over several rows,
+# stride phases 2 and 3, dilation, asymmetric padding, oh < h, output-channel chunks at
+# batch 1, groups, several images.
+ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + [
+    (1, 4, 3, 70, 5, 3, 3, 1, 1, 1, 1),
+    (2, 8, 9, 11, 13, 3, 3, 2, 1, 1, 1),
+    (1, 12, 20, 70, 9, 3, 3, 1, 1, 1, 1),
+    (1, 8, 9, 9, 6, 3, 3, 1, 2, 2, 1),
+    (1, 8, 11, 13, 5, 5, 3, (2, 1), (2, 1, 0, 3), 1, 1),
+    (1, 4, 17, 19, 5, 3, 3, 3, 1, 1, 1),
+    (2, 8, 6, 7, 5, 3, 3, 1, 0, 1, 1),
+    (1, 8, 5, 5, 40, 3, 3, 1, 1, 1, 1),
+    (2, 16, 7, 9, 12, 3, 3, 1, 1, 1, 2),
+    (1, 8, 20, 33, 8, 1, 1, 2, 0, 1, 1),
+]
