@@ -6,6 +6,7 @@ gradient against central finite differences in float64.
 import numpy as np
 
 import tianyuan as ty
+from tianyuan import _C
 
 
 def numeric_grad(fn, arrays, index, eps=1e-6):
@@ -80,13 +81,16 @@ def each_isa():
 
 
 def check_quant(native, ref, *args, **kwargs):
-    """`native(*args, **kwargs)` equals `ref(...)` bit for bit on every ISA path here.
+    """`native(*args, **kwargs)` equals `ref(...)` bit for bit on every ISA path here, and
+    wrote nothing past its scratch buffers.
 
     Int8 kernels against their numpy twin in tianyuan.quantization.reference.
     """
     expected = ref(*args, **kwargs)
     for isa in each_isa():
         got = native(*args, **kwargs)
+        broken = _C.int8_broken_scratch()
+        assert not broken, f"{isa}: a kernel wrote past its scratch buffer(s) {broken}"
         assert got.dtype == expected.dtype, f"{isa}: dtype {got.dtype} != {expected.dtype}"
         np.testing.assert_array_equal(got, expected, err_msg=f"ISA path {isa}")
 

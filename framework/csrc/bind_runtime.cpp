@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu.h"
+#include "int8_cgemm.h"
 
 #include "bind_common.h"
 
@@ -46,6 +47,9 @@ py::dict features_dict() {
 
 void bind_runtime(py::module_& m) {
     m.def("cpu_features", &features_dict, "CPU features as detected by CPUID and XGETBV");
+    m.def("int8_broken_scratch", &int8::broken_spaces,
+          "names of the int8 scratch buffers some kernel wrote past since the last call "
+          "(int8_cgemm.h, thread_space); for the tests");
     m.def("best_isa", [] { return std::string(isa_name(best_isa())); });
     m.def("current_isa", [] { return std::string(isa_name(current_isa())); });
     m.def("isa_runs", [](const std::string& name) { return isa_runs(parse_isa(name)); },

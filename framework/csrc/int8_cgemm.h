@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "int8_gemm.h"
@@ -33,11 +34,15 @@ namespace int8 {
 
 // Grow-only per-thread scratch, one per use, 64-byte aligned (malloc's large blocks start 16
 // bytes past a page, so every 64-byte load of an unaligned buffer would split cache lines,
-// and a 32-byte one every other time). Bytes a buffer grows by are zero; what a call wrote
-// stays until the next call of the same thread and use. Defined in a generic translation
-// unit: ISA units must not instantiate STL templates.
+// and a 32-byte one every other time). A grown buffer is all zeros; what a call wrote stays
+// until the next call of the same thread and use. Kernels may read up to 64 bytes past
+// `size` but write none: those bytes are a canary that the next call checks.
+// Defined in a generic translation unit: ISA units must not instantiate STL templates.
 enum class Space : int { pad, block, blocks, quads, amx, depthwise, pool, widened, count };
 uint8_t* thread_space(Space use, int64_t size);
+// The names of the spaces whose canary a kernel changed since the last call of this (on
+// every thread of the current OpenMP team, and those later calls found); for the tests.
+std::vector<std::string> broken_spaces();
 
 constexpr int64_t kOcBlock = 6;  // output channels per weight block (register rows)
 constexpr int64_t kPos = 64;     // output positions per activation block (4 zmm panels)

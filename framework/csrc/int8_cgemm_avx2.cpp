@@ -351,9 +351,10 @@ void pad_plane_avx2(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
 }
 
 // As pack_quads_generic, in 32-byte steps: a step past a run's end is overwritten by the
-// next run (or the next k-quad's first, which starts at lane 0); the last run of the last
-// k-quad stores its tail exactly (maskstore of whole quads). The source planes are readable
-// kPos quads past every run.
+// next run or the next k-quad, which starts at lane 0; the last k-quad's runs store their
+// tails exactly (maskstore of whole quads): a run ending near its block's last lane would
+// step past the block, the buffer's end, or in a k-split pack the next part's first k-quad,
+// which another thread writes. The source planes are readable kPos quads past every run.
 void pack_quads_avx2(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                      int64_t nruns, uint8_t* buf) {
     for (int64_t q = 0; q < nq; ++q) {
@@ -366,7 +367,7 @@ void pack_quads_avx2(const uint8_t* src, const int64_t* qoff, int64_t nq, const 
             int64_t x = 0;
             for (; x + 32 < bytes; x += 32)
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + x), load32(a + x));
-            if (q + 1 < nq || i + 1 < nruns) {
+            if (q + 1 < nq) {
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + x), load32(a + x));
             } else {  // (bytes - x) / 4 whole quads, 1 to 8
                 const __m256i lanes = _mm256_cmpgt_epi32(

@@ -167,7 +167,10 @@ void pack_block_avx512(const uint8_t* xpad, const uint8_t* /* end: masked reads 
 }
 
 // Each run in whole 64-byte steps, in lane order: a step past the run's end is overwritten
-// by the next run, or the next k-quad's first (lane 0); only the part's last step is masked.
+// by the next run, or the next k-quad's first (lane 0); the last k-quad's runs mask their
+// last steps: a run ending near the block's last lane would step past the block (up to 60
+// bytes), the buffer's end, or in a k-split pack the next part's first k-quad, which
+// another thread writes.
 void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, const Run* runs,
                        int64_t nruns, uint8_t* buf) {
     for (int64_t q = 0; q < nq; ++q) {
@@ -179,7 +182,7 @@ void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, cons
             const int64_t bytes = runs[i].len * kGroup;
             int64_t x = 0;
             for (; x + 64 < bytes; x += 64) _mm512_storeu_si512(b + x, _mm512_loadu_si512(a + x));
-            if (q + 1 < nq || i + 1 < nruns) {
+            if (q + 1 < nq) {
                 _mm512_storeu_si512(b + x, _mm512_loadu_si512(a + x));
             } else {
                 const __mmask64 k = low_bits(bytes - x);

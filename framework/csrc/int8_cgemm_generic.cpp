@@ -3,8 +3,10 @@
 // reference the SIMD twins in int8_cgemm_avx2.cpp / _avx512.cpp / _vnni.cpp match bit for
 // bit), the tile dispatch, and the per-thread scratch (here, in a generic unit, because ISA
 // units must not instantiate STL templates). The driver is int8_cgemm.cpp.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu.h"
@@ -114,11 +116,66 @@ void cgemm_tile_generic(const uint8_t* acts, const int64_t* qoff, const int8_t* 
     }
 }
 
+namespace {
+
+// Each scratch buffer is followed by kGuard canary bytes, placed after the size its last
+// call asked for: a kernel that writes a little past its buffer writes into them, not into
+// malloc's next chunk header (pack_quads' last k-quad had stored whole vectors up to 32
+// bytes past the block: an abort in malloc hundreds of calls later, with nothing to name the
+// kernel). The next call of the thread and use, or broken_spaces, finds the change; the
+// tests ask broken_spaces after every int8 kernel on every ISA path.
+constexpr int64_t kGuard = 64;
+constexpr uint8_t kCanary = 0xA5;
+
+struct Scratch {
+    std::vector<uint8_t> bytes;
+    int64_t size = -1;  // the last call's size; -1: never asked
+};
+
+thread_local Scratch scratch[static_cast<int>(Space::count)];
+std::atomic<unsigned> breached{0};  // a bit per Space whose canary a later call found changed
+
+uint8_t* start_of(Scratch& s) {
+    return s.bytes.data() + (-reinterpret_cast<uintptr_t>(s.bytes.data()) & 63);
+}
+
+// Whether s's canary is unchanged; re-armed either way.
+bool guard_intact(Scratch& s) {
+    if (s.size < 0) return true;
+    uint8_t* guard = start_of(s) + s.size;
+    bool intact = true;
+    for (int64_t i = 0; i < kGuard; ++i) intact = intact && guard[i] == kCanary;
+    std::memset(guard, kCanary, kGuard);
+    return intact;
+}
+
+}  // namespace
+
 uint8_t* thread_space(Space use, int64_t size) {
-    static thread_local std::vector<uint8_t> spaces[static_cast<int>(Space::count)];
-    std::vector<uint8_t>& v = spaces[static_cast<int>(use)];
-    if (static_cast<int64_t>(v.size()) < size + 64) v.resize(static_cast<size_t>(size + 64));
-    return v.data() + (-reinterpret_cast<uintptr_t>(v.data()) & 63);
+    Scratch& s = scratch[static_cast<int>(use)];
+    if (!guard_intact(s)) breached.fetch_or(1u << static_cast<int>(use));
+    const int64_t need = size + 63 + kGuard;  // 63: the alignment's largest shift
+    if (static_cast<int64_t>(s.bytes.size()) < need) s.bytes.assign(static_cast<size_t>(need), 0);
+    s.size = size;
+    uint8_t* data = start_of(s);
+    std::memset(data + size, kCanary, kGuard);
+    return data;
+}
+
+std::vector<std::string> broken_spaces() {
+    static const char* const names[] = {"pad", "block", "blocks", "quads", "amx",
+                                        "depthwise", "pool", "widened"};
+    static_assert(sizeof(names) / sizeof(names[0]) == static_cast<int>(Space::count));
+    std::atomic<unsigned> bits{breached.exchange(0)};
+#pragma omp parallel
+    for (int use = 0; use < static_cast<int>(Space::count); ++use) {
+        if (!guard_intact(scratch[use])) bits.fetch_or(1u << use);
+    }
+    std::vector<std::string> out;
+    for (int use = 0; use < static_cast<int>(Space::count); ++use) {
+        if (bits.load() & (1u << use)) out.push_back(names[use]);
+    }
+    return out;
 }
 
 CTileFn cgemm_tile(bool narrow) {

@@ -5,6 +5,7 @@ import pytest
 from conv_cases import ALGO_CASES, CASES, conv_case
 from helpers import check_quant, guarded_copy
 
+import tianyuan as ty
 from tianyuan import _C, available_isas
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
@@ -178,3 +179,28 @@ def test_conv2d_amx_errors():
     with pytest.raises(ValueError, match="amx algorithm needs groups 1, C a multiple of 64"):
         K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
                  np.uint8, algorithm="amx")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("side", [7, 3])
+def test_conv2d_packs_within_the_block(side, threads):
+    """Maps 7 or 3 wide: a 64-position block's runs are rows, so the last one ends at lane 64
+    and one before it starts at lane 56 (60), where a whole 64-byte (32-byte) step runs 8 (3)
+    lanes past the block. In the block's last k-quad that step had gone past the pack buffer,
+    into malloc's next chunk header (ResNet-18's 7x7 layers at batch 16 aborted in malloc
+    some hundred calls later). check_quant asks the scratch canaries after each call."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (16, 8, side, side), dtype=np.uint8)
+    wt = rng.integers(-128, 128, (6, 8, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2000, 2000, 6, dtype=np.int32)
+    mult, shift = R.quantize_multiplier(np.full(6, 0.002))
+    packed = K.pack_weights(wt, 1)
+    args = (bias, mult, shift, 3, False, np.uint8)
+    geom = dict(stride=1, padding=1)
+    before = ty.get_num_threads()
+    ty.set_num_threads(threads)
+    try:
+        check_quant(lambda: K.conv2d(x, 9, packed, *args, **geom, algorithm="packed"),
+                    lambda: R.qconv2d(x, 9, wt, *args, groups=1, **geom))
+    finally:
+        ty.set_num_threads(before)
