@@ -6,9 +6,11 @@ forward when it can be exported, ratios, totals per network, GFLOP/s against a p
         [--rounds 3]
 
 Identical layers are timed once and counted as often as they occur. Times are medians over
---repeats runs; on a shared machine they are noisy. The fp32 peak is --peak (GFLOP/s;
-default 441, the measured 2-core AVX-512 FMA peak quoted in issue 3); the in-run numpy sgemm
-rate is printed beside it.
+--repeats runs; on a shared machine they are noisy. The fp32 peak is measured in the run
+(`tianyuan.ops.conv.fma_peak`: a register-only FMA loop on every thread, on the kernel path
+that runs) unless --peak gives one (GFLOP/s); the in-run numpy sgemm rate is printed beside
+it. Until 2026-12-03 the default was a constant 441, the 2-core AVX-512 peak of the host
+issue 3 was measured on, which overstated the share of the peak on faster hosts.
 """
 import argparse
 import collections
@@ -212,7 +214,8 @@ def main():
     parser.add_argument("--batch", default="1,16")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--peak", type=float, default=441.0)
+    parser.add_argument("--peak", type=float, default=None,
+                        help="fp32 peak in GFLOP/s; default: measured in the run")
     parser.add_argument("--stat", choices=("median", "min"), default="median")
     # 3: the median of 3 alternating rounds survives one slow spell (see bench_int8.py)
     parser.add_argument("--rounds", type=int, default=3,
@@ -221,15 +224,18 @@ def main():
     STAT[0] = np.median if args.stat == "median" else np.min
     restart_with_blas_threads(args.threads)
     import tianyuan as ty
+    from tianyuan.ops.conv import fma_peak
     ty.set_num_threads(args.threads)
+    peak = args.peak or fma_peak() / 1e9
     print(f"tianyuan ISA {ty.current_isa()}, torch {in_child(peer_info, args.threads)}, "
           f"{args.threads} threads,"
+          f" fp32 peak {peak:.0f} GFLOP/s ({'--peak' if args.peak else 'measured: fma_peak'}),"
           f" numpy sgemm {sgemm_rate():.0f} GFLOP/s (OpenBLAS core {openblas_core()}),"
           f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')},"
           f" GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
     for batch in (int(b) for b in args.batch.split(",")):
         for name in args.nets.split(","):
-            bench_net(name, batch, args.repeats, args.threads, args.peak, args.rounds)
+            bench_net(name, batch, args.repeats, args.threads, peak, args.rounds)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_an
 }  // namespace
 
 void bind_conv_gemm(py::module_& m) {
+    m.def("fma_peak", &fma_peak, py::arg("steps"), py::call_guard<py::gil_scoped_release>(),
+          "float32 operations per second of a register-only FMA loop (steps x 12 "
+          "instructions on every thread, zmm from avx512 up, else ymm): the fp32 peak; "
+          "RuntimeError below AVX2");
     m.def("conv2d_gemm", &conv2d_gemm, py::arg("x"), py::arg("w"), py::arg("scale"),
           py::arg("shift"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
           py::arg("act") = 0, py::arg("plan") = "auto",

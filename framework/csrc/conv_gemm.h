@@ -84,6 +84,13 @@ using ConvGemmPackWeights = void (*)(const float* w, int64_t co, int64_t depth, 
 
 ConvGemmKernel conv_gemm_kernel_avx512();
 ConvGemmKernel conv_gemm_kernel_avx2();  // sub-blocks of 6 rows x 16 lanes
+// Register-only loops of 12 independent FMA chains (`steps` x 12 vfmadd231ps on zmm / ymm),
+// returning a checksum so that the loop is kept; fma_peak runs the current ISA's on every
+// OpenMP thread and returns float32 operations per second (2 per multiply-add): the peak the
+// float benchmarks quote. It throws std::runtime_error below AVX2.
+int64_t fma_peak_steps_avx512(int64_t steps);
+int64_t fma_peak_steps_avx2(int64_t steps);
+double fma_peak(int64_t steps);
 ConvGemmPack conv_gemm_pack_avx2();
 ConvGemmPackWeights conv_gemm_pack_weights_avx2();
 ConvGemmPack conv_gemm_pack_avx512();

@@ -22,6 +22,17 @@ from .conv_ref import conv_out_size
 COLUMN_BUDGET = 64 << 20  # bytes of im2col columns per batch chunk
 
 
+def fma_peak(steps=10_000_000, repeat=5):
+    """This machine's float32 peak in operations per second (2 per multiply-add) on the
+    current ISA path: the median of `repeat` runs of a register-only FMA loop (`steps` x 12
+    vfmadd231ps, on zmm from avx512 up, ymm on avx2 and avxvnni) on every kernel thread,
+    after one run that wakes the threads. RuntimeError on the generic path."""
+    if steps < 1 or repeat < 1:
+        raise ValueError(f"fma_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
+    _C.fma_peak(int(steps))
+    return float(np.median([_C.fma_peak(int(steps)) for _ in range(repeat)]))
+
+
 def batch_chunks(n, bytes_per_image):
     """Slices of the batch whose columns fit in COLUMN_BUDGET (at least one image each)."""
     step = max(1, COLUMN_BUDGET // max(1, bytes_per_image))

@@ -33,3 +33,26 @@ def test_set_isa_refuses_what_the_cpu_lacks():
         with pytest.raises(RuntimeError, match=f"ISA '{name}' is not supported"):
             _C.set_isa(name)
         assert not _C.isa_runs(name) and ty.current_isa() == original
+
+
+def test_fma_peak_measures_or_says_why_not():
+    from tianyuan.ops.conv import fma_peak
+    with pytest.raises(ValueError, match="steps"):
+        fma_peak(steps=0)
+    original = ty.current_isa()
+    try:
+        ty.set_isa("generic")
+        with pytest.raises(RuntimeError, match="FMA"):
+            fma_peak(steps=1000, repeat=1)
+        for isa in ty.available_isas():
+            if isa == "generic":
+                continue
+            ty.set_isa(isa)
+            lanes = 16 if ISA_LEVELS.index(isa) >= ISA_LEVELS.index("avx512") else 8
+            # 12 FMAs of `lanes` multiply-adds per step on each thread: between a 0.1 GHz core
+            # issuing one a cycle and a 6.5 GHz one issuing 2 (a miscounted or optimised-away
+            # loop lands outside)
+            per_core = fma_peak(steps=200_000, repeat=3) / ty.get_num_threads()
+            assert 0.1e9 * lanes * 2 < per_core < 6.5e9 * 2 * lanes * 2, isa
+    finally:
+        ty.set_isa(original)
