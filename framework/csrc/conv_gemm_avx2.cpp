@@ -225,9 +225,10 @@ int64_t fma_peak_steps_avx2(int64_t steps) {
               [c10] "+v"(c10), [c11] "+v"(c11)
             : [x] "v"(x), [w] "v"(w));
     }
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
-                                  _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7))),
-                            _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+    const __m256 c03 = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
+    const __m256 c47 = _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7));
+    const __m256 c8b = _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11));
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(c03, c47), c8b);
     alignas(64) float lanes[8];
     _mm256_store_ps(lanes, sum);
     float total = 0.0f;

@@ -209,9 +209,10 @@ int64_t fma_peak_steps_avx512(int64_t steps) {
               [c10] "+v"(c10), [c11] "+v"(c11)
             : [x] "v"(x), [w] "v"(w));
     }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
-                                  _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
-                            _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
+    const __m512 c03 = _mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3));
+    const __m512 c47 = _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7));
+    const __m512 c8b = _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11));
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c03, c47), c8b);
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, sum);
     float total = 0.0f;
