@@ -46,7 +46,10 @@ static inline ChannelQ channel_q(const RowParams& q, const Requant& r) {
     return channel_q(q.bias[0], q.multiplier[0], q.shift[0], r);
 }
 
-static inline __m512i requant16(__m512i acc, const ChannelQ& c) {
+// Always inline: out of line (GCC 12 chose so for the tiles of int8_cgemm_vnni.cpp), each call
+// spilled the caller's live accumulators, since every zmm register is caller-saved.
+static inline __attribute__((always_inline)) __m512i requant16(__m512i acc,
+                                                               const ChannelQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
     if (c.fold) {
         const __m512i pe = _mm512_mul_epi32(t, c.mult);
