@@ -26,8 +26,10 @@ inline __mmask16 lanes(int64_t n) {
                    : static_cast<__mmask16>(n <= 0 ? 0 : (1u << n) - 1);
 }
 
-// 16 accumulators of one channel -> 16 requantized bytes at out (masked to n lanes).
-inline void store16(__m512i acc, const ChannelQ& c, uint8_t* out, int64_t n) {
+// 16 accumulators of one channel -> 16 requantized bytes at out (masked to n lanes). Always
+// inline, as requant16: a call spills the tile's live accumulators (zmm are caller-saved).
+inline __attribute__((always_inline)) void store16(__m512i acc, const ChannelQ& c, uint8_t* out,
+                                                   int64_t n) {
     if (n <= 0) return;
     _mm_mask_storeu_epi8(out, lanes(n), _mm512_cvtepi32_epi8(requant16(acc, c)));
 }
