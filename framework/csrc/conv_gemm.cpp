@@ -10,7 +10,6 @@
 
 #include "conv_gemm_plans.h"
 #include "cpu.h"
-#include "int8_gemm.h"
 
 namespace tianyuan {
 namespace conv_gemm_detail {
@@ -210,8 +209,8 @@ double fma_peak(int64_t steps) {
     const Isa isa = current_isa();
     if (isa < Isa::avx2) throw std::runtime_error("fma_peak: the current ISA path has no FMA");
     const bool zmm = isa >= Isa::avx512;
-    return int8::peak_ops(zmm ? fma_peak_steps_avx512 : fma_peak_steps_avx2, steps,
-                          12 * (zmm ? 16 : 8) * 2);
+    return peak_ops(zmm ? fma_peak_steps_avx512 : fma_peak_steps_avx2, steps,
+                    12 * (zmm ? 16 : 8) * 2);
 }
 
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg) {

@@ -1,6 +1,10 @@
 #include "cpu.h"
 
 #include <cpuid.h>
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #if defined(__linux__)
@@ -116,6 +120,22 @@ const char* isa_name(Isa isa) {
         case Isa::amx: return "amx";
     }
     return "unknown";
+}
+
+double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step) {
+    std::atomic<int64_t> sink{0};
+    int threads = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+#pragma omp single nowait
+        threads = omp_get_num_threads();
+        sink += loop(steps);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sink.load() == 42) return 0.0;  // never: keeps the checksum (and the loop) alive
+    return static_cast<double>(threads) * static_cast<double>(steps) * ops_per_step / seconds;
 }
 
 }  // namespace tianyuan

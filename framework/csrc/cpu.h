@@ -1,6 +1,8 @@
 // CPU feature detection and the ISA level chosen once for every kernel family.
 #pragma once
 
+#include <cstdint>
+
 namespace tianyuan {
 
 // Levels, each running the kernels of those below it, but avxvnni: AVX2 with the VEX
@@ -35,5 +37,9 @@ bool isa_runs(Isa isa);
 // Returns false (and changes nothing) when the machine cannot run `isa`.
 bool set_isa(Isa isa);
 const char* isa_name(Isa isa);
+// Operations per second of `loop(steps)` run on every OpenMP thread at once, ops_per_step
+// each step: the shared timing of the register-only peak loops (vnni_peak, fma_peak, ...);
+// `loop` returns a checksum that keeps it from being optimised away.
+double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
 
 }  // namespace tianyuan

@@ -3,8 +3,6 @@
 
 #include <omp.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -83,22 +81,6 @@ void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed
         block(a + i0 * lda, lda, rows, packed + p0 * kp * kPanel, kp, np, c + i0 * ldc + p0 * kPanel,
               ldc);
     }
-}
-
-double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step) {
-    std::atomic<int64_t> sink{0};
-    int threads = 1;
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel
-    {
-#pragma omp single nowait
-        threads = omp_get_num_threads();
-        sink += loop(steps);
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (sink.load() == 42) return 0.0;  // never: keeps the checksum (and the loop) alive
-    return static_cast<double>(threads) * static_cast<double>(steps) * ops_per_step / seconds;
 }
 
 double avx2_peak(int64_t steps) {

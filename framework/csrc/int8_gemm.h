@@ -49,9 +49,6 @@ void gemm_block_avxvnni(const uint8_t* a, int64_t lda, int64_t rows, const int8_
 // quote; it throws std::runtime_error where the CPU or the OS lacks AVX512-VNNI.
 int64_t vnni_peak_steps(int64_t steps);
 double vnni_peak(int64_t steps);
-// Operations per second of `loop(steps)` run on every OpenMP thread at once, ops_per_step
-// each step (the peaks' shared timing).
-double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
 // The same for the exact AVX2 form of the product (vpmaddwd + vpaddd, 6 of each a step, 16
 // multiply-adds each): the ceiling of the AVX2 convolution tile, whose inner step is that
 // pair plus the activations' split. avx2_peak throws std::runtime_error without AVX2.
