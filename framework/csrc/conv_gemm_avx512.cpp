@@ -8,6 +8,7 @@
 
 #include "conv_gemm.h"
 #include "conv_gemm_pack_impl.h"
+#include "fma_peak_impl.h"
 #include "transpose_avx512.h"
 
 namespace tianyuan {
@@ -190,34 +191,9 @@ ConvGemmPackWeights conv_gemm_pack_weights_avx512() { return pack_weights; }
 ConvGemmKernel conv_gemm_kernel_avx512() { return kernel; }
 ConvGemmPack conv_gemm_pack_avx512() { return pack; }
 
-// 12 accumulators cover the FMA latency (4 cycles) on 2 ports; inline assembly, as the
-// compiler would merge identical intrinsic chains. c += 1 * 0: the values stay normal.
 int64_t fma_peak_steps_avx512(int64_t steps) {
-    __m512 c0 = _mm512_set1_ps(static_cast<float>(steps & 7)), c1 = c0, c2 = c0, c3 = c0, c4 = c0,
-           c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-    const __m512 x = _mm512_set1_ps(1.0f), w = _mm512_set1_ps(0.0f);
-    for (int64_t s = 0; s < steps; ++s) {
-        __asm__ volatile(
-            "vfmadd231ps %[w], %[x], %[c0]\n\tvfmadd231ps %[w], %[x], %[c1]\n\t"
-            "vfmadd231ps %[w], %[x], %[c2]\n\tvfmadd231ps %[w], %[x], %[c3]\n\t"
-            "vfmadd231ps %[w], %[x], %[c4]\n\tvfmadd231ps %[w], %[x], %[c5]\n\t"
-            "vfmadd231ps %[w], %[x], %[c6]\n\tvfmadd231ps %[w], %[x], %[c7]\n\t"
-            "vfmadd231ps %[w], %[x], %[c8]\n\tvfmadd231ps %[w], %[x], %[c9]\n\t"
-            "vfmadd231ps %[w], %[x], %[c10]\n\tvfmadd231ps %[w], %[x], %[c11]"
-            : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4),
-              [c5] "+v"(c5), [c6] "+v"(c6), [c7] "+v"(c7), [c8] "+v"(c8), [c9] "+v"(c9),
-              [c10] "+v"(c10), [c11] "+v"(c11)
-            : [x] "v"(x), [w] "v"(w));
-    }
-    const __m512 c03 = _mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3));
-    const __m512 c47 = _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7));
-    const __m512 c8b = _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11));
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c03, c47), c8b);
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, sum);
-    float total = 0.0f;
-    for (float v : lanes) total += v;
-    return static_cast<int64_t>(total);
+    return fma_chains(steps, _mm512_set1_ps(static_cast<float>(steps & 7)), _mm512_set1_ps(1.0f),
+                      _mm512_set1_ps(0.0f));
 }
 
 }  // namespace tianyuan
