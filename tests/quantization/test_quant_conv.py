@@ -204,3 +204,27 @@ def test_conv2d_packs_within_the_block(side, threads):
                     lambda: R.qconv2d(x, 9, wt, *args, groups=1, **geom))
     finally:
         ty.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv2d_k_split_packs_stay_in_their_part(threads):
+    """One block of 60 positions (12 rows of 5) whose k-quads the threads pack in parts
+    (few blocks: plan's chunks). The run at lane 50 is not its k-quad's last, and a whole
+    vector step from it had run past lane 63 into the next part's first k-quad, which another
+    thread packs, with bytes of the wrong k-quad."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (1, 16, 12, 5), dtype=np.uint8)
+    wt = rng.integers(-128, 128, (24, 16, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2000, 2000, 24, dtype=np.int32)
+    mult, shift = R.quantize_multiplier(np.full(24, 0.002))
+    packed = K.pack_weights(wt, 1)
+    args = (bias, mult, shift, 3, False, np.uint8)
+    before = ty.get_num_threads()
+    ty.set_num_threads(threads)
+    try:
+        for _ in range(20):
+            check_quant(lambda: K.conv2d(x, 9, packed, *args, stride=1, padding=1,
+                                         algorithm="packed"),
+                        lambda: R.qconv2d(x, 9, wt, *args, stride=1, padding=1))
+    finally:
+        ty.set_num_threads(before)
