@@ -77,6 +77,20 @@ def test_conv2d_checks_shapes():
         K.conv2d(np.zeros((1, 2, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False, np.uint8)
 
 
+@pytest.mark.parametrize("geom,says", [
+    (dict(stride=0), r"stride \(0, 0\).*do not fit"),   # had divided by the stride: SIGFPE
+    (dict(padding=-1), r"padding \(-1, -1, -1, -1\)"),
+    (dict(dilation=3), "no output positions"),
+])
+def test_conv2d_geometry_errors_name_the_shapes(geom, says):
+    packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
+    mult, shift = R.quantize_multiplier(np.full(4, 0.01))
+    with pytest.raises(ValueError, match=r"int8_conv2d: input \(1, 3, 5, 5\), weights "
+                                         r"\(4, 3, 3, 3\).*" + says):
+        K.conv2d(np.zeros((1, 3, 5, 5), np.uint8), 0, packed, np.zeros(4, np.int32), mult, shift,
+                 0, False, np.uint8, **geom)
+
+
 @pytest.mark.parametrize("case", ALGO_CASES)
 @pytest.mark.parametrize("algorithm", ["packed", "direct"])
 @pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])

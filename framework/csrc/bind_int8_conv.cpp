@@ -1,0 +1,211 @@
+// pybind11 glue: int8 convolutions (framework/csrc/int8_cgemm.h, int8_amx.h, int8_ops.h):
+// the weight packers, conv2d (packed, direct, AMX, narrow form) and depthwise.
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "int8_amx.h"
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+
+#include "bind_int8_common.h"
+
+namespace tianyuan {
+namespace bind {
+namespace {
+
+// Conv layout (int8_cgemm.h): groups * OCg * Kp bytes.
+void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& sums,
+                            int64_t groups, int64_t n, int64_t k) {
+    const int64_t want = groups * n * int8::round_up(k, int8::kGroup);
+    if (packed.size() != want || sums.size() != groups * n) {
+        throw std::invalid_argument(
+            "int8_conv2d: packed weights of " + std::to_string(packed.size()) + " bytes and " +
+            std::to_string(sums.size()) + " row sums do not match groups " +
+            std::to_string(groups) + " x OC/groups " + std::to_string(n) + " x K " +
+            std::to_string(k) + " (" + std::to_string(want) + " bytes)");
+    }
+    if (k > 65793) {
+        throw std::invalid_argument("int8_conv2d: K = C/groups x kh x kw = " + std::to_string(k) +
+                                    " > 65793 may overflow s32");
+    }
+}
+
+// The narrow form of conv weights (int8_cgemm.h, NarrowWeights) as int8_split_narrow returns
+// it, checked against the packed weights' size and OC. The entries themselves are trusted:
+// kernels.PackedWeight makes them with int8_split_narrow and keeps them with the weights.
+using NarrowArrays = std::tuple<Array<int8_t>, Array<int32_t>, Array<int32_t>>;
+int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size, int64_t oc) {
+    const auto& [w, ptr, res] = n;
+    if (w.size() != packed_size || ptr.size() != oc + 1 || ptr.data()[0] != 0 ||
+        res.size() != 2 * static_cast<int64_t>(ptr.data()[oc])) {
+        throw std::invalid_argument(
+            "int8_conv2d: the narrow form (" + std::to_string(w.size()) + " bytes, " +
+            std::to_string(ptr.size()) + " row offsets, " + std::to_string(res.size()) +
+            " residual words) does not match the packed weights (" +
+            std::to_string(packed_size) + " bytes, OC " + std::to_string(oc) + ")");
+    }
+    return {w.data(), ptr.data(), res.data()};
+}
+
+py::tuple int8_pack_conv(const Array<int8_t>& w) {
+    if (w.ndim() != 4) {
+        throw std::invalid_argument("int8_pack_conv_weights: w must be (G, N, C/groups, kh*kw)");
+    }
+    const int64_t g = w.shape(0), n = w.shape(1), cg = w.shape(2), taps = w.shape(3);
+    const int64_t size = n * int8::round_up(cg * taps, int8::kGroup);
+    Array<int8_t> packed(g * size);
+    Array<int32_t> sums(g * n);
+    for (int64_t i = 0; i < g; ++i) {
+        int8::pack_conv_weights(w.data() + i * n * cg * taps, n, cg, taps,
+                                packed.mutable_data() + i * size, sums.mutable_data() + i * n);
+    }
+    return py::make_tuple(packed, sums);
+}
+
+// The geometry of x (N, C, H, W) against weights of shape wshape (OC, C/groups, kh, kw);
+// op names the binding in the messages.
+int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int64_t> stride,
+                         Quad pad, std::pair<int64_t, int64_t> dil, int64_t groups,
+                         const char* op) {
+    if (x.ndim() != 4) {
+        throw std::invalid_argument(std::string(op) + ": x must be (N, C, H, W), got " +
+                                    shape_str(x));
+    }
+    const auto [oc, cg, kh, kw] = wshape;
+    const auto [pt, pb, pl, pr] = pad;
+    const auto describe = [&] {
+        return std::string(op) + ": input " + shape_str(x) + ", weights (" +
+               std::to_string(oc) + ", " + std::to_string(cg) + ", " + std::to_string(kh) +
+               ", " + std::to_string(kw) + "), groups " + std::to_string(groups) +
+               ", stride (" + std::to_string(stride.first) + ", " +
+               std::to_string(stride.second) + "), dilation (" + std::to_string(dil.first) +
+               ", " + std::to_string(dil.second) + "), padding (" + std::to_string(pt) + ", " +
+               std::to_string(pb) + ", " + std::to_string(pl) + ", " + std::to_string(pr) + ")";
+    };
+    if (groups < 1 || x.shape(1) != cg * groups || oc % groups || stride.first < 1 ||
+        stride.second < 1 || dil.first < 1 || dil.second < 1 || pt < 0 || pb < 0 || pl < 0 ||
+        pr < 0) {
+        throw std::invalid_argument(describe() + ": channels, groups, strides, dilations or "
+                                    "padding do not fit");
+    }
+    int8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), oc, kh, kw, stride.first,
+                     stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, 0, 0};
+    g.oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+    g.ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+    if (g.oh < 1 || g.ow < 1) throw std::invalid_argument(describe() + ": no output positions");
+    return g;
+}
+
+}  // namespace
+
+void bind_int8_conv(py::module_& m) {
+    m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),
+          "w s8 (G, OC/G, C/G, kh*kw) -> (packed s8, row_sums s32 (OC,)); layout in "
+          "int8_cgemm.h");
+    m.def("int8_conv2d", [](const py::array& x, int zp, const Array<int8_t>& packed,
+                            const Array<int32_t>& sums, Quad wshape, const Array<int32_t>& bias,
+                            const Array<int32_t>& mult, const Array<int32_t>& shift, int out_zp,
+                            bool relu, bool out_signed, int out_max,
+                            std::pair<int64_t, int64_t> stride, Quad pad,
+                            std::pair<int64_t, int64_t> dil, int64_t groups, int algo,
+                            const std::optional<Array<int8_t>>& amx,
+                            const std::optional<NarrowArrays>& narrow) {
+        const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups, "int8_conv2d");
+        if (algo < 0 || algo > 3) {
+            throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed), "
+                                        "2 (direct) or 3 (amx), got " + std::to_string(algo));
+        }
+        int8_check_conv_packed(packed, sums, groups, g.oc / groups,
+                               std::get<1>(wshape) * g.kh * g.kw);
+        if (amx && amx->size() != int8::amx_packed_size(g.oc, g.c, g.kh * g.kw)) {
+            throw std::invalid_argument("int8_conv2d: AMX weights have " +
+                                        std::to_string(amx->size()) + " bytes, expected " +
+                                        std::to_string(g.oc * g.c * g.kh * g.kw));
+        }
+        int8::NarrowWeights nw{};
+        if (narrow) nw = int8_check_narrow(*narrow, packed.size(), g.oc);
+        const int8::QIn in = int8_input(x, zp, "int8_conv2d");
+        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
+                                             "int8_conv2d", out_max);
+        py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
+                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr,
+                     narrow ? &nw : nullptr);
+        return out;
+    }, py::arg("x"), py::arg("zp"), py::arg("packed"), py::arg("sums"), py::arg("wshape"),
+       py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
+       py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
+       py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none(),
+       py::arg("narrow") = py::none());
+    m.def("int8_narrow_tile", &int8::narrow_tile,
+          "whether the current ISA's convolution tile reads the narrow form (int8_cgemm.h)");
+    m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,
+                                  int64_t kp) {
+        if (groups < 1 || ocg < 1 || kp < 1 || kp % int8::kGroup ||
+            packed.size() != groups * ocg * kp) {
+            throw std::invalid_argument("int8_split_narrow: packed has " +
+                                        std::to_string(packed.size()) + " bytes, not groups " +
+                                        std::to_string(groups) + " x OC/groups " +
+                                        std::to_string(ocg) + " x Kp " + std::to_string(kp));
+        }
+        Array<int8_t> narrow(packed.size());
+        std::vector<int32_t> res_ptr, res;
+        int8::split_narrow(packed.data(), groups, ocg, kp, narrow.mutable_data(), &res_ptr,
+                           &res);
+        Array<int32_t> ptr(static_cast<py::ssize_t>(res_ptr.size()));
+        Array<int32_t> entries(static_cast<py::ssize_t>(res.size()));
+        std::copy(res_ptr.begin(), res_ptr.end(), ptr.mutable_data());
+        std::copy(res.begin(), res.end(), entries.mutable_data());
+        return py::make_tuple(narrow, ptr, entries);
+    }, py::arg("packed"), py::arg("groups"), py::arg("ocg"), py::arg("kp"),
+       "conv-packed s8 -> its narrow form (packed s8, res_ptr s32 (OC + 1,), res s32 "
+       "(2 * nnz,)); int8_cgemm.h, NarrowWeights");
+    m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
+          py::call_guard<py::gil_scoped_release>(),
+          "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "
+          "instructions on every thread): the AMX peak; RuntimeError without AMX");
+    m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
+        if (w.ndim() != 4) {
+            throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");
+        }
+        const int64_t oc = w.shape(0), c = w.shape(1), taps = w.shape(2) * w.shape(3);
+        if (c % int8::kAmxK || oc % int8::kAmxOc) {
+            throw std::invalid_argument("int8_pack_conv_weights_amx: C must be a multiple of 64"
+                                        " and OC of 32, got w " + shape_str(w));
+        }
+        Array<int8_t> out(int8::amx_packed_size(oc, c, taps));
+        int8::amx_pack_weights(w.data(), oc, c, taps, out.mutable_data());
+        return out;
+    }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the AMX tiles' weight layout (int8_amx.h)");
+    m.def("int8_depthwise_conv2d", [](const py::array& x, int zp, const Array<int8_t>& w,
+                                      const Array<int32_t>& bias, const Array<int32_t>& mult,
+                                      const Array<int32_t>& shift, int out_zp, bool relu,
+                                      bool out_signed, int out_max,
+                                      std::pair<int64_t, int64_t> stride,
+                                      Quad pad, std::pair<int64_t, int64_t> dil) {
+        if (w.ndim() != 4 || w.shape(1) != 1) {
+            throw std::invalid_argument("int8_depthwise_conv2d: w must be (OC, 1, kh, kw), got " +
+                                        shape_str(w));
+        }
+        const Quad ws{w.shape(0), 1, w.shape(2), w.shape(3)};
+        const int8::ConvGeom g = int8_geom(x, ws, stride, pad, dil,
+                                           x.ndim() == 4 ? x.shape(1) : 1,
+                                           "int8_depthwise_conv2d");
+        const int8::QIn in = int8_input(x, zp, "int8_depthwise_conv2d");
+        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
+                                             "int8_depthwise_conv2d", out_max);
+        py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::depthwise_conv2d(in, g, w.data(), bias.data(), r, o);
+        return out;
+    });
+}
+
+}  // namespace bind
+}  // namespace tianyuan
