@@ -62,7 +62,7 @@ class _WeightedModule(QuantizedModule):
         if self.activation == "relu6":
             out = np.minimum(out, relu6_max(self.out_scale, self.out_zero_point,
                                             self.out_dtype)).astype(self.out_dtype)
-        return wrap(out, self.out_scale, self.out_zero_point)
+        return wrap(out, *self.output())
 
 
 def _padding(module):
@@ -112,7 +112,7 @@ class Conv2d(_WeightedModule):
         if not values.flags.c_contiguous:
             values = np.ascontiguousarray(values)
         out = self.prepared(q.scale)(values, q.zero_point)
-        return wrap(out, self.out_scale, self.out_zero_point)
+        return wrap(out, *self.output())
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

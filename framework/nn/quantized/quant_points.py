@@ -55,7 +55,7 @@ class Add(QuantizedModule):
         ma, mb, shift = self.multipliers(qa.scale, qb.scale)
         out = K.add(qa, qa.zero_point, qb, qb.zero_point, ma, mb, shift, self.out_zero_point,
                     self.relu, self.out_dtype)
-        return wrap(out, self.out_scale, self.out_zero_point)
+        return wrap(out, *self.output())
 
 
 class AddReLU(Add):
@@ -83,4 +83,4 @@ class Concat(QuantizedModule):
         mult, shift = self.multipliers([q.scale for q in qs])
         out = K.concat(qs, [q.zero_point for q in qs], mult, shift, self.out_zero_point,
                        self.out_dtype, self.axis, self.shuffle)
-        return wrap(out, self.out_scale, self.out_zero_point)
+        return wrap(out, *self.output())
