@@ -99,49 +99,108 @@ int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int
     return g;
 }
 
+// A convolution with everything but its input fixed and checked once, so that a call converts
+// two arguments where a function of them all had converted 19 (a 1x1 conv on a 2x2 map: about
+// 1 us of 2). Errors name int8_conv2d or int8_depthwise_conv2d.
+// The arrays are held, so the pointers in `r` and `nw` stay valid; whether the narrow form is
+// read is decided per call, by the ISA then current, as int8::conv2d does. depthwise: w is the
+// raw (OC, 1, kh, kw) weights for int8::depthwise_conv2d, else packed conv weights.
+class Int8Conv {
+  public:
+    Int8Conv(bool depthwise, const Array<int8_t>& w, const std::optional<Array<int32_t>>& sums,
+             Quad wshape, const Array<int32_t>& bias, const Array<int32_t>& mult,
+             const Array<int32_t>& shift, int out_zp, bool relu, bool out_signed, int out_max,
+             Pair stride, Quad pad, Pair dil, int64_t groups, int algo,
+             const std::optional<Array<int8_t>>& amx, const std::optional<NarrowArrays>& narrow)
+        : depthwise_(depthwise), op_(depthwise ? "int8_depthwise_conv2d" : "int8_conv2d"),
+          w_(w), bias_(bias), mult_(mult), shift_(shift), wshape_(wshape), stride_(stride),
+          pad_(pad), dil_(dil), groups_(groups), algo_(algo), amx_(amx), narrow_(narrow) {
+        const auto [oc, cg, kh, kw] = wshape;
+        if (depthwise) {
+            if (w.ndim() != 4 || w.shape(1) != 1) {
+                throw std::invalid_argument("int8_depthwise_conv2d: w must be (OC, 1, kh, kw), "
+                                            "got " + shape_str(w));
+            }
+            wshape_ = {w.shape(0), 1, w.shape(2), w.shape(3)};
+        } else {
+            if (algo < 0 || algo > 3) {
+                throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 "
+                                            "(packed), 2 (direct) or 3 (amx), got " +
+                                            std::to_string(algo));
+            }
+            if (groups < 1 || oc % groups) {
+                throw std::invalid_argument("int8_conv2d: OC " + std::to_string(oc) +
+                                            " does not split into " + std::to_string(groups) +
+                                            " groups");
+            }
+            if (!sums) throw std::invalid_argument("int8_conv2d: the row sums are missing");
+            sums_ = *sums;
+            int8_check_conv_packed(w, sums_, groups, oc / groups, cg * kh * kw);
+            if (amx && amx->size() != int8::amx_packed_size(oc, cg * groups, kh * kw)) {
+                throw std::invalid_argument("int8_conv2d: AMX weights have " +
+                                            std::to_string(amx->size()) + " bytes, expected " +
+                                            std::to_string(oc * cg * groups * kh * kw));
+            }
+            if (narrow_) nw_ = int8_check_narrow(*narrow_, w.size(), oc);
+        }
+        r_ = int8_requant(bias_, mult_, shift_, std::get<0>(wshape_), out_zp, relu, out_signed,
+                          op_, out_max);
+    }
+
+    py::array operator()(const py::array& x, int zp) const {
+        const int64_t groups = depthwise_ ? (x.ndim() == 4 ? x.shape(1) : 1) : groups_;
+        const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, groups, op_);
+        const int8::QIn in = int8_input(x, zp, op_);
+        py::array out = int8_output(r_.out_signed, {g.n, g.oc, g.oh, g.ow});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        if (depthwise_) {
+            int8::depthwise_conv2d(in, g, w_.data(), bias_.data(), r_, o);
+        } else {
+            int8::conv2d(in, g, w_.data(), sums_.data(), bias_.data(), r_, o,
+                         static_cast<int8::ConvAlgo>(algo_), amx_ ? amx_->data() : nullptr,
+                         narrow_ ? &nw_ : nullptr);
+        }
+        return out;
+    }
+
+  private:
+    bool depthwise_;
+    const char* op_;
+    Array<int8_t> w_;
+    Array<int32_t> sums_, bias_, mult_, shift_;
+    Quad wshape_;
+    Pair stride_;
+    Quad pad_;
+    Pair dil_;
+    int64_t groups_;
+    int algo_;
+    std::optional<Array<int8_t>> amx_;
+    std::optional<NarrowArrays> narrow_;
+    int8::NarrowWeights nw_{};
+    int8::Requant r_{};
+};
+
 }  // namespace
 
 void bind_int8_conv(py::module_& m) {
     m.def("int8_pack_conv_weights", &int8_pack_conv, py::arg("w"),
           "w s8 (G, OC/G, C/G, kh*kw) -> (packed s8, row_sums s32 (OC,)); layout in "
           "int8_cgemm.h");
-    m.def("int8_conv2d", [](const py::array& x, int zp, const Array<int8_t>& packed,
-                            const Array<int32_t>& sums, Quad wshape, const Array<int32_t>& bias,
-                            const Array<int32_t>& mult, const Array<int32_t>& shift, int out_zp,
-                            bool relu, bool out_signed, int out_max,
-                            std::pair<int64_t, int64_t> stride, Quad pad,
-                            std::pair<int64_t, int64_t> dil, int64_t groups, int algo,
-                            const std::optional<Array<int8_t>>& amx,
-                            const std::optional<NarrowArrays>& narrow) {
-        const int8::ConvGeom g = int8_geom(x, wshape, stride, pad, dil, groups, "int8_conv2d");
-        if (algo < 0 || algo > 3) {
-            throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 (packed), "
-                                        "2 (direct) or 3 (amx), got " + std::to_string(algo));
-        }
-        int8_check_conv_packed(packed, sums, groups, g.oc / groups,
-                               std::get<1>(wshape) * g.kh * g.kw);
-        if (amx && amx->size() != int8::amx_packed_size(g.oc, g.c, g.kh * g.kw)) {
-            throw std::invalid_argument("int8_conv2d: AMX weights have " +
-                                        std::to_string(amx->size()) + " bytes, expected " +
-                                        std::to_string(g.oc * g.c * g.kh * g.kw));
-        }
-        int8::NarrowWeights nw{};
-        if (narrow) nw = int8_check_narrow(*narrow, packed.size(), g.oc);
-        const int8::QIn in = int8_input(x, zp, "int8_conv2d");
-        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
-                                             "int8_conv2d", out_max);
-        py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
-        auto* o = static_cast<uint8_t*>(out.mutable_data());
-        py::gil_scoped_release unlocked;
-        int8::conv2d(in, g, packed.data(), sums.data(), bias.data(), r, o,
-                     static_cast<int8::ConvAlgo>(algo), amx ? amx->data() : nullptr,
-                     narrow ? &nw : nullptr);
-        return out;
-    }, py::arg("x"), py::arg("zp"), py::arg("packed"), py::arg("sums"), py::arg("wshape"),
-       py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"), py::arg("relu"),
-       py::arg("out_signed"), py::arg("out_max"), py::arg("stride"), py::arg("pad"),
-       py::arg("dil"), py::arg("groups"), py::arg("algo") = 0, py::arg("amx") = py::none(),
-       py::arg("narrow") = py::none());
+    py::class_<Int8Conv>(m, "Int8Conv",
+                         "An int8 convolution with all but its input x (N, C, H, W) and its "
+                         "zero point fixed: Int8Conv(...)(x, zp); see bind_int8_conv.cpp")
+        .def(py::init<bool, const Array<int8_t>&, const std::optional<Array<int32_t>>&, Quad,
+                      const Array<int32_t>&, const Array<int32_t>&, const Array<int32_t>&, int,
+                      bool, bool, int, Pair, Quad, Pair, int64_t, int,
+                      const std::optional<Array<int8_t>>&,
+                      const std::optional<NarrowArrays>&>(),
+             py::arg("depthwise"), py::arg("w"), py::arg("sums"), py::arg("wshape"),
+             py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"),
+             py::arg("relu"), py::arg("out_signed"), py::arg("out_max"), py::arg("stride"),
+             py::arg("pad"), py::arg("dil"), py::arg("groups"), py::arg("algo") = 0,
+             py::arg("amx") = py::none(), py::arg("narrow") = py::none())
+        .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"));
     m.def("int8_narrow_tile", &int8::narrow_tile,
           "whether the current ISA's convolution tile reads the narrow form (int8_cgemm.h)");
     m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,
@@ -182,29 +241,6 @@ void bind_int8_conv(py::module_& m) {
         int8::amx_pack_weights(w.data(), oc, c, taps, out.mutable_data());
         return out;
     }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the AMX tiles' weight layout (int8_amx.h)");
-    m.def("int8_depthwise_conv2d", [](const py::array& x, int zp, const Array<int8_t>& w,
-                                      const Array<int32_t>& bias, const Array<int32_t>& mult,
-                                      const Array<int32_t>& shift, int out_zp, bool relu,
-                                      bool out_signed, int out_max,
-                                      std::pair<int64_t, int64_t> stride,
-                                      Quad pad, std::pair<int64_t, int64_t> dil) {
-        if (w.ndim() != 4 || w.shape(1) != 1) {
-            throw std::invalid_argument("int8_depthwise_conv2d: w must be (OC, 1, kh, kw), got " +
-                                        shape_str(w));
-        }
-        const Quad ws{w.shape(0), 1, w.shape(2), w.shape(3)};
-        const int8::ConvGeom g = int8_geom(x, ws, stride, pad, dil,
-                                           x.ndim() == 4 ? x.shape(1) : 1,
-                                           "int8_depthwise_conv2d");
-        const int8::QIn in = int8_input(x, zp, "int8_depthwise_conv2d");
-        const int8::Requant r = int8_requant(bias, mult, shift, g.oc, out_zp, relu, out_signed,
-                                             "int8_depthwise_conv2d", out_max);
-        py::array out = int8_output(out_signed, {g.n, g.oc, g.oh, g.ow});
-        auto* o = static_cast<uint8_t*>(out.mutable_data());
-        py::gil_scoped_release unlocked;
-        int8::depthwise_conv2d(in, g, w.data(), bias.data(), r, o);
-        return out;
-    });
 }
 
 }  // namespace bind

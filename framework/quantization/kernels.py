@@ -265,32 +265,33 @@ class PreparedConv:
         if algorithm not in CONV_ALGORITHMS:
             raise ValueError(f"conv2d: unknown algorithm {algorithm!r}; expected one of "
                              f"{', '.join(CONV_ALGORITHMS)}")
+        self._args = (packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride,
+                      padding, dilation, out_max, algorithm)
         b, m, s = _params(packed.shape[0], bias, multiplier, shift)
-        signed = _signed(dtype)
         top = qrange(dtype)[1] if out_max is None else int(out_max)
-        tail = (int(out_zero_point), bool(relu), signed, top, _pair(stride), _quad(padding),
-                _pair(dilation))
+        tail = (b, m, s, int(out_zero_point), bool(relu), _signed(dtype), top, _pair(stride),
+                _quad(padding), _pair(dilation))
         self.packed, self.out_channels = packed, packed.shape[0]
         if packed.depthwise:
-            self._args = (packed.raw, b, m, s) + tail
-            self._fn = _C.int8_depthwise_conv2d
+            self.run = _C.Int8Conv(True, packed.raw, None, packed.raw.shape, *tail, 1)
         else:
             # the automatic choice takes AMX for kernels of more than one tap (amx_wins in
             # framework/csrc/int8_amx.h): 1x1 weights are not packed a second time for it
             amx = packed.amx if algorithm == "amx" or (
                 algorithm == "auto" and _C.current_isa() == "amx" and
                 packed.shape[2] * packed.shape[3] > 1) else None
-            self._args = (packed.packed, packed.row_sums, packed.shape, b, m, s) + tail + (
-                packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
-                packed.narrow if _C.int8_narrow_tile() else None)
-            self._fn = _C.int8_conv2d
+            self.run = _C.Int8Conv(False, packed.packed, packed.row_sums, packed.shape, *tail,
+                                   packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
+                                   packed.narrow if _C.int8_narrow_tile() else None)
 
     def __call__(self, x, x_zero_point):
-        """x u8/s8 (N, C, H, W) C-contiguous -> (N, OC, OH, OW)."""
-        if x.ndim != 4 or x.shape[1] != self.packed.shape[1] * self.packed.groups:
-            raise ValueError(f"conv2d: input {x.shape} does not match weight "
-                             f"{self.packed.shape} with groups={self.packed.groups}")
-        return self._fn(x, int(x_zero_point), *self._args)
+        """x u8/s8 (N, C, H, W) C-contiguous -> (N, OC, OH, OW); `run` (the native
+        `_C.Int8Conv`, which checks x against the weights) without the int()."""
+        return self.run(x, int(x_zero_point))
+
+    def __reduce__(self):
+        # copies and pickles (of a model that has run) make the native object anew
+        return (PreparedConv, self._args)
 
 
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,

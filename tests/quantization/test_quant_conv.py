@@ -71,6 +71,25 @@ def test_conv2d_requantization_ties(groups, sign):
     check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_prepared_conv_copies_and_pickles(depthwise):
+    """A PreparedConv holds a native _C.Int8Conv; copies and pickles make it anew, and the
+    copy computes what the original does."""
+    import copy
+    import pickle
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (8, 1 if depthwise else 8, 3, 3), dtype=np.int8)
+    packed = K.pack_weights(w, groups=8 if depthwise else 1)
+    mult, shift = R.quantize_multiplier(np.full(8, 0.003))
+    conv = K.PreparedConv(packed, np.arange(8, dtype=np.int32), mult, shift, 5, True, np.uint8,
+                          padding=1)
+    x = rng.integers(0, 256, (2, 8, 6, 7), dtype=np.uint8)
+    want = R.qconv2d(x, 3, w, np.arange(8), mult, shift, 5, True, np.uint8, padding=1,
+                     groups=8 if depthwise else 1)
+    for other in (conv, copy.deepcopy(conv), pickle.loads(pickle.dumps(conv))):
+        np.testing.assert_array_equal(other(x, 3), want)
+
+
 def test_conv2d_checks_shapes():
     packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
     with pytest.raises(ValueError, match="conv2d"):

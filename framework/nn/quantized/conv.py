@@ -111,8 +111,8 @@ class Conv2d(_WeightedModule):
         values = q.view(np.ndarray)
         if not values.flags.c_contiguous:
             values = np.ascontiguousarray(values)
-        out = self.prepared(q.scale)(values, q.zero_point)
-        return wrap(out, *self.output())
+        # the native call itself (PreparedConv.run), which checks x against the weights
+        return wrap(self.prepared(q.scale).run(values, q.zero_point), *self.output())
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
