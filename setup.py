@@ -1,8 +1,9 @@
 """Build tianyuan: the top-level folders map to one package, plus the native `tianyuan._C`.
 
 Each ISA variant of a kernel family is its own translation unit (`*_avx2.cpp`,
-`*_avx512.cpp`, `*_vnni.cpp`, `*_amx.cpp`) compiled with only that ISA's flags; the
-dispatcher picks one at import from the CPU's features, so the wheel runs anywhere.
+`*_avx512.cpp`, `*_vnni.cpp`, `*_amx.cpp`; `*_vbmi.cpp` for AVX-512's byte permutes)
+compiled with only that ISA's flags; the dispatcher picks one at import from the CPU's
+features, so the wheel runs anywhere.
 ISA translation units must not instantiate STL templates (inline functions compiled
 with wider ISA flags could be chosen by the linker for the generic path too).
 """
@@ -26,6 +27,7 @@ ISA_FLAGS = {
     "avxvnni": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
     "vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma"],
+    "vbmi": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vbmi"],
     "amx": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
             "-mavx512vbmi", "-mamx-tile", "-mamx-int8"],
 }

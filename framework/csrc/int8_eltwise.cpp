@@ -1,7 +1,8 @@
 // int8 add (+relu), concat requantization, float -> int8 quantization and max/average
-// pooling: generic C++ loops of the reference formulas; add, concat, quantization and max
-// pooling (column strides 1, 2) dispatch to int8_eltwise_avx512.cpp or int8_eltwise_avx2.cpp
-// where the ISA allows.
+// pooling: generic C++ loops of the reference formulas (concat through a table of its
+// formula); add, concat, quantization and max pooling (column strides 1, 2) dispatch to
+// int8_eltwise_avx512.cpp or int8_eltwise_avx2.cpp where the ISA allows, concat to
+// int8_lut_vbmi.cpp from the vnni level up where the CPU has VBMI.
 #include <cmath>
 
 #include "cpu.h"
@@ -70,22 +71,34 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
 
 void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
-    if (current_isa() >= Isa::avx512) {
+    // VBMI's table lookup from the vnni level up, so that this machine's avx512 level still
+    // runs (and the tests check) the arithmetic kernel of AVX-512 CPUs without VBMI
+    const bool vbmi = current_isa() >= Isa::vnni && cpu_features().avx512vbmi;
+    if (!vbmi && current_isa() >= Isa::avx512) {
         concat_part_avx512(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
         return;
     }
-    if (current_isa() >= Isa::avx2) {
+    if (!vbmi && current_isa() >= Isa::avx2) {
         concat_part_avx2(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
         return;
     }
+    // The output is a function of the input byte: tabulate the formula for all 256
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
+    alignas(64) uint8_t table[256];
+    for (int b = 0; b < 256; ++b) {
+        const uint8_t byte = static_cast<uint8_t>(b);
+        const int64_t d = value(QIn{&byte, x.is_signed, 0}, 0) - x.zero_point;
+        table[b] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
+    }
     const int64_t outer = rows.outer, inner = rows.inner;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t o = 0; o < outer; ++o) {
-        const QIn r{rows.row(x.data, o), x.is_signed, x.zero_point};
-        for (int64_t i = 0; i < inner; ++i) {
-            const int64_t d = value(r, i) - x.zero_point;
-            out[o * out_inner + i] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
+        const uint8_t* in = rows.row(x.data, o);
+        uint8_t* dst = out + o * out_inner;
+        if (vbmi) {
+            map_bytes_vbmi(table, in, inner, dst);
+        } else {
+            for (int64_t i = 0; i < inner; ++i) dst[i] = table[in[i]];
         }
     }
 }

@@ -73,6 +73,21 @@ def test_concat(axis, dtype, zps):
     check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
 
 
+@pytest.mark.parametrize("dtype,zps", [(np.uint8, (37, 250, 200)), (np.int8, (-5, 90, 3))])
+@pytest.mark.parametrize("rows,inner", [(3, 300), (70, 1000)])  # 70 x 1000 > 2^16: threaded
+def test_concat_rescales_every_byte_value(dtype, zps, rows, inner):
+    """A part's rescale is a function of its byte (the vnni level looks it up in a table of
+    the formula): all 256 values, in rows that end in a partial vector step, with both ends
+    of the output range reached."""
+    every = np.resize(np.arange(256, dtype=np.uint8).view(dtype), rows * inner)
+    xs = [every.reshape(1, rows, inner), np.roll(every, 7).reshape(1, rows, inner)]
+    m, s = R.quantize_multiplier([0.37, 2.9])
+    args = (xs, zps[:2], m, s, zps[2], dtype, 1)
+    check_quant(lambda: K.concat(*args), lambda: R.concat(*args))
+    rows_args = args[:-1] + (2,)                             # rows of 2 * inner bytes
+    check_quant(lambda: K.concat(*rows_args), lambda: R.concat(*rows_args))
+
+
 @pytest.mark.parametrize("m_a,m_b,shift", ADD_EDGES)
 @pytest.mark.parametrize("dtype,zps", [(np.uint8, (255, 0, 7)), (np.int8, (-128, 127, -3))])
 def test_concat_multiplier_edges(m_a, m_b, shift, dtype, zps):
