@@ -128,20 +128,22 @@ def test_int8_state_loads_into_another_int8_model(trained, data):
     np.testing.assert_array_equal(after, want)
 
 
-def test_int8_output_follows_a_replaced_scale(trained, data):
+@pytest.mark.parametrize("layer", ["conv1", "fc"])
+def test_int8_output_follows_a_replaced_scale(trained, data, layer):
     """Layers read their output scale and zero point once (QuantizedModule.output) and cache
-    constants made of them; a buffer assigned anew is what the next call requantizes to and
-    what its output carries."""
+    constants made of them (a conv's or a linear's prepared call); a buffer assigned anew is
+    what the next call requantizes to and what its output carries."""
     _, _, int8 = trained
     _, (xt, _) = data
     int8 = __import__("copy").deepcopy(int8)
     seen = []
-    int8.conv1.register_forward_hook(lambda m, a, out: seen.append(out.data))
+    module = getattr(int8, layer)
+    module.register_forward_hook(lambda m, a, out: seen.append(out.data))
     predict(int8, xt[:8])
     old = seen[-1]
     scale, zp = old.scale, old.zero_point
-    int8.conv1.scale = ty.tensor(np.float32(2 * scale))
-    int8.conv1.zero_point = ty.tensor(np.int64(zp + 1))
+    module.scale = ty.tensor(np.float32(2 * scale))
+    module.zero_point = ty.tensor(np.int64(zp + 1))
     predict(int8, xt[:8])
     new = seen[-1]
     assert (new.scale, new.zero_point) == (np.float32(2 * scale), zp + 1)

@@ -3,8 +3,8 @@ becomes an int8 conv with its weights quantized and packed once, here.
 
 Per call, with s_in the input's scale: bias_q = round(b / (s_in * s_w)) (int32) and the
 requantization multipliers m, shift of ``s_in * s_w / s_out`` are computed once per
-input scale and cached (for convs as a `kernels.PreparedConv`, so a call is one native
-call). ReLU clamps at the zero point inside the kernel; ReLU6 also at
+input scale and cached (as a `kernels.PreparedConv` or `kernels.PreparedLinear`, so a
+call is one native call). ReLU clamps at the zero point inside the kernel; ReLU6 also at
 ``zp + round(6 / s_out)`` (the same as fake-quantizing relu6: rounding is monotone).
 """
 import numpy as np
@@ -154,12 +154,19 @@ class Linear(_WeightedModule):
     def pack(self):
         self.packed = K.pack_weights(self.weight.data)
 
+    def prepared(self, s_in):
+        """The PreparedLinear for input scale s_in (made once per scale)."""
+        key = ("linear", float(s_in))
+        if key not in self._cache:
+            self._cache[key] = K.PreparedLinear(self.packed, *self.requant(s_in),
+                                                self.out_zero_point,
+                                                self.activation is not None, self.out_dtype)
+        return self._cache[key]
+
     def forward(self, x):
         q = qarray_of(x, type(self).__name__)
-        bias, mult, shift = self.requant(q.scale)
-        flat = q.reshape(-1, q.shape[-1])                                   # (M, K)
-        out = K.linear(flat, q.zero_point, self.packed, bias, mult, shift, self.out_zero_point,
-                       self.activation is not None, self.out_dtype)
+        flat = np.ascontiguousarray(q.view(np.ndarray).reshape(-1, q.shape[-1]))  # (M, K)
+        out = self.prepared(q.scale)(flat, q.zero_point)
         return self.finish(out.reshape(q.shape[:-1] + (self.out_features,)))
 
     def extra_repr(self):
