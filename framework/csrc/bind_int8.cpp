@@ -15,6 +15,95 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
+// A concat part as the kernel reads it: rows of a C-contiguous array (group 0), or a channel
+// slice (N, k, H, W) of a C-contiguous tensor read in place (ShuffleNetV2's split): `group`
+// rows per image of the output's row layout, the images group_stride bytes apart (set by the
+// caller per layout; here group is 1 per channel of the slice). Other strided parts are
+// copied; `keep` holds the copies.
+struct ConcatPart {
+    int8::QIn x;
+    int32_t mult;
+    int shift;
+    int64_t group, group_stride;
+    py::array keep;
+};
+
+bool channel_slice(const py::array& x) {
+    return x.ndim() == 4 && x.shape(0) > 0 && x.strides(3) == 1 && x.strides(2) == x.shape(3) &&
+           x.strides(1) == x.shape(2) * x.shape(3) && x.strides(0) >= x.shape(1) * x.strides(1);
+}
+
+std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
+                                     const std::vector<int>& zps,
+                                     const std::vector<int32_t>& mults,
+                                     const std::vector<int>& shifts, int out_zp, bool out_signed,
+                                     int64_t* axis, bool shuffle) {
+    const std::string op = "int8_concat";
+    const size_t count = parts.size();
+    if (count == 0 || zps.size() != count || mults.size() != count || shifts.size() != count) {
+        throw std::invalid_argument(op + ": needs one zero point, multiplier and shift per "
+                                    "part, got " + std::to_string(count) + " parts and " +
+                                    std::to_string(zps.size()) + ", " +
+                                    std::to_string(mults.size()) + ", " +
+                                    std::to_string(shifts.size()));
+    }
+    const int64_t ndim = parts[0].ndim();
+    if (*axis < -ndim || *axis >= ndim) {
+        throw std::invalid_argument(op + ": axis " + std::to_string(*axis) + " is outside " +
+                                    "the parts' " + std::to_string(ndim) + " dimensions");
+    }
+    *axis = *axis < 0 ? *axis + ndim : *axis;
+    const int lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
+    if (out_zp < lo || out_zp > hi) {
+        throw std::invalid_argument(op + ": output zero point " + std::to_string(out_zp) +
+                                    " is outside [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "]");
+    }
+    std::string shapes;
+    for (size_t i = 0; i < count; ++i) shapes += (i ? ", " : "") + shape_str(parts[i]);
+    if (shuffle && (ndim != 4 || *axis != 1)) {
+        throw std::invalid_argument("concat: shuffle needs parts of one shape (N, k, H, W) on "
+                                    "axis 1, got " + shapes + " on axis " +
+                                    std::to_string(*axis));
+    }
+    std::vector<ConcatPart> out;
+    for (size_t i = 0; i < count; ++i) {
+        const py::array& x = parts[i];
+        bool fits = x.ndim() == ndim;
+        for (int64_t d = 0; fits && d < ndim; ++d) {
+            fits = x.shape(d) == parts[0].shape(d) || (d == *axis && !shuffle);
+        }
+        if (!fits) {
+            throw std::invalid_argument(
+                (shuffle ? std::string("concat: shuffle needs parts of one shape (N, k, H, W) "
+                                       "on axis 1, got ")
+                         : op + ": parts must match outside axis " + std::to_string(*axis) +
+                               ", got ") + shapes);
+        }
+        if (shifts[i] < 1 || shifts[i] > 62) {
+            throw std::invalid_argument(op + ": shift " + std::to_string(shifts[i]) +
+                                        " of part " + std::to_string(i) +
+                                        " is outside [1, 62]");
+        }
+        ConcatPart c{int8_input(x, zps[i], "int8_concat", false), mults[i], shifts[i], 0, 0,
+                     py::array()};
+        if (!(x.flags() & py::array::c_style)) {
+            if (*axis > 0 && channel_slice(x)) {
+                // rows per image: the slice's rows in the output's row layout
+                int64_t per_image = 1;
+                for (int64_t d = 1; d < *axis; ++d) per_image *= x.shape(d);
+                c.group = per_image;
+                c.group_stride = x.strides(0);
+            } else {
+                c.keep = py::module_::import("numpy").attr("ascontiguousarray")(x);
+                c.x.data = static_cast<const uint8_t*>(c.keep.data());
+            }
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
 void int8_check_packed(const Array<int8_t>& packed, const Array<int32_t>& sums, int64_t groups,
                        int64_t n, int64_t k, const char* op) {
     const int64_t want = groups * int8::packed_size(n, k);
@@ -167,46 +256,45 @@ void bind_int8_eltwise(py::module_& m) {
         int8::add(qa, qb, a.size(), p, o);
         return out;
     });
-    m.def("int8_concat_part", [](const py::array& x, int zp, int64_t outer, int64_t inner,
-                                 int32_t mult, int shift, int out_zp, py::array out,
-                                 int64_t offset, int64_t out_inner) {
-        const int8::QIn in = int8_input(x, zp, "int8_concat", false);
-        if (x.size() != outer * inner || offset + inner > out_inner ||
-            out.size() != outer * out_inner || shift < 1 || shift > 62) {
-            throw std::invalid_argument(
-                "int8_concat: part " + shape_str(x) + " as (" + std::to_string(outer) + ", " +
-                std::to_string(inner) + ") at column " + std::to_string(offset) +
-                " does not fit the output " + shape_str(out) + " as (" + std::to_string(outer) +
-                ", " + std::to_string(out_inner) + "), or shift " + std::to_string(shift) +
-                " is outside [1, 62]");
-        }
-        int8::PartRows rows{outer, inner, outer, 0};
-        if (!(x.flags() & py::array::c_style)) {
-            // a channel slice (N, k, H, W) of a C-contiguous tensor: each image's k planes
-            // contiguous, the images strides[0] apart
-            const bool planes = x.ndim() == 4 && x.strides(3) == 1 &&
-                                x.strides(2) == x.shape(3) &&
-                                x.strides(1) == x.shape(2) * x.shape(3) &&
-                                x.strides(0) >= x.shape(1) * x.strides(1) && x.shape(0) > 0 &&
-                                outer % x.shape(0) == 0;
-            const int64_t group = planes ? outer / x.shape(0) : 0;
-            if (!planes || group * inner != x.shape(1) * x.strides(1)) {
-                std::string strides;
-                for (py::ssize_t i = 0; i < x.ndim(); ++i)
-                    strides += (i ? ", " : "") + std::to_string(x.strides(i));
-                throw std::invalid_argument(
-                    "int8_concat: input must be C-contiguous or a channel slice (N, k, H, W) "
-                    "of a C-contiguous tensor, got strides (" + strides + ")");
-            }
-            rows.group = group;
-            rows.group_stride = x.strides(0);
-        }
-        const bool out_signed = out.dtype().is(py::dtype::of<int8_t>());
-        auto* o = static_cast<uint8_t*>(out.mutable_data()) + offset;
+    m.def("int8_concat", [](const std::vector<py::array>& parts, const std::vector<int>& zps,
+                            const std::vector<int32_t>& mults, const std::vector<int>& shifts,
+                            int out_zp, bool out_signed, int64_t axis, bool shuffle) {
+        const std::vector<ConcatPart> in =
+            concat_parts(parts, zps, mults, shifts, out_zp, out_signed, &axis, shuffle);
+        const py::array& first = parts[0];
+        std::vector<py::ssize_t> shape(first.shape(), first.shape() + first.ndim());
+        int64_t outer = 1;
+        for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+        int64_t inner = 1;  // per output row: the parts' rows side by side
+        for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+        shape[axis] = 0;
+        for (const py::array& x : parts) shape[axis] += x.shape(axis);
+        const int64_t out_inner = inner * shape[axis];
+        py::array out = int8_output(out_signed, shape);
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
-        int8::concat_part(in, rows, mult, shift, out_zp, out_signed, o, out_inner);
-    }, "writes x (outer, inner) requantized into out (outer, out_inner) at column offset; "
-       "x C-contiguous or a channel slice (N, k, H, W) of a C-contiguous tensor");
+        int64_t offset = 0;
+        for (size_t i = 0; i < in.size(); ++i) {
+            const ConcatPart& c = in[i];
+            if (shuffle) {
+                // rows (n, j) of h * w go to output channel j * parts + i
+                const int64_t k = parts[i].shape(1), hw = inner;
+                int8::PartRows rows{outer * k, hw, c.group ? c.group * k : outer * k,
+                                    c.group_stride};
+                int8::concat_part(c.x, rows, c.mult, c.shift, out_zp, out_signed, o + i * hw,
+                                  hw * static_cast<int64_t>(in.size()));
+                continue;
+            }
+            const int64_t part_inner = parts[i].shape(axis) * inner;
+            int8::PartRows rows{outer, part_inner, c.group ? c.group : outer, c.group_stride};
+            int8::concat_part(c.x, rows, c.mult, c.shift, out_zp, out_signed, o + offset,
+                              out_inner);
+            offset += part_inner;
+        }
+        return out;
+    }, "parts u8/s8, each requantized (zero point, multiplier, shift) to the output's zero "
+       "point and joined along axis; shuffle: parts (N, k, H, W) of one shape interleaved "
+       "along axis 1 (channel_shuffle after the concat)");
     m.def("int8_max_pool2d", [](const py::array& x, std::pair<int64_t, int64_t> k,
                                 std::pair<int64_t, int64_t> s, Quad p) {
         const int8::PoolGeom g = int8_pool_geom(x, k, s, p);

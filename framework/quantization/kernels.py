@@ -12,7 +12,6 @@ Weights are packed once (`pack_weights`) and reused; activations are NCHW (conv)
 ...                np.zeros(1, np.int32), m, s, 0, False, np.uint8)
 array([[20]], dtype=uint8)
 """
-import math
 
 import numpy as np
 
@@ -146,21 +145,6 @@ def _signed(dtype):
 
 def _input(x):
     x = np.ascontiguousarray(x)
-    qrange(x.dtype)
-    return x
-
-
-def _planes(x, axis):
-    """x as concat reads it: itself when C-contiguous or, joined along axis 1 to 3, a channel
-    slice (N, k, H, W) of a C-contiguous array (each image's planes contiguous, as
-    ShuffleNetV2's split leaves them), else a contiguous copy."""
-    x = np.asarray(x)
-    if not x.flags.c_contiguous:
-        planes = (x.ndim == 4 and axis % 4 != 0 and x.itemsize == 1 and x.shape[0] > 0 and
-                  x.strides[1:] == (x.shape[2] * x.shape[3], x.shape[3], 1) and
-                  x.strides[0] >= x.shape[1] * x.strides[1])
-        if not planes:
-            x = np.ascontiguousarray(x)
     qrange(x.dtype)
     return x
 
@@ -341,36 +325,17 @@ def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
 
 
 def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, shuffle=False):
-    """Each x_i requantized to the output's (scale, zero point) and joined along axis.
+    """Each x_i requantized to the output's (scale, zero point) and joined along axis, in one
+    native call. A part that is a channel slice (N, k, H, W) of a C-contiguous tensor
+    (ShuffleNetV2's split) is read in place; other strided parts are copied first.
 
     shuffle: the parts (N, k, H, W), of one shape, interleaved along axis 1 instead
     (output channel j * len(xs) + i is x_i's channel j: channel_shuffle after the concat),
     each written straight into its places.
     """
-    xs = [_planes(x, axis) for x in xs]
-    if shuffle:
-        if axis % 4 != 1 or any(x.ndim != 4 or x.shape != xs[0].shape for x in xs):
-            raise ValueError("concat: shuffle needs parts of one shape (N, k, H, W) on axis 1, "
-                             f"got {[x.shape for x in xs]} on axis {axis}")
-        n, k, h, w = xs[0].shape
-        out = np.empty((n, k * len(xs), h, w), dtype)
-        for i, (x, z, m, s) in enumerate(zip(xs, zero_points, multipliers, shifts)):
-            # rows (n, j) of h * w go to output channel j * len(xs) + i
-            _C.int8_concat_part(x, int(z), n * k, h * w, int(m), int(s), int(out_zero_point),
-                                out, i * h * w, len(xs) * h * w)
-        return out
-    axis = axis % xs[0].ndim
-    shape = list(xs[0].shape)
-    shape[axis] = sum(x.shape[axis] for x in xs)
-    out = np.empty(shape, dtype)
-    outer, out_inner = math.prod(shape[:axis]), math.prod(shape[axis:])
-    offset = 0
-    for x, z, m, s in zip(xs, zero_points, multipliers, shifts):
-        inner = math.prod(x.shape[axis:])
-        _C.int8_concat_part(x, int(z), outer, inner, int(m), int(s), int(out_zero_point), out,
-                            offset, out_inner)
-        offset += inner
-    return out
+    return _C.int8_concat([np.asarray(x) for x in xs], [int(z) for z in zero_points],
+                          [int(m) for m in multipliers], [int(s) for s in shifts],
+                          int(out_zero_point), _signed(dtype), int(axis), bool(shuffle))
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from helpers import check_quant
 
-from tianyuan import _C
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -113,9 +112,23 @@ def test_concat_reads_channel_slices_in_place(shuffle, axis):
     if shuffle:
         want = want.reshape(3, 3, 5, 5, 7).transpose(0, 2, 1, 3, 4).reshape(want.shape)
     check_quant(lambda: K.concat(*args, shuffle=shuffle), lambda: want)
-    with pytest.raises(ValueError, match=r"channel slice .* got strides \(350, 35, 7, -1\)"):
-        _C.int8_concat_part(parts[2], 0, 15, 35, 1 << 30, 30, 0,
-                            np.empty((3, 5, 5, 7), np.uint8), 0, 35)
+
+
+def test_concat_errors_name_the_parts():
+    a, b = np.zeros((2, 3, 4), np.uint8), np.zeros((2, 5, 3), np.uint8)
+    one = ([1 << 30] * 2, [30] * 2)
+    with pytest.raises(ValueError, match=r"match outside axis 1, got \(2, 3, 4\), \(2, 5, 3\)"):
+        K.concat([a, b], (0, 0), *one, 0, np.uint8, 1)
+    with pytest.raises(ValueError, match="axis 3 is outside the parts' 3 dimensions"):
+        K.concat([a, a], (0, 0), *one, 0, np.uint8, 3)
+    with pytest.raises(ValueError, match=r"output zero point 200 is outside \[-128, 127\]"):
+        K.concat([a, a], (0, 0), *one, 200, np.int8, 1)
+    with pytest.raises(ValueError, match="shift 63 of part 1"):
+        K.concat([a, a], (0, 0), one[0], [30, 63], 0, np.uint8, 1)
+    with pytest.raises(ValueError, match="one zero point, multiplier and shift per part"):
+        K.concat([a, a], (0,), *one, 0, np.uint8, 1)
+    with pytest.raises(ValueError, match="uint8 or int8"):
+        K.concat([a, a.astype(np.int32)], (0, 0), *one, 0, np.uint8, 1)
 
 
 def test_concat_channels_of_different_widths():

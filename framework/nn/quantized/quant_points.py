@@ -71,11 +71,12 @@ class Concat(QuantizedModule):
         return m
 
     def multipliers(self, scales):
-        """(m (K,), shift (K,)) rescaling each input scale to the output's, once per tuple."""
+        """(m, shift) lists of ints rescaling each input scale to the output's, once per tuple."""
         cache = self.__dict__.setdefault("_cache", {})
         key = tuple(float(s) for s in scales)
         if key not in cache:
-            cache[key] = R.quantize_multiplier(np.array(key, np.float64) / self.out_scale)
+            m, s = R.quantize_multiplier(np.array(key, np.float64) / self.out_scale)
+            cache[key] = [int(v) for v in m], [int(v) for v in s]
         return cache[key]
 
     def forward(self, tensors):
