@@ -9,8 +9,8 @@ import sys
 
 def restart_with_blas_threads(threads):
     """Re-exec this script unless OpenBLAS runs `threads` threads whose workers sleep at once
-    after each call (OPENBLAS_THREAD_TIMEOUT=4, as `import tianyuan` sets when it comes
-    first): spinning workers would take a core from our OpenMP kernels."""
+    after each call (OPENBLAS_THREAD_TIMEOUT=4, as `import tianyuan` sets): spinning workers
+    would take a core from our OpenMP kernels."""
     wanted = {"OPENBLAS_NUM_THREADS": str(threads), "OPENBLAS_THREAD_TIMEOUT": "4"}
     if all(os.environ.get(k) == v for k, v in wanted.items()):
         return

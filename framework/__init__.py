@@ -31,8 +31,41 @@ def _default_env(name, value):
 # The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
 # taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
 # core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is
-# first imported, so it takes effect where tianyuan (or its command) is imported first.
+# first imported; where numpy came first, _openblas_read_timeout has it read again.
 _default_env("OPENBLAS_THREAD_TIMEOUT", "4")
+
+
+def _openblas_read_timeout():
+    """numpy imported before tianyuan: its OpenBLAS read the environment without the timeout
+    set above, and a fused fp32 MobileNetV2 at batch 1 took 16.0 ms instead of 4.3-4.6 (its fc
+    woke OpenBLAS's workers, which then spun through the next forward's convolutions). Make
+    the loaded OpenBLAS read its environment again (openblas_read_env) and stop its thread
+    pool (blas_thread_shutdown_, as it does before a fork): the next BLAS call starts the pool
+    anew with the short timeout. Linux only (the loaded libraries come from /proc/self/maps);
+    a no-op where the user set the timeout, numpy is not loaded, or its BLAS is not OpenBLAS."""
+    import sys
+
+    if "OPENBLAS_THREAD_TIMEOUT" not in ENV_DEFAULTS or "numpy" not in sys.modules:
+        return
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps
+                     if "openblas" in line.lower() and len(line.split(None, 5)) == 6}
+    except OSError:
+        return
+    import ctypes
+
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+            read_env, stop_pool = lib.openblas_read_env, lib.blas_thread_shutdown_
+        except (OSError, AttributeError):
+            continue
+        read_env()
+        stop_pool()
+
+
+_openblas_read_timeout()
 
 
 def _keep_freed_blocks():
