@@ -1,5 +1,6 @@
 // pybind11 glue: batch norm (framework/csrc/batch_norm.h) and the clamp of the activations
 // that follow it (clamp.h).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,55 @@ py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, f
     return std::move(gx);
 }
 
+// A float32 (C,) vector, or null for None; `ok` turns false for anything else.
+const float* vector_or_null(const py::object& o, py::ssize_t c, bool* ok) {
+    if (o.is_none()) return nullptr;
+    if (!py::isinstance<py::array>(o)) {
+        *ok = false;
+        return nullptr;
+    }
+    const auto a = py::reinterpret_borrow<py::array>(o);
+    if (!a.dtype().is(py::dtype::of<float>()) || a.ndim() != 1 || a.shape(0) != c ||
+        !(a.flags() & py::array::c_style)) {
+        *ok = false;
+        return nullptr;
+    }
+    return static_cast<const float*>(a.data());
+}
+
+// eval_affine_arrays (functional/normalization.py) and Fused's conv-bias step in float32, op
+// for op in numpy's order and rounding: scale = f32(1 / sqrt(f64(var) + eps)) * weight,
+// shift = -scale * mean + bias, then shift + scale * conv_bias. This generic translation
+// unit has no FMA to contract them into. None where an argument is not a float32 (C,) array.
+py::object bn_fold(const py::object& mean, const py::object& var, const py::object& weight,
+                   const py::object& bias, double eps, const py::object& conv_bias) {
+    if (!py::isinstance<py::array>(var)) return py::none();
+    const py::ssize_t c = py::reinterpret_borrow<py::array>(var).size();
+    bool ok = true;
+    const float* m = vector_or_null(mean, c, &ok);
+    const float* v = vector_or_null(var, c, &ok);
+    const float* w = vector_or_null(weight, c, &ok);
+    const float* b = vector_or_null(bias, c, &ok);
+    const float* cb = vector_or_null(conv_bias, c, &ok);
+    if (!ok || m == nullptr || v == nullptr) return py::none();
+    py::array_t<float> scale(c), shift(c);
+    float* sc = scale.mutable_data();
+    float* sh = shift.mutable_data();
+    for (py::ssize_t i = 0; i < c; ++i) {
+        float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v[i]) + eps));
+        if (w != nullptr) s = s * w[i];
+        float t = -s * m[i];
+        if (b != nullptr) t = t + b[i];
+        if (cb != nullptr) {
+            const float moved = s * cb[i];
+            t = t + moved;
+        }
+        sc[i] = s;
+        sh[i] = t;
+    }
+    return py::make_tuple(scale, shift);
+}
+
 }  // namespace
 
 void bind_norm(py::module_& m) {
@@ -127,6 +177,10 @@ void bind_norm(py::module_& m) {
           "float32 x -> min(max(x, lo), hi); NaN passes through");
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
+    m.def("bn_fold", &bn_fold, py::arg("mean"), py::arg("var"), py::arg("weight"),
+          py::arg("bias"), py::arg("eps"), py::arg("conv_bias"),
+          "frozen BN (+ the conv bias before it) -> (scale, shift) float32 (C,), as numpy "
+          "computes them in eval_affine_arrays; None unless every array is float32 (C,)");
     m.def("batch_norm_stats", [](const py::array& x) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x);
         if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x);

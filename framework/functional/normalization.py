@@ -91,10 +91,16 @@ def _eval_affine(x, running_mean, running_var, weight, bias, eps, op):
     return scale, shift
 
 
-def eval_affine_arrays(dtype, running_mean, running_var, weight, bias, eps):
+def eval_affine_arrays(dtype, running_mean, running_var, weight, bias, eps, conv_bias=None):
     """_eval_affine on numpy arrays (weight, bias arrays or None), no autograd: the same
     operations in the same order, so the same bits, for inference paths (frozen BN folded into
-    a conv) where building Tensors cost more than the arithmetic."""
+    a conv) where building Tensors cost more than the arithmetic. conv_bias: a bias added
+    before the BN, moved through it (shift + scale * conv_bias). All float32: one native call
+    (7.5 -> about 1 us), the same bits again."""
+    if dtype == np.float32:
+        folded = N.fold_eval_f32(running_mean, running_var, weight, bias, eps, conv_bias)
+        if folded is not None:
+            return folded
     inv = 1.0 / np.sqrt(np.asarray(running_var, np.float64) + eps)
     scale = inv.astype(dtype)
     if weight is not None:
@@ -102,6 +108,8 @@ def eval_affine_arrays(dtype, running_mean, running_var, weight, bias, eps):
     shift = -scale * np.asarray(running_mean, dtype)
     if bias is not None:
         shift = shift + bias
+    if conv_bias is not None:
+        shift = shift + scale * conv_bias
     return scale, shift
 
 

@@ -48,8 +48,8 @@ class Fused(Sequential):
         folded = _frozen_affine(self)
         if folded is None:   # a BN without running statistics normalises by the batch
             return super().forward(x)
-        conv = self[0]
-        return F.conv2d_affine_act(x, conv.weight, *folded, stride=conv.stride,
+        conv = next(iter(self._modules.values()))
+        return F.conv2d_affine_act(x, conv._parameters["weight"], *folded, stride=conv.stride,
                                    padding=conv.padding, dilation=conv.dilation,
                                    groups=conv.groups)
 
@@ -60,18 +60,23 @@ _ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
 def _frozen_affine(fused):
     """(scale or None, shift or None, act) of conv bias + eval BN + activation: the BN's
     eval affine (F.batch_norm's own) with the conv bias moved through it; None when the BN
-    has no running statistics."""
-    conv, parts = fused[0], fused.parts
-    scale = None
-    shift = None if conv.bias is None else conv.bias.numpy()
-    if "BatchNorm2d" in parts:
-        bn = fused[parts.index("BatchNorm2d")]
-        if bn.running_mean is None:
-            return None
-        weight, bias = (None if t is None else t.numpy() for t in (bn.weight, bn.bias))
-        scale, bn_shift = eval_affine_arrays(conv.weight.dtype, bn.running_mean.numpy(),
-                                             bn.running_var.numpy(), weight, bias, bn.eps)
-        shift = bn_shift if shift is None else bn_shift + scale * shift
+    has no running statistics. Per call: it reads the parts' tables directly (each
+    Module.__getattr__ cost 0.3-0.45 us, 3.3 of this function's 5 us)."""
+    parts = fused.parts
+    modules = list(fused._modules.values())
+    conv = modules[0]
+    shift = conv._parameters.get("bias")
+    shift = None if shift is None else shift.data
+    if "BatchNorm2d" not in parts:
+        return None, shift, _ACTS.get(parts[-1])
+    bn = modules[parts.index("BatchNorm2d")]
+    mean, var = bn._buffers.get("running_mean"), bn._buffers.get("running_var")
+    if mean is None or var is None:
+        return None
+    weight, bias = (bn._parameters.get(k) for k in ("weight", "bias"))
+    scale, shift = eval_affine_arrays(conv._parameters["weight"].dtype, mean.data, var.data,
+                                      None if weight is None else weight.data,
+                                      None if bias is None else bias.data, bn.eps, shift)
     return scale, shift, _ACTS.get(parts[-1])
 
 

@@ -20,6 +20,13 @@ def batch_stats(x):
     return _C.batch_norm_stats(np.ascontiguousarray(x))
 
 
+def fold_eval_f32(running_mean, running_var, weight, bias, eps, conv_bias):
+    """(scale, shift) of eval_affine_arrays followed by shift + scale * conv_bias, in one
+    native call with the same bits, where every argument is a float32 (C,) array or None
+    (weight, bias, conv_bias); otherwise None."""
+    return _C.bn_fold(running_mean, running_var, weight, bias, float(eps), conv_bias)
+
+
 class BatchNormTrain(Function):
     """y = (x - mean) * invstd * weight + bias with the batch's mean and invstd (given, from
     batch_stats); the gradient flows through the statistics (one native pass per channel)."""

@@ -6,7 +6,9 @@ import pytest
 import tianyuan as ty
 from helpers import each_isa
 from tianyuan import nn, quantization, zoo
+from tianyuan.functional.normalization import eval_affine_arrays
 from tianyuan.nn import fused
+from tianyuan.ops.norm import fold_eval_f32
 
 
 def _randomise_bn(bn, rng):
@@ -87,3 +89,49 @@ def test_fused_zoo_model_predicts_what_the_float_model_does(name):
         assert not any(m.training for m in fused_model.modules())   # takes the one-kernel path
         got = fused_model(x).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _fold_numpy(mean, var, weight, bias, eps, conv_bias):
+    """eval_affine_arrays' numpy operations, then the conv bias moved through the BN."""
+    scale = (1.0 / np.sqrt(np.asarray(var, np.float64) + eps)).astype(np.float32)
+    if weight is not None:
+        scale = scale * weight
+    shift = -scale * mean
+    if bias is not None:
+        shift = shift + bias
+    if conv_bias is not None:
+        shift = shift + scale * conv_bias
+    return scale, shift
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("with_conv_bias", [True, False])
+def test_frozen_bn_fold_is_numpys_bits(affine, with_conv_bias):
+    """The fold runs natively for float32 (one call instead of a dozen numpy ops): the same
+    bits as numpy, over magnitudes from denormal to huge and zero, negative, infinite and NaN
+    variances."""
+    rng = np.random.default_rng(7)
+    c = 4096
+    spread = lambda: (rng.standard_normal(c) * 10.0 ** rng.integers(-40, 38, c)).astype(
+        np.float32)
+    var = np.abs(spread())
+    var[:8] = [0, -1e-30, -1, 1e-45, 1.0000001, np.inf, np.nan, 3.0]
+    args = [spread(), var, spread() if affine else None, spread() if affine else None]
+    conv_bias = spread() if with_conv_bias else None
+    for eps in (1e-5, 1e-3, 0.0):
+        with np.errstate(all="ignore"):
+            want = _fold_numpy(*args, eps, conv_bias)
+            got = eval_affine_arrays(np.float32, *args, eps, conv_bias)
+        assert fold_eval_f32(*args, eps, conv_bias) is not None       # the native path ran
+        for g, w in zip(got, want):
+            assert g.dtype == np.float32
+            nan = np.isnan(w)                     # a NaN's sign and payload carry nothing
+            np.testing.assert_array_equal(np.isnan(g), nan)
+            np.testing.assert_array_equal(g[~nan].view(np.uint32), w[~nan].view(np.uint32))
+    # a float64 variance (not all float32): numpy's own path, which reads it as it is
+    var64 = var.astype(np.float64) * (1 + 1e-12)
+    with np.errstate(all="ignore"):
+        want = _fold_numpy(args[0], var64, *args[2:], 1e-5, conv_bias)
+        got = eval_affine_arrays(np.float32, args[0], var64, *args[2:], 1e-5, conv_bias)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
