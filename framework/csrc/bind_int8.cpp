@@ -15,11 +15,11 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
-// A concat part as the kernel reads it: rows of a C-contiguous array (group 0), or a channel
-// slice (N, k, H, W) of a C-contiguous tensor read in place (ShuffleNetV2's split): `group`
-// rows per image of the output's row layout, the images group_stride bytes apart (set by the
-// caller per layout; here group is 1 per channel of the slice). Other strided parts are
-// copied; `keep` holds the copies.
+// A concat part as the kernel reads it: a C-contiguous array (group 0), or a channel slice
+// (N, k, H, W) of a C-contiguous tensor read in place (ShuffleNetV2's split), whose images lie
+// group_stride bytes apart with `group` rows each before the concat axis (the product of the
+// dimensions between 0 and the axis; int8::PartRows). Other strided parts are copied, into
+// `keep`.
 struct ConcatPart {
     int8::QIn x;
     int32_t mult;

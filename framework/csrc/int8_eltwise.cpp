@@ -86,8 +86,7 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
     alignas(64) uint8_t table[256];
     for (int b = 0; b < 256; ++b) {
-        const uint8_t byte = static_cast<uint8_t>(b);
-        const int64_t d = value(QIn{&byte, x.is_signed, 0}, 0) - x.zero_point;
+        const int64_t d = (x.is_signed ? static_cast<int8_t>(b) : b) - int64_t{x.zero_point};
         table[b] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
     }
     const int64_t outer = rows.outer, inner = rows.inner;
