@@ -9,8 +9,10 @@ import math
 import numpy as np
 
 from ..ops import resize as R
+from ..ops import shape as S
+from ..tensor import as_tensor
 from ._args import image_tensor, pair
-from .math import permute, reshape, stack
+from .math import permute, reshape
 
 MODES = ("nearest", "nearest-exact", "bilinear")
 
@@ -93,5 +95,4 @@ def concat_shuffle(tensors):
     shapes = {tuple(t.shape) for t in tensors}
     if len(shapes) != 1:
         raise ValueError(f"{op}: the parts must have one shape (N, k, H, W), got {sorted(shapes)}")
-    n, k, h, w = tensors[0].shape
-    return reshape(stack(tensors, axis=2), (n, k * len(tensors), h, w))
+    return S.ConcatShuffle.apply(*[as_tensor(t) for t in tensors])

@@ -72,6 +72,21 @@ class Concat(Function):
         return tuple(np.split(g, self.bounds, axis=self.axis))
 
 
+class ConcatShuffle(Function):
+    """Parts (N, k, H, W) of one shape joined with their channels interleaved (output channel
+    j * parts + i is part i's channel j): one stack along a new axis 2, as one op (through
+    stack and reshape it had cost 26-30 us a call where the copy takes 5-7)."""
+
+    def forward(self, *xs):
+        n, k, h, w = xs[0].shape
+        return np.stack(xs, axis=2).reshape(n, k * len(xs), h, w)
+
+    def backward(self, g):
+        n, c, h, w = g.shape
+        parts = g.reshape(n, -1, len(self.needs_input_grad), h, w)
+        return tuple(parts[:, :, i] for i in range(parts.shape[2]))
+
+
 class Pad(Function):
     """Constant padding; `pad_width` as numpy's ((before, after), ...) per axis."""
 

@@ -113,12 +113,15 @@ def test_channel_shuffle():
         F.channel_shuffle(ty.tensor(x), 4)
 
 
-def test_concat_shuffle_is_channel_shuffle_of_concat():
+@pytest.mark.parametrize("parts", [2, 3])
+def test_concat_shuffle_is_channel_shuffle_of_concat(parts):
     rng = np.random.default_rng(2)
-    a, b = (rng.standard_normal((2, 3, 4, 5)) for _ in range(2))
-    want = F.channel_shuffle(F.concat([ty.tensor(a), ty.tensor(b)], 1), 2).numpy()
-    np.testing.assert_array_equal(F.concat_shuffle([ty.tensor(a), ty.tensor(b)]).numpy(), want)
-    gradcheck(lambda s, t: F.concat_shuffle([s, t]), [a, b])
+    xs = [rng.standard_normal((2, 3, 4, 5)) for _ in range(parts)]
+    want = F.channel_shuffle(F.concat([ty.tensor(x) for x in xs], 1), parts).numpy()
+    got = F.concat_shuffle([ty.tensor(x) for x in xs]).numpy()
+    np.testing.assert_array_equal(got, want)
+    gradcheck(lambda *ts: F.concat_shuffle(list(ts)), xs)
+    a, b = xs[:2]
     with pytest.raises(ValueError, match=r"concat_shuffle: the parts must have one shape"):
         F.concat_shuffle([ty.tensor(a), ty.tensor(b[:, :2])])
     with pytest.raises(ValueError, match="Concat: shuffle interleaves channels"):
