@@ -64,8 +64,8 @@ def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, pad
         raise RuntimeError(f"{op}: inference only; run it under tianyuan.no_grad() (input "
                            f"{x.shape}, weight {weight.shape})")
     x, weight = as_tensor(x), as_tensor(weight)
-    stride, pads, dilation = _conv2d_geometry(x, weight, None, stride, padding, dilation, groups,
-                                              op)
+    stride, pads, dilation = conv2d_affine_act_geometry(x, weight, stride, padding, dilation,
+                                                        groups)
     vectors = []
     for v, name in ((scale, "scale"), (shift, "shift")):
         if v is not None:
@@ -77,6 +77,14 @@ def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, pad
     out = C.conv2d_inference(x.numpy(), weight.numpy(), *vectors, _ACTIVATIONS[act], stride,
                              pads, dilation, groups)
     return Tensor(out)
+
+
+def conv2d_affine_act_geometry(x, weight, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d_affine_act's checked (stride, (top, bottom, left, right) padding, dilation) for
+    this input and weight: a caller that runs many calls of one shape (nn.fused) checks once
+    and passes them to ops.conv.conv2d_inference itself."""
+    return _conv2d_geometry(as_tensor(x), as_tensor(weight), None, stride, padding, dilation,
+                            groups, "conv2d_affine_act")
 
 
 def _conv2d_geometry(x, weight, bias, stride, padding, dilation, groups, op):
