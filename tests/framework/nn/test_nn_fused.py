@@ -135,3 +135,17 @@ def test_frozen_bn_fold_is_numpys_bits(affine, with_conv_bias):
         got = eval_affine_arrays(np.float32, args[0], var64, *args[2:], 1e-5, conv_bias)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_fused_conv_checks_each_new_input_shape():
+    """The eval path keeps the checked geometry per input shape: a later input of another
+    shape is checked again (and a wrong one named), not run on the old plan."""
+    module = fused.ConvBnReLU2d(nn.Conv2d(4, 6, 3, padding=1), nn.BatchNorm2d(6),
+                                nn.ReLU()).eval()
+    with ty.no_grad():
+        assert module(ty.randn(1, 4, 5, 5)).shape == (1, 6, 5, 5)
+        assert module(ty.randn(2, 4, 7, 3)).shape == (2, 6, 7, 3)
+        with pytest.raises(ValueError, match="conv2d_affine_act: input has 3 channels"):
+            module(ty.randn(2, 3, 7, 3))
+        module[0].padding = (0, 0)                   # new geometry: a new plan
+        assert module(ty.randn(2, 4, 7, 3)).shape == (2, 6, 5, 1)
