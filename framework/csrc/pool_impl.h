@@ -86,8 +86,7 @@ inline T take_max(T best, T v) {
     return (v > best || v != v) ? v : best;  // NaN propagates
 }
 
-// tmp[ox] = max over row's window columns; the full windows (count == kw, consecutive ox)
-// tap by tap over a run of ox (compare-and-select, vectorised), the clipped edges one by one.
+// The max over one window of a row (the clipped edges).
 template <typename T>
 inline T max_window(const T* row, const PoolTaps& c) {
     const T* r = row + c.first;
@@ -96,12 +95,20 @@ inline T max_window(const T* row, const PoolTaps& c) {
     return best;
 }
 
+// The full windows [a, b) of cols (count == kw), the same for every row of a call: found
+// once per call (a scan per row had cost more than the maxima on 112-wide rows).
+inline void full_windows(const PoolTaps* cols, int64_t ow, int64_t kw, int64_t* a, int64_t* b) {
+    *a = 0;
+    while (*a < ow && cols[*a].count != kw) ++*a;
+    *b = *a;
+    while (*b < ow && cols[*b].count == kw) ++*b;
+}
+
+// tmp[ox] = max over row's window columns; the full windows [a, b) tap by tap over a run of
+// ox (compare-and-select, vectorised), the clipped edges one by one.
 template <typename T>
-void max_row(const T* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols, T* tmp) {
-    int64_t a = 0;  // full windows: [a, b)
-    while (a < ow && cols[a].count != kw) ++a;
-    int64_t b = a;
-    while (b < ow && cols[b].count == kw) ++b;
+void max_row(const T* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols, int64_t a,
+             int64_t b, T* tmp) {
     for (int64_t ox = 0; ox < a; ++ox) tmp[ox] = max_window(row, cols[ox]);
     for (int64_t ox = b; ox < ow; ++ox) tmp[ox] = max_window(row, cols[ox]);
     if (b == a) return;
@@ -115,9 +122,13 @@ void max_row(const T* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* c
     }
 }
 
-template <typename T>
-void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                int64_t kw, int64_t sw, const PoolTaps* rows, const PoolTaps* cols, T* out) {
+// row_pass(src row, ow, kw, sw, cols, a, b, tmp row): max_row, or an ISA's own.
+template <typename T, typename RowPass>
+void max_values_by(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                   int64_t kw, int64_t sw, const PoolTaps* rows, const PoolTaps* cols, T* out,
+                   RowPass row_pass) {
+    int64_t a, b;
+    full_windows(cols, ow, kw, &a, &b);
 #pragma omp parallel if (planes * oh * ow >= kParallelMin)
     {
         T* tmp = new T[h * ow];
@@ -125,7 +136,8 @@ void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, in
         for (int64_t p = 0; p < planes; ++p) {
             const T* src = x + p * h * w;
             T* dst = out + p * oh * ow;
-            for (int64_t y = 0; y < h; ++y) max_row(src + y * w, ow, kw, sw, cols, tmp + y * ow);
+            for (int64_t y = 0; y < h; ++y)
+                row_pass(src + y * w, ow, kw, sw, cols, a, b, tmp + y * ow);
             for (int64_t oy = 0; oy < oh; ++oy) {
                 const PoolTaps r = rows[oy];
                 T* __restrict d = dst + oy * ow;
@@ -145,6 +157,12 @@ void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, in
         }
         delete[] tmp;
     }
+}
+
+template <typename T>
+void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                int64_t kw, int64_t sw, const PoolTaps* rows, const PoolTaps* cols, T* out) {
+    max_values_by(x, planes, h, w, oh, ow, kw, sw, rows, cols, out, max_row<T>);
 }
 
 // Window of output index o along one axis: pixels [lo, hi) inside the image and the divisor
