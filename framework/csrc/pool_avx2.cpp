@@ -1,4 +1,6 @@
 // Pooling drivers (pool_impl.h), float32, compiled with the avx2 flags.
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "pool.h"
@@ -16,10 +18,59 @@ void pool_max_backward_avx2(const float* grad, const int32_t* argmax, const Pool
     max_backward(grad, argmax, g, gx);
 }
 
+namespace {
+
+// take_max on 8 lanes: v where v > best or v is NaN, else best
+inline __m256 take_max8(__m256 best, __m256 v) {
+    const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                                     _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(best, v, take);
+}
+
+// All-ones in the lanes below n (n may be <= 0 or >= 8).
+inline __m256i first_lanes(int64_t n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int32_t k = n < 0 ? 0 : n > 8 ? 8 : static_cast<int32_t>(n);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lane);
+}
+
+// p[0], p[2], ..., p[2 (n - 1)] for n <= 8 lanes, reading no element past p[2 (n - 1)]
+inline __m256 load_even(const float* p, int64_t n) {
+    const int64_t need = 2 * n - 1;
+    const __m256 lo = _mm256_maskload_ps(p, first_lanes(need));
+    const __m256 hi = _mm256_maskload_ps(p + 8, first_lanes(need - 8));
+    // (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6) -> lo0 lo2 lo4 lo6 hi0 hi2 hi4 hi6
+    const __m256 mixed = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed),
+                                                  _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// max_row with column stride 2, as on AVX-512 (pool_avx512.cpp), 8 outputs at a time.
+void max_row_avx2(const float* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols,
+                  int64_t a, int64_t b, float* tmp) {
+    if (sw != 2 || b == a) {
+        max_row(row, ow, kw, sw, cols, a, b, tmp);
+        return;
+    }
+    for (int64_t ox = 0; ox < a; ++ox) tmp[ox] = max_window(row, cols[ox]);
+    for (int64_t ox = b; ox < ow; ++ox) tmp[ox] = max_window(row, cols[ox]);
+    const int64_t n = b - a, step = cols[a].step;
+    const float* base = row + cols[a].first;
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t lanes = n - i < 8 ? n - i : 8;
+        __m256 best = load_even(base + 2 * i, lanes);
+        for (int64_t j = 1; j < kw; ++j)
+            best = take_max8(best, load_even(base + j * step + 2 * i, lanes));
+        _mm256_maskstore_ps(tmp + a + i, first_lanes(lanes), best);
+    }
+}
+
+}  // namespace
+
 void pool_max_values_avx2(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                           int64_t ow, int64_t kw, int64_t sw, const PoolTaps* rows,
                           const PoolTaps* cols, float* out) {
-    max_values(x, planes, h, w, oh, ow, kw, sw, rows, cols, out);
+    max_values_by(x, planes, h, w, oh, ow, kw, sw, rows, cols, out, max_row_avx2);
 }
 
 void pool_mean_forward_avx2(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
