@@ -3,6 +3,8 @@
 // formula); add, concat, quantization and max pooling (column strides 1, 2) dispatch to
 // int8_eltwise_avx512.cpp or int8_eltwise_avx2.cpp where the ISA allows, concat to
 // int8_lut_vbmi.cpp from the vnni level up where the CPU has VBMI.
+#include <omp.h>
+
 #include <cmath>
 
 #include "cpu.h"
@@ -90,15 +92,22 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
         table[b] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
     }
     const int64_t outer = rows.outer, inner = rows.inner;
+    if (vbmi) {
+#pragma omp parallel if (outer * inner > (1 << 16))
+        {
+            const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+            const int64_t per = (outer + threads - 1) / threads;
+            const int64_t r0 = t * per < outer ? t * per : outer;
+            map_rows_vbmi(table, x.data, rows, r0, r0 + per < outer ? r0 + per : outer, out,
+                          out_inner);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t o = 0; o < outer; ++o) {
         const uint8_t* in = rows.row(x.data, o);
         uint8_t* dst = out + o * out_inner;
-        if (vbmi) {
-            map_bytes_vbmi(table, in, inner, dst);
-        } else {
-            for (int64_t i = 0; i < inner; ++i) dst[i] = table[in[i]];
-        }
+        for (int64_t i = 0; i < inner; ++i) dst[i] = table[in[i]];
     }
 }
 

@@ -92,9 +92,11 @@ void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_
                         int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
 void concat_part_avx2(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                       int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
-// out[i] = table[in[i]], i < n (AVX-512 VBMI, int8_lut_vbmi.cpp): the concat's rescale on
-// the vnni level and above where the CPU has VBMI; the generic path looks up the same table.
-void map_bytes_vbmi(const uint8_t* table, const uint8_t* in, int64_t n, uint8_t* out);
+// out[r * out_inner + i] = table[rows.row(data, r)[i]] for rows [r0, r1), i < rows.inner
+// (AVX-512 VBMI, int8_lut_vbmi.cpp): the concat's rescale on the vnni level and above where
+// the CPU has VBMI; the generic path looks up the same table.
+void map_rows_vbmi(const uint8_t* table, const uint8_t* data, const PartRows& rows, int64_t r0,
+                   int64_t r1, uint8_t* out, int64_t out_inner);
 
 // float32 x (size,) -> clamp(round_half_even(x / scale) + zp) as u8/s8 (reference.quantize,
 // per tensor; NaN gives the lowest value).
