@@ -53,7 +53,8 @@ POINTWISE_MIN_DEPTH_B1 = 16
 POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
 POINTWISE_FEW_PLANE = 196
 WINO_MIN_CHANNELS = 16
-WGRAD_DIRECT_MIN_POSITIONS = 512
+WGRAD_DIRECT_MIN_POSITIONS = 512         # AVX2
+WGRAD_DIRECT_MIN_POSITIONS_AVX512 = 256
 WGRAD_WIDEN_MIN_POSITIONS = 3136
 WGRAD_WIDEN_MAX_WEIGHTS = 1 << 20
 
@@ -177,7 +178,12 @@ def wgrad_direct_wins(x, w, groups, geo):
     (Zen 3, 2026-12-03, interleaved, batch 8) fits the same rule: ResNet-18's layers it takes
     0.53-0.76x numpy's time (the stem 27.7 against 36.5 ms), those it leaves 0.6-1.07x (7x7
     maps, 392 positions), ShuffleNetV2's 0.52-1.12x; at batch 1 the 14x14 and 7x7 layers it
-    leaves 0.97-1.72x."""
+    leaves 0.97-1.72x. On AVX-512 the direct kernel takes from WGRAD_DIRECT_MIN_POSITIONS_AVX512
+    positions on (a 2-core Zen 5, 2026-12-04, the whole backward of one layer, 7 interleaved
+    rounds): 392 positions (batch 8 on 7x7 maps) 0.37-0.67x the time of the im2col path
+    (ResNet-18's 512-channel 3x3 layers 16.0 -> 7.6 ms, ResNet-50's 1x1 2048 -> 512 7.7 ->
+    2.9), 245-294 positions 0.58-0.59x; 196 (batch 4 on 7x7) 0.90x and batch 1 on 14x14 0.81x,
+    left to numpy (Zen 3 had batch 1 on 14x14 at 0.97-1.72x)."""
     if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32:
         return False
     if _C.current_isa() == "generic":
@@ -186,7 +192,9 @@ def wgrad_direct_wins(x, w, groups, geo):
     depth = w.shape[1] * w.shape[2] * w.shape[3]
     positions = x.shape[0] * oh * ow
     if depth >= w.shape[0]:
-        return positions >= WGRAD_DIRECT_MIN_POSITIONS
+        wide = _C.current_isa() in ("avx512", "vnni", "amx")
+        return positions >= (WGRAD_DIRECT_MIN_POSITIONS_AVX512 if wide
+                             else WGRAD_DIRECT_MIN_POSITIONS)
     return (x.shape[0] > 1 and positions >= WGRAD_WIDEN_MIN_POSITIONS
             and depth * w.shape[0] < WGRAD_WIDEN_MAX_WEIGHTS)
 
