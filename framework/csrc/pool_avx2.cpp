@@ -8,10 +8,6 @@
 
 namespace tianyuan {
 
-void pool_max_forward_avx2(const float* x, const Pool2dGeometry& g, float* out,
-                           int32_t* argmax) {
-    max_forward(x, g, out, argmax);
-}
 
 void pool_max_backward_avx2(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
                             float* gx) {
@@ -65,7 +61,52 @@ void max_row_avx2(const float* row, int64_t ow, int64_t kw, int64_t sw, const Po
     }
 }
 
+// max_cells over the full columns [a, b) of one output row, as on AVX-512
+// (pool_avx512.cpp), 8 outputs at a time.
+void max_cells_avx2(const float* src, const Pool2dGeometry& g, int64_t y0, int64_t i_lo,
+                    int64_t i_hi, int64_t a, int64_t b, float* dst, int32_t* arg) {
+    if (g.sw != 1 && g.sw != 2) {
+        max_cells(src, g, y0, i_lo, i_hi, a, b, dst, arg);
+        return;
+    }
+    const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(static_cast<int32_t>(g.sw)));
+    for (int64_t ox = a; ox < b; ox += 8) {
+        const int64_t lanes = b - ox < 8 ? b - ox : 8;
+        const int64_t x0 = ox * g.sw - g.pw;
+        __m256 best = _mm256_setzero_ps();
+        __m256i index = _mm256_setzero_si256();
+        for (int64_t i = i_lo; i < i_hi; ++i) {
+            const int64_t row = (y0 + i * g.dh) * g.w + x0;
+            for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t at = row + j * g.dw;
+                const __m256 v = g.sw == 1 ? _mm256_maskload_ps(src + at, first_lanes(lanes))
+                                           : load_even(src + at, lanes);
+                const __m256i where =
+                    _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(at)), lane);
+                if (i == i_lo && j == 0) {  // the first tap (a NaN there takes its own index)
+                    best = v;
+                    index = where;
+                    continue;
+                }
+                const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                                                 _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                best = _mm256_blendv_ps(best, v, take);
+                index = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(index),
+                                                             _mm256_castsi256_ps(where), take));
+            }
+        }
+        _mm256_maskstore_ps(dst + ox, first_lanes(lanes), best);
+        _mm256_maskstore_epi32(arg + ox, first_lanes(lanes), index);
+    }
+}
+
 }  // namespace
+
+void pool_max_forward_avx2(const float* x, const Pool2dGeometry& g, float* out,
+                           int32_t* argmax) {
+    max_forward_by(x, g, out, argmax, max_cells_avx2);
+}
 
 void pool_max_values_avx2(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                           int64_t ow, int64_t kw, int64_t sw, const PoolTaps* rows,

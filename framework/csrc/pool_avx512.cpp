@@ -8,10 +8,6 @@
 
 namespace tianyuan {
 
-void pool_max_forward_avx512(const float* x, const Pool2dGeometry& g, float* out,
-                           int32_t* argmax) {
-    max_forward(x, g, out, argmax);
-}
 
 void pool_max_backward_avx512(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
                             float* gx) {
@@ -63,7 +59,56 @@ void max_row_avx512(const float* row, int64_t ow, int64_t kw, int64_t sw, const 
     }
 }
 
+// max_cells over the full columns [a, b) of one output row, 16 outputs at a time for column
+// strides 1 and 2 (each tap one or two masked loads; value and index taken together under
+// take_max's mask, so the same argmax); other strides go to max_cells.
+void max_cells_avx512(const float* src, const Pool2dGeometry& g, int64_t y0, int64_t i_lo,
+                      int64_t i_hi, int64_t a, int64_t b, float* dst, int32_t* arg) {
+    if (g.sw != 1 && g.sw != 2) {
+        max_cells(src, g, y0, i_lo, i_hi, a, b, dst, arg);
+        return;
+    }
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(static_cast<int32_t>(g.sw)));
+    for (int64_t ox = a; ox < b; ox += 16) {
+        const int64_t lanes = b - ox < 16 ? b - ox : 16;
+        const int64_t x0 = ox * g.sw - g.pw;
+        __m512 best = _mm512_setzero_ps();
+        __m512i index = _mm512_setzero_si512();
+        for (int64_t i = i_lo; i < i_hi; ++i) {
+            const int64_t row = (y0 + i * g.dh) * g.w + x0;
+            for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t at = row + j * g.dw;
+                const __m512 v = g.sw == 1
+                                     ? _mm512_maskz_loadu_ps(first_lanes(lanes), src + at)
+                                     : load_even(src + at, lanes, even);
+                const __m512i where = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(at)),
+                                                       lane);
+                if (i == i_lo && j == 0) {  // the first tap (a NaN there takes its own index)
+                    best = v;
+                    index = where;
+                    continue;
+                }
+                const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                                       _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                best = _mm512_mask_mov_ps(best, take, v);
+                index = _mm512_mask_mov_epi32(index, take, where);
+            }
+        }
+        _mm512_mask_storeu_ps(dst + ox, first_lanes(lanes), best);
+        _mm512_mask_storeu_epi32(arg + ox, first_lanes(lanes), index);
+    }
+}
+
 }  // namespace
+
+void pool_max_forward_avx512(const float* x, const Pool2dGeometry& g, float* out,
+                             int32_t* argmax) {
+    max_forward_by(x, g, out, argmax, max_cells_avx512);
+}
 
 void pool_max_values_avx512(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                           int64_t ow, int64_t kw, int64_t sw, const PoolTaps* rows,

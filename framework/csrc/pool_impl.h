@@ -23,43 +23,81 @@ inline void taps(int64_t start, int64_t d, int64_t k, int64_t size, int64_t* lo,
     if (*hi < *lo) *hi = *lo;
 }
 
+// Outputs [ox0, ox1) of output row oy (window rows start at y0 = oy * sh - ph, taps
+// [i_lo, i_hi) inside the image): the max and its flat index in the plane, -1 (value 0) for a
+// window outside the image. NaN propagates, as in PyTorch (the last NaN's index).
 template <typename T>
-void pool_plane(const T* src, const Pool2dGeometry& g, T* dst, int32_t* arg) {
-    for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        const int64_t y0 = oy * g.sh - g.ph;
-        int64_t i_lo, i_hi;
-        taps(y0, g.dh, g.kh, g.h, &i_lo, &i_hi);
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-            const int64_t x0 = ox * g.sw - g.pw;
-            int64_t j_lo, j_hi;
-            taps(x0, g.dw, g.kw, g.w, &j_lo, &j_hi);
-            T best = T(0);
-            int64_t best_index = -1;  // stays -1 only for a window outside the image
-            if (i_lo < i_hi && j_lo < j_hi) {
-                best_index = (y0 + i_lo * g.dh) * g.w + x0 + j_lo * g.dw;
-                best = src[best_index];
+void max_cells(const T* src, const Pool2dGeometry& g, int64_t y0, int64_t i_lo, int64_t i_hi,
+               int64_t ox0, int64_t ox1, T* dst, int32_t* arg) {
+    for (int64_t ox = ox0; ox < ox1; ++ox) {
+        const int64_t x0 = ox * g.sw - g.pw;
+        int64_t j_lo, j_hi;
+        taps(x0, g.dw, g.kw, g.w, &j_lo, &j_hi);
+        T best = T(0);
+        int64_t best_index = -1;  // stays -1 only for a window outside the image
+        if (i_lo < i_hi && j_lo < j_hi) {
+            best_index = (y0 + i_lo * g.dh) * g.w + x0 + j_lo * g.dw;
+            best = src[best_index];
+        }
+        for (int64_t i = i_lo; i < i_hi; ++i) {
+            const int64_t row = (y0 + i * g.dh) * g.w + x0;
+            for (int64_t j = j_lo; j < j_hi; ++j) {
+                const T v = src[row + j * g.dw];
+                const bool take = v > best || v != v;  // NaN propagates, as in PyTorch
+                best = take ? v : best;                // selects, not branches: random
+                best_index = take ? row + j * g.dw : best_index;  // data mispredicts
             }
-            for (int64_t i = i_lo; i < i_hi; ++i) {
-                const int64_t row = (y0 + i * g.dh) * g.w + x0;
-                for (int64_t j = j_lo; j < j_hi; ++j) {
-                    const T v = src[row + j * g.dw];
-                    const bool take = v > best || v != v;  // NaN propagates, as in PyTorch
-                    best = take ? v : best;                // selects, not branches: random
-                    best_index = take ? row + j * g.dw : best_index;  // data mispredicts
-                }
+        }
+        dst[ox] = best;
+        arg[ox] = static_cast<int32_t>(best_index);
+    }
+}
+
+// The columns [a, b) whose windows lie whole inside the image's width, the same for every
+// output row.
+inline void full_columns(const Pool2dGeometry& g, int64_t* a, int64_t* b) {
+    const auto full = [&](int64_t ox) {
+        int64_t lo, hi;
+        taps(ox * g.sw - g.pw, g.dw, g.kw, g.w, &lo, &hi);
+        return lo == 0 && hi == g.kw;
+    };
+    *a = 0;
+    while (*a < g.out_w && !full(*a)) ++*a;
+    *b = *a;
+    while (*b < g.out_w && full(*b)) ++*b;
+}
+
+// Max pooling with argmax, one plane per work item. vec(src, g, y0, i_lo, i_hi, a, b, dst
+// row, arg row) computes the full columns [a, b) of rows with taps inside the image, as
+// max_cells does (an ISA's vector version); the others go through max_cells.
+template <typename T, typename Vec>
+void max_forward_by(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax, Vec vec) {
+    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+    int64_t a, b;
+    full_columns(g, &a, &b);
+#pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelMin)
+    for (int64_t p = 0; p < planes; ++p) {
+        const T* src = x + p * in_plane;
+        for (int64_t oy = 0; oy < g.out_h; ++oy) {
+            const int64_t y0 = oy * g.sh - g.ph;
+            int64_t i_lo, i_hi;
+            taps(y0, g.dh, g.kh, g.h, &i_lo, &i_hi);
+            T* dst = out + p * out_plane + oy * g.out_w;
+            int32_t* arg = argmax + p * out_plane + oy * g.out_w;
+            if (i_lo == i_hi || a == b) {
+                max_cells(src, g, y0, i_lo, i_hi, 0, g.out_w, dst, arg);
+                continue;
             }
-            dst[oy * g.out_w + ox] = best;
-            arg[oy * g.out_w + ox] = static_cast<int32_t>(best_index);
+            max_cells(src, g, y0, i_lo, i_hi, 0, a, dst, arg);
+            vec(src, g, y0, i_lo, i_hi, a, b, dst, arg);
+            max_cells(src, g, y0, i_lo, i_hi, b, g.out_w, dst, arg);
         }
     }
 }
 
 template <typename T>
 void max_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax) {
-    const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelMin)
-    for (int64_t p = 0; p < planes; ++p)
-        pool_plane(x + p * in_plane, g, out + p * out_plane, argmax + p * out_plane);
+    max_forward_by(x, g, out, argmax, max_cells<T>);
 }
 
 template <typename T>
