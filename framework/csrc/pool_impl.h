@@ -203,6 +203,69 @@ void max_values(const T* x, int64_t planes, int64_t h, int64_t w, int64_t oh, in
     max_values_by(x, planes, h, w, oh, ow, kw, sw, rows, cols, out, max_row<T>);
 }
 
+// The vector versions of max_row (stride-2 rows of the inference pool) and max_cells (the
+// training pool's full columns, strides 1 and 2) over V, an ISA's float vector of V::kLanes
+// lanes (pool_avx2.cpp, pool_avx512.cpp): V::load(p, n) the first n lanes of p, V::even(p, n)
+// p[0], p[2], ..., p[2 (n - 1)] (neither reads past what it returns), V::take(v, best) the
+// lanes where take_max takes v, V::store(p, n, v) and the int32 index vectors likewise.
+template <typename V>
+void max_row_vec(const float* row, int64_t ow, int64_t kw, int64_t sw, const PoolTaps* cols,
+                 int64_t a, int64_t b, float* tmp) {
+    if (sw != 2 || b == a) {
+        max_row(row, ow, kw, sw, cols, a, b, tmp);
+        return;
+    }
+    for (int64_t ox = 0; ox < a; ++ox) tmp[ox] = max_window(row, cols[ox]);
+    for (int64_t ox = b; ox < ow; ++ox) tmp[ox] = max_window(row, cols[ox]);
+    const int64_t n = b - a, step = cols[a].step;
+    const float* base = row + cols[a].first;
+    for (int64_t i = 0; i < n; i += V::kLanes) {
+        const int64_t lanes = n - i < V::kLanes ? n - i : V::kLanes;
+        typename V::F best = V::even(base + 2 * i, lanes);
+        for (int64_t j = 1; j < kw; ++j) {
+            const typename V::F v = V::even(base + j * step + 2 * i, lanes);
+            best = V::select(V::take(v, best), v, best);
+        }
+        V::store(tmp + a + i, lanes, best);
+    }
+}
+
+// Value and index are chosen under one mask, so the argmax is max_cells' own (the first
+// maximum; a NaN's index).
+template <typename V>
+void max_cells_vec(const float* src, const Pool2dGeometry& g, int64_t y0, int64_t i_lo,
+                   int64_t i_hi, int64_t a, int64_t b, float* dst, int32_t* arg) {
+    if (g.sw != 1 && g.sw != 2) {
+        max_cells(src, g, y0, i_lo, i_hi, a, b, dst, arg);
+        return;
+    }
+    for (int64_t ox = a; ox < b; ox += V::kLanes) {
+        const int64_t lanes = b - ox < V::kLanes ? b - ox : V::kLanes;
+        const int64_t x0 = ox * g.sw - g.pw;
+        typename V::F best{};
+        typename V::I index{};
+        for (int64_t i = i_lo; i < i_hi; ++i) {
+            const int64_t row = (y0 + i * g.dh) * g.w + x0;
+            for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t at = row + j * g.dw;
+                const typename V::F v = g.sw == 1 ? V::load(src + at, lanes)
+                                                  : V::even(src + at, lanes);
+                const typename V::I where = V::indices(at, g.sw);
+                if (i == i_lo && j == 0) {  // the first tap (a NaN there takes its own index)
+                    best = v;
+                    index = where;
+                    continue;
+                }
+                const typename V::M take = V::take(v, best);
+                best = V::select(take, v, best);
+                index = V::select_index(take, where, index);
+            }
+        }
+        V::store(dst + ox, lanes, best);
+        V::store_index(arg + ox, lanes, index);
+    }
+}
+
 // Window of output index o along one axis: pixels [lo, hi) inside the image and the divisor
 // (PyTorch's rule: the window clipped to the padded input for count_include_pad, to the
 // image otherwise; the extra ceil_mode edge never counts).

@@ -158,15 +158,21 @@ def test_gemm_direct_input_gradient_is_the_adjoint_convolution(xs, ws, padding, 
     # stride 1: the input gradient runs as a convolution of the output gradient with the
     # flipped, transposed kernel (conv._direct_input_grad); compared with im2col's col2im
     monkeypatch.setattr(conv_ops.conv_algo, "gemm_direct_wins", lambda *args, **kw: True)
-    rng = np.random.default_rng(4)
+    _check_gemm_direct_input_gradient(4, xs, ws, padding=padding, dilation=dilation)
+
+
+def _check_gemm_direct_input_gradient(seed, xs, ws, **conv):
+    """On every ISA path, the input gradient of F.conv2d(x, w, **conv) with the forward forced
+    to gemm_direct against im2col's (col2im of numpy's GEMM)."""
+    rng = np.random.default_rng(seed)
     x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
     w = ty.tensor(rng.standard_normal(ws).astype(np.float32))
-    grads = {}
     for isa in each_isa():
+        grads = {}
         for algo in ("im2col_gemm", "gemm_direct"):
             x.grad = None
             with conv_ops.force_algorithm(algo):
-                y = F.conv2d(x, w, padding=padding, dilation=dilation)
+                y = F.conv2d(x, w, **conv)
                 (y * ty.tensor(np.arange(y.numpy().size, dtype=np.float32).reshape(y.shape)
                                / y.numpy().size)).sum().backward()
             grads[algo] = x.grad.numpy()
@@ -187,19 +193,7 @@ def test_gemm_direct_strided_input_gradient_runs_per_phase(xs, ws, stride, paddi
     phases = conv_ops._strided_input_grad
     monkeypatch.setattr(conv_ops, "_strided_input_grad",
                         lambda *args: calls.append(1) or phases(*args))
-    rng = np.random.default_rng(5)
-    x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
-    w = ty.tensor(rng.standard_normal(ws).astype(np.float32))
-    for isa in each_isa():
-        grads = {}
-        for algo in ("im2col_gemm", "gemm_direct"):
-            x.grad = None
-            with conv_ops.force_algorithm(algo):
-                y = F.conv2d(x, w, stride=stride, padding=padding)
-                (y * ty.tensor(np.arange(y.numpy().size, dtype=np.float32).reshape(y.shape)
-                               / y.numpy().size)).sum().backward()
-            grads[algo] = x.grad.numpy()
-        close(grads["gemm_direct"], grads["im2col_gemm"], f"input gradient, {isa}")
+    _check_gemm_direct_input_gradient(5, xs, ws, stride=stride, padding=padding)
     assert calls, "the per-phase input gradient did not run"
 
 
