@@ -192,16 +192,17 @@ def _direct_input_grad(g, w, geo):
 
 def _phase(size, out, k, s, pad, a):
     """Phase a of one axis of a strided convolution's input gradient: (first input index,
-    count, taps, padding before, padding after) of the stride-1 convolution that gives the
-    inputs y = s * Y + a - pad (Y in [y_lo, y_hi)) from the output gradient's `out` rows with
-    the taps a, a + s, ... of the kernel, flipped; None when no input falls in the phase."""
+    padding before, padding after) of the stride-1 convolution that gives the inputs
+    y = s * Y + a - pad, Y in [y_lo, y_hi), from the output gradient's `out` rows with the
+    kernel taps a, a + s, ..., flipped (a negative padding: rows not read); None when no input
+    falls in the phase."""
     taps = len(range(a, k, s))
     y_lo = max(0, -(-(pad - a) // s))
     y_hi = -(-(size - a + pad) // s)
     if y_hi <= y_lo:
         return None
     before = taps - 1 - y_lo
-    return s * y_lo + a - pad, y_hi - y_lo, taps, before, y_hi - y_lo + taps - 1 - out - before
+    return s * y_lo + a - pad, before, y_hi - y_lo + taps - 1 - out - before
 
 
 def _strided_input_grad(g, w, geo, shape):
@@ -209,16 +210,18 @@ def _strided_input_grad(g, w, geo, shape):
     phase of the stride (gemm_direct): input rows y with (y + pt) % sh == a receive only the
     kernel rows a, a + sh, ..., so each phase (a, b) is g (N, Co, oh, ow) convolved with that
     sub-kernel, flipped and transposed, and written into every sh-th row and sw-th column of
-    the (N, C, H, W) gradient (a phase without taps stays 0), in place of im2col, numpy's
-    GEMM and col2im. None where it does not apply or would not be faster
-    (conv_algo.strided_adjoint_wins)."""
-    (kh, kw), (sh, sw), (pt, pb, pl, pr) = geo.kernel, geo.stride, geo.padding
+    the (N, C, H, W) gradient (a phase without taps, or reading no row of g, stays 0), in
+    place of im2col, numpy's GEMM and col2im. None where it does not apply or would not be
+    faster (conv_algo.strided_adjoint_wins)."""
+    (kh, kw), (sh, sw), (pt, _, pl, _) = geo.kernel, geo.stride, geo.padding
     if (geo.stride == (1, 1) or geo.dilation != (1, 1) or g.dtype != np.float32
             or not conv_algo.strided_adjoint_wins(g)):
         return None
-    n, c, h, wd = shape
+    h, wd = shape[2:]
     oh, ow = g.shape[2:]
     g = np.ascontiguousarray(g)
+    # every input lies in one phase; the phases without taps (kernel narrower than the
+    # stride) are the only ones no convolution writes
     gx = np.zeros(shape, g.dtype) if kh < sh or kw < sw else np.empty(shape, g.dtype)
     for a in range(min(sh, kh)):
         rows = _phase(h, oh, kh, sh, pt, a)
@@ -226,14 +229,15 @@ def _strided_input_grad(g, w, geo, shape):
             cols = _phase(wd, ow, kw, sw, pl, b)
             if rows is None or cols is None:
                 continue
-            (y0, ny, th, top, bottom), (x0, nx, tw, left, right) = rows, cols
-            # negative padding: the output gradient's rows or columns past it are not read
+            (y0, top, bottom), (x0, left, right) = rows, cols
             part = g[:, :, max(0, -top):oh - max(0, -bottom), max(0, -left):ow - max(0, -right)]
+            if part.shape[2] == 0 or part.shape[3] == 0:
+                gx[:, :, y0::sh, x0::sw] = 0
+                continue
             pads = (max(0, top), max(0, bottom), max(0, left), max(0, right))
             flipped = _C.conv_flip_kernel(np.ascontiguousarray(w[:, :, a::sh, b::sw]))
-            out = _C.conv2d_gemm(np.ascontiguousarray(part), flipped, None, None, (1, 1), pads,
-                                 (1, 1))
-            gx[:, :, y0::sh, x0::sw] = out
+            gx[:, :, y0::sh, x0::sw] = _C.conv2d_gemm(np.ascontiguousarray(part), flipped, None,
+                                                      None, (1, 1), pads, (1, 1))
     return gx
 
 
