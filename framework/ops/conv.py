@@ -137,8 +137,6 @@ class Conv2d(Function):
             gx = winograd.conv2d_input_grad(g, w, geo.padding)
         elif need_x and self.algo == "gemm_direct":
             gx = _direct_input_grad(g, w, geo)
-            if gx is None and groups == 1:
-                gx = _strided_input_grad(g, w, geo, x.shape)
         need_x = need_x and gx is None
         gw_direct = None
         if need_w and conv_algo.wgrad_direct_wins(x, w, groups, geo):
@@ -188,57 +186,6 @@ def _direct_input_grad(g, w, geo):
     flipped = _C.conv_flip_kernel(w)
     return _C.conv2d_gemm(np.ascontiguousarray(g), flipped, None, None, (1, 1), padding,
                           geo.dilation)
-
-
-def _phase(size, out, k, s, pad, a):
-    """Phase a of one axis of a strided convolution's input gradient: (first input index,
-    padding before, padding after) of the stride-1 convolution that gives the inputs
-    y = s * Y + a - pad, Y in [y_lo, y_hi), from the output gradient's `out` rows with the
-    kernel taps a, a + s, ..., flipped (a negative padding: rows not read); None when no input
-    falls in the phase."""
-    taps = len(range(a, k, s))
-    y_lo = max(0, -(-(pad - a) // s))
-    y_hi = -(-(size - a + pad) // s)
-    if y_hi <= y_lo:
-        return None
-    before = taps - 1 - y_lo
-    return s * y_lo + a - pad, before, y_hi - y_lo + taps - 1 - out - before
-
-
-def _strided_input_grad(g, w, geo, shape):
-    """Input gradient of a strided convolution (dilation 1) as one stride-1 convolution per
-    phase of the stride (gemm_direct): input rows y with (y + pt) % sh == a receive only the
-    kernel rows a, a + sh, ..., so each phase (a, b) is g (N, Co, oh, ow) convolved with that
-    sub-kernel, flipped and transposed, and written into every sh-th row and sw-th column of
-    the (N, C, H, W) gradient (a phase without taps, or reading no row of g, stays 0), in
-    place of im2col, numpy's GEMM and col2im. None where it does not apply or would not be
-    faster (conv_algo.strided_adjoint_wins)."""
-    (kh, kw), (sh, sw), (pt, _, pl, _) = geo.kernel, geo.stride, geo.padding
-    if (geo.stride == (1, 1) or geo.dilation != (1, 1) or g.dtype != np.float32
-            or not conv_algo.strided_adjoint_wins(g)):
-        return None
-    h, wd = shape[2:]
-    oh, ow = g.shape[2:]
-    g = np.ascontiguousarray(g)
-    # every input lies in one phase; the phases without taps (kernel narrower than the
-    # stride) are the only ones no convolution writes
-    gx = np.zeros(shape, g.dtype) if kh < sh or kw < sw else np.empty(shape, g.dtype)
-    for a in range(min(sh, kh)):
-        rows = _phase(h, oh, kh, sh, pt, a)
-        for b in range(min(sw, kw)):
-            cols = _phase(wd, ow, kw, sw, pl, b)
-            if rows is None or cols is None:
-                continue
-            (y0, top, bottom), (x0, left, right) = rows, cols
-            part = g[:, :, max(0, -top):oh - max(0, -bottom), max(0, -left):ow - max(0, -right)]
-            if part.shape[2] == 0 or part.shape[3] == 0:
-                gx[:, :, y0::sh, x0::sw] = 0
-                continue
-            pads = (max(0, top), max(0, bottom), max(0, left), max(0, right))
-            flipped = _C.conv_flip_kernel(np.ascontiguousarray(w[:, :, a::sh, b::sw]))
-            gx[:, :, y0::sh, x0::sw] = _C.conv2d_gemm(np.ascontiguousarray(part), flipped, None,
-                                                      None, (1, 1), pads, (1, 1))
-    return gx
 
 
 def conv2d_inference(x, w, scale, shift, act, stride, padding, dilation, groups):

@@ -45,7 +45,6 @@ WINO_MIN_TILES = 128
 WINO_MIN_SIZE = 14
 GEMM_DIRECT_STEM_DEPTH = 160
 ADJOINT_MIN_POSITIONS = 196
-STRIDED_ADJOINT_MIN_POSITIONS = 784
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196  # below: the batch's columns in one GEMM, without AVX-512
@@ -132,20 +131,6 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
         return pointwise_direct_wins(x.shape[0], oh * ow, depth, w.shape[0])
     return (not adjoint or depth <= GEMM_DIRECT_STEM_DEPTH
             or x.shape[0] * oh * ow >= ADJOINT_MIN_POSITIONS)
-
-
-def strided_adjoint_wins(g):
-    """Whether a strided convolution's input gradient runs as one gemm_direct convolution per
-    phase of the stride (conv._strided_input_grad) rather than im2col + numpy's GEMM + col2im:
-    where the output gradient g has >= STRIDED_ADJOINT_MIN_POSITIONS positions per call (each
-    phase repacks its sub-kernel, which small maps do not amortise). Measured on a 2-core Zen 5
-    (AVX-512, 2026-12-04, 7 runs each, input gradient alone), stride-2 3x3 layers: ResNet-18's
-    at batch 8 64 channels at 56x56 8.6 -> 2.7 ms, 128 at 28x28 8.0 -> 3.7, at batch 16 13.4 ->
-    6.0 and 256 at 14x14 14.2 -> 8.7; batch 1 64 at 56x56 0.63 -> 0.52; below the threshold
-    1.1-1.3x slower (128 at 28x28 batch 1-2) up to 8x (256 at 14x14 batch 1); stride-2 1x1
-    layers at batch 8 0.5-0.6x."""
-    return _C.current_isa() in ("avx2", "avxvnni", "avx512", "vnni", "amx") and (
-        g.shape[0] * g.shape[2] * g.shape[3] >= STRIDED_ADJOINT_MIN_POSITIONS)
 
 
 def pointwise_direct_wins(batch, plane, depth, out_channels):
