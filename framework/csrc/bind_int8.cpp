@@ -85,7 +85,8 @@ std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
                                         " of part " + std::to_string(i) +
                                         " is outside [1, 62]");
         }
-        ConcatPart c{int8_input(x, zps[i], "int8_concat", false), mults[i], shifts[i], 0, 0,
+        const std::string part = op + ": part " + std::to_string(i) + " " + shape_str(x);
+        ConcatPart c{int8_input(x, zps[i], part.c_str(), false), mults[i], shifts[i], 0, 0,
                      py::array()};
         if (!(x.flags() & py::array::c_style)) {
             if (*axis > 0 && channel_slice(x)) {

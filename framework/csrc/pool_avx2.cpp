@@ -8,7 +8,6 @@
 
 namespace tianyuan {
 
-
 void pool_max_backward_avx2(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
                             float* gx) {
     max_backward(grad, argmax, g, gx);

@@ -46,7 +46,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return C.Conv2d.apply(*args, stride=stride, padding=pads, dilation=dilation, groups=groups)
 
 
-_ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
+# act of conv2d_affine_act -> ops.conv.conv2d_inference's code
+ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
 
 
 def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, padding=0,
@@ -58,7 +59,7 @@ def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, pad
     >>> y = F.conv2d_affine_act(x, w, bn_scale, bn_shift, "relu", padding=1)  # doctest: +SKIP
     """
     op = "conv2d_affine_act"
-    if act not in _ACTIVATIONS:
+    if act not in ACTIVATION_CODES:
         raise ValueError(f"{op}: act must be None, 'relu' or 'relu6', got {act!r}")
     if is_grad_enabled() and any(t.requires_grad for t in (x, weight) if isinstance(t, Tensor)):
         raise RuntimeError(f"{op}: inference only; run it under tianyuan.no_grad() (input "
@@ -74,8 +75,8 @@ def conv2d_affine_act(x, weight, scale=None, shift=None, act=None, stride=1, pad
                 raise ValueError(f"{op}: {name} must have shape ({weight.shape[0]},), got "
                                  f"{v.shape} (weight {weight.shape})")
         vectors.append(v)
-    out = C.conv2d_inference(x.numpy(), weight.numpy(), *vectors, _ACTIVATIONS[act], stride,
-                             pads, dilation, groups)
+    out = C.conv2d_inference(x.numpy(), weight.numpy(), *vectors, ACTIVATION_CODES[act],
+                             stride, pads, dilation, groups)
     return Tensor(out)
 
 

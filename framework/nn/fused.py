@@ -10,7 +10,7 @@ parts in order. Their names are the parts' short names, so the QAT and int8 twin
 """
 from .. import functional as F
 from ..autograd import is_grad_enabled
-from ..functional.conv import conv2d_affine_act_geometry
+from ..functional.conv import ACTIVATION_CODES, conv2d_affine_act_geometry
 from ..functional.normalization import eval_affine_arrays
 from ..ops import conv as C
 from ..tensor import Tensor, as_tensor
@@ -69,13 +69,12 @@ class Fused(Sequential):
             plan = key, conv2d_affine_act_geometry(x, weight, conv.stride, conv.padding,
                                                    conv.dilation, conv.groups)
             self.__dict__["_plan"] = plan
-        out = C.conv2d_inference(x.data, weight.data, scale, shift, _ACT_CODES[act], *plan[1],
-                                 conv.groups)
+        out = C.conv2d_inference(x.data, weight.data, scale, shift, ACTIVATION_CODES[act],
+                                 *plan[1], conv.groups)
         return Tensor._make(out, False, None)
 
 
 _ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
-_ACT_CODES = {None: 0, "relu": 1, "relu6": 2}   # ops.conv.conv2d_inference's act
 
 
 def _frozen_affine(fused):

@@ -221,8 +221,6 @@ class PreparedLinear:
     10 of a 14 us call), so a call is one native call: `PreparedLinear(...)(x, zp)`."""
 
     def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype):
-        if packed.packed is None or len(packed.shape) != 2:
-            raise ValueError(f"linear: weights must be packed from (N, K), got {packed.shape}")
         self.packed = packed
         self._tail = (*_params(packed.shape[0], bias, multiplier, shift), int(out_zero_point),
                       bool(relu), _signed(dtype))
@@ -230,8 +228,7 @@ class PreparedLinear:
     def __call__(self, x, x_zero_point):
         """x u8/s8 (M, K) C-contiguous -> (M, N)."""
         p = self.packed
-        if x.ndim != 2 or x.shape[1] != p.shape[1]:
-            raise ValueError(f"linear: x {x.shape} does not match weights (N, K) = {p.shape}")
+        _check_linear("linear", x, p)
         return _C.int8_linear(x, int(x_zero_point), p.packed, p.row_sums, p.shape[0],
                               *self._tail)
 

@@ -127,7 +127,7 @@ def test_concat_errors_name_the_parts():
         K.concat([a, a], (0, 0), one[0], [30, 63], 0, np.uint8, 1)
     with pytest.raises(ValueError, match="one zero point, multiplier and shift per part"):
         K.concat([a, a], (0,), *one, 0, np.uint8, 1)
-    with pytest.raises(ValueError, match="uint8 or int8"):
+    with pytest.raises(ValueError, match=r"part 1 \(2, 3, 4\): input must be uint8 or int8"):
         K.concat([a, a.astype(np.int32)], (0, 0), *one, 0, np.uint8, 1)
 
 

@@ -103,6 +103,8 @@ def test_errors_name_the_op():
         K.gemm(np.zeros((2, 4), np.uint8), 0, packed)
     with pytest.raises(ValueError, match="per-channel"):
         K.linear(np.zeros((2, 3), np.uint8), 0, packed, np.zeros(3), 1, 31, 0, False, np.uint8)
+    with pytest.raises(ValueError, match=r"linear: x \(2, 4\) does not match weights"):
+        K.linear(np.zeros((2, 4), np.uint8), 0, packed, np.zeros(2), 1, 31, 0, False, np.uint8)
 
 
 def test_vnni_peak_measures_or_says_why_not():
