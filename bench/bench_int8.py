@@ -144,6 +144,7 @@ def ort_int8(conv, x_u8):
                               [helper.make_tensor_value_info("x", TensorProto.UINT8, x_u8.shape)],
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7   # opset 13's IR: a newer onnx writes one an older runtime refuses
     options = ort.SessionOptions()
     options.intra_op_num_threads = ty.get_num_threads()
     session = ort.InferenceSession(model.SerializeToString(), options,
