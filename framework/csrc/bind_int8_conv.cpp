@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "int8_amx.h"
 #include "int8_cgemm.h"
@@ -122,6 +123,10 @@ class Int8Conv {
                                             "got " + shape_str(w));
             }
             wshape_ = {w.shape(0), 1, w.shape(2), w.shape(3)};
+            const int64_t n = w.shape(0), kh = w.shape(2), kw = w.shape(3);
+            dw_words_.resize(static_cast<size_t>(n * kh * int8::depthwise_words_per_row(kw)));
+            dw_sums_.resize(static_cast<size_t>(n));
+            int8::depthwise_consts(w.data(), n, kh, kw, dw_words_.data(), dw_sums_.data());
         } else {
             if (algo < 0 || algo > 3) {
                 throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 "
@@ -155,7 +160,8 @@ class Int8Conv {
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
         if (depthwise_) {
-            int8::depthwise_conv2d(in, g, w_.data(), bias_.data(), r_, o);
+            int8::depthwise_conv2d(in, g, w_.data(), bias_.data(), r_, o, dw_words_.data(),
+                                   dw_sums_.data());
         } else {
             int8::conv2d(in, g, w_.data(), sums_.data(), bias_.data(), r_, o,
                          static_cast<int8::ConvAlgo>(algo_), amx_ ? amx_->data() : nullptr,
@@ -178,6 +184,7 @@ class Int8Conv {
     std::optional<Array<int8_t>> amx_;
     std::optional<NarrowArrays> narrow_;
     int8::NarrowWeights nw_{};
+    std::vector<int32_t> dw_words_, dw_sums_;  // depthwise: the weights' depthwise_consts
     int8::Requant r_{};
 };
 

@@ -132,13 +132,41 @@ const uint64_t* masks_for(const ConvGeom& g, int nd, std::vector<uint64_t>& loca
 
 }  // namespace
 
+void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
+                      int32_t* sums) {
+    const int nd = depthwise_words_per_row(kw);
+    for (int64_t c = 0; c < oc; ++c) {
+        int32_t sum = 0;
+        for (int64_t i = 0; i < kh; ++i) {
+            for (int d = 0; d < nd; ++d) {
+                int8_t b[4] = {0, 0, 0, 0};
+                for (int j = 0; j < 4 && 4 * d + j < kw; ++j) {
+                    b[j] = w[(c * kh + i) * kw + 4 * d + j];
+                    sum += b[j];
+                }
+                std::memcpy(words + (c * kh + i) * nd + d, b, sizeof(int32_t));
+            }
+        }
+        sums[c] = sum;
+    }
+}
+
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
-                      const Requant& r, uint8_t* out) {
+                      const Requant& r, uint8_t* out, const int32_t* words,
+                      const int32_t* sums) {
     if (current_isa() >= Isa::vnni && depthwise_vnni_takes(g)) {
         std::vector<uint64_t> local;
-        const int nd = g.kw <= 4 ? 1 : 2;
+        const int nd = depthwise_words_per_row(g.kw);
         const uint64_t* masks = depthwise_vnni_unpadded(g) ? masks_for(g, nd, local) : nullptr;
-        depthwise_conv2d_vnni(x, g, w, bias, r, masks, out);
+        std::vector<int32_t> own_words, own_sums;
+        if (!words || !sums) {
+            own_words.resize(static_cast<size_t>(g.oc * g.kh * nd));
+            own_sums.resize(static_cast<size_t>(g.oc));
+            depthwise_consts(w, g.oc, g.kh, g.kw, own_words.data(), own_sums.data());
+            words = own_words.data();
+            sums = own_sums.data();
+        }
+        depthwise_conv2d_vnni(x, g, words, sums, bias, r, masks, out);
         return;
     }
     if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {

@@ -30,19 +30,6 @@ struct TapWords {
     __m512i v[2 * kMaxTap];
 };
 
-// Every channel's tap words, (OC, kh * nd) s32, worked out once per call.
-void all_tap_words(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int nd, int32_t* out) {
-    for (int64_t c = 0; c < oc; ++c) {
-        for (int64_t i = 0; i < kh; ++i) {
-            for (int d = 0; d < nd; ++d) {
-                int8_t b[4] = {0, 0, 0, 0};
-                for (int j = 0; j < 4 && 4 * d + j < kw; ++j) b[j] = w[(c * kh + i) * kw + 4 * d + j];
-                std::memcpy(out + (c * kh + i) * nd + d, b, sizeof(int32_t));
-            }
-        }
-    }
-}
-
 inline TapWords broadcast(const int32_t* words, int64_t n) {
     TapWords t;
     for (int64_t i = 0; i < n; ++i) t.v[i] = _mm512_set1_epi32(words[i]);
@@ -228,17 +215,6 @@ void pad_plane(const uint8_t* src, const ConvGeom& g, int64_t wp, int64_t hp, ui
     }
 }
 
-// Every channel's bias corrected for the input zero point: bias - z * sum(w), modulo 2^32.
-void corrected_bias(const int8_t* w, int64_t oc, int64_t taps, const int32_t* bias, int32_t z,
-                    int32_t* out) {
-    for (int64_t c = 0; c < oc; ++c) {
-        int32_t sum = 0;
-        for (int64_t i = 0; i < taps; ++i) sum += w[c * taps + i];
-        out[c] = static_cast<int32_t>(static_cast<uint32_t>(bias[c]) -
-                                      static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
-    }
-}
-
 }  // namespace
 
 bool depthwise_vnni_takes(const ConvGeom& g) {
@@ -249,19 +225,21 @@ bool depthwise_vnni_unpadded(const ConvGeom& g) {
     return depthwise_vnni_takes(g) && g.sw == 1 && g.sh == 1 && g.ow == g.w;
 }
 
-void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
-                           const int32_t* bias, const Requant& r, const uint64_t* masks,
-                           uint8_t* out) {
+void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words,
+                           const int32_t* sums, const int32_t* bias, const Requant& r,
+                           const uint64_t* masks, uint8_t* out) {
     const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
     const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
     const uint8_t flip = flip_of(x);
     const int32_t z = zero_of(x);
     const __m512i zv = _mm512_set1_epi8(static_cast<char>(z ^ flip));
-    const int nd = g.kw <= 4 ? 1 : 2;
-    int32_t* words = new int32_t[static_cast<size_t>(g.oc * g.kh * nd)];
+    const int nd = depthwise_words_per_row(g.kw);
+    // every channel's bias corrected for the input zero point: bias - z * sum(w), mod 2^32
     int32_t* cbias = new int32_t[static_cast<size_t>(g.oc)];
-    all_tap_words(w, g.oc, g.kh, g.kw, nd, words);
-    corrected_bias(w, g.oc, taps, bias, z, cbias);
+    for (int64_t c = 0; c < g.oc; ++c) {
+        cbias[c] = static_cast<int32_t>(static_cast<uint32_t>(bias[c]) -
+                                        static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[c]));
+    }
 #pragma omp parallel if (g.n * g.oc * p * taps > (1 << 15))
     {
         uint8_t* xp = masks ? nullptr : new uint8_t[static_cast<size_t>(hp * wp + kPadSlack)]();
@@ -286,7 +264,6 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
         }
         delete[] xp;
     }
-    delete[] words;
     delete[] cbias;
 }
 

@@ -46,9 +46,18 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             ConvAlgo algo = ConvAlgo::automatic, const int8_t* wamx = nullptr,
             const NarrowWeights* narrow = nullptr);
 
+// The VNNI depthwise kernel's constants of the weights w (OC, kh, kw), worked out once where
+// the weights are fixed (Int8Conv): words (OC, kh, depthwise_words_per_row(kw)) s32, a kernel
+// row's taps 4 to a word (zeros past kw), and sums (OC,), each channel's taps summed.
+inline int depthwise_words_per_row(int64_t kw) { return kw <= 4 ? 1 : 2; }
+void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
+                      int32_t* sums);
+
 // Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
+// words, sums: w's depthwise_consts, or null to work them out in the call.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
-                      const Requant& r, uint8_t* out);
+                      const Requant& r, uint8_t* out, const int32_t* words = nullptr,
+                      const int32_t* sums = nullptr);
 
 // The VNNI depthwise kernel (int8_depthwise_vnni.cpp) and the geometries it takes:
 // column dilation 1, column stride 1 or 2, kernels up to 8x8. Unpadded ones (stride 1,
@@ -56,9 +65,9 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
 // int8_depthwise.cpp); the others pass nullptr and run on planes padded with the zero point.
 bool depthwise_vnni_takes(const ConvGeom& g);
 bool depthwise_vnni_unpadded(const ConvGeom& g);
-void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int8_t* w,
-                           const int32_t* bias, const Requant& r, const uint64_t* masks,
-                           uint8_t* out);
+void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words,
+                           const int32_t* sums, const int32_t* bias, const Requant& r,
+                           const uint64_t* masks, uint8_t* out);
 
 // Linear: x (M, K) -> out (M, N) requantized; weights packed by pack_weights.
 void linear(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const int32_t* row_sums,
