@@ -158,14 +158,6 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
         std::vector<uint64_t> local;
         const int nd = depthwise_words_per_row(g.kw);
         const uint64_t* masks = depthwise_vnni_unpadded(g) ? masks_for(g, nd, local) : nullptr;
-        std::vector<int32_t> own_words, own_sums;
-        if (!words || !sums) {
-            own_words.resize(static_cast<size_t>(g.oc * g.kh * nd));
-            own_sums.resize(static_cast<size_t>(g.oc));
-            depthwise_consts(w, g.oc, g.kh, g.kw, own_words.data(), own_sums.data());
-            words = own_words.data();
-            sums = own_sums.data();
-        }
         depthwise_conv2d_vnni(x, g, words, sums, bias, r, masks, out);
         return;
     }

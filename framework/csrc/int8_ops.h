@@ -53,11 +53,11 @@ inline int depthwise_words_per_row(int64_t kw) { return kw <= 4 ? 1 : 2; }
 void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
                       int32_t* sums);
 
-// Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops.
-// words, sums: w's depthwise_consts, or null to work them out in the call.
+// Depthwise (groups == C, OC = C * multiplier): weight (OC, kh*kw) s8 unpacked, direct loops;
+// words, sums: w's depthwise_consts.
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
-                      const Requant& r, uint8_t* out, const int32_t* words = nullptr,
-                      const int32_t* sums = nullptr);
+                      const Requant& r, uint8_t* out, const int32_t* words,
+                      const int32_t* sums);
 
 // The VNNI depthwise kernel (int8_depthwise_vnni.cpp) and the geometries it takes:
 // column dilation 1, column stride 1 or 2, kernels up to 8x8. Unpadded ones (stride 1,
