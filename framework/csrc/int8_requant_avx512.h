@@ -46,18 +46,19 @@ static inline ChannelQ channel_q(const RowParams& q, const Requant& r) {
     return channel_q(q.bias[0], q.multiplier[0], q.shift[0], r);
 }
 
+// requant16 before its clamp and zero point: y as s32 lanes. Where s >= 32 y fits s32 as it
+// is; for s < 32 it is clamped to [lo - zp, hi - zp] on the s64 lanes first (it may not fit).
 // Always inline: out of line (GCC 12 chose so for the tiles of int8_cgemm_vnni.cpp), each call
 // spilled the caller's live accumulators, since every zmm register is caller-saved.
-static inline __attribute__((always_inline)) __m512i requant16(__m512i acc,
-                                                               const ChannelQ& c) {
+static inline __attribute__((always_inline)) __m512i requant16_y(__m512i acc,
+                                                                 const ChannelQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
     if (c.fold) {
         const __m512i pe = _mm512_mul_epi32(t, c.mult);
         const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult);
         const __m512i high = _mm512_add_epi32(
             _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po), c.half_hi);
-        const __m512i y = _mm512_sra_epi32(high, c.shift);
-        return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi), c.zp);
+        return _mm512_sra_epi32(high, c.shift);
     }
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half);
     const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult),
@@ -65,16 +66,57 @@ static inline __attribute__((always_inline)) __m512i requant16(__m512i acc,
     if (c.wide) {
         // even lanes: the high half of pe; odd lanes: the high half of po (already in place)
         const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-        const __m512i y = _mm512_sra_epi32(high, c.shift);
-        return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi), c.zp);
+        return _mm512_sra_epi32(high, c.shift);
     }
     __m512i ye = _mm512_sra_epi64(pe, c.shift);
     __m512i yo = _mm512_sra_epi64(po, c.shift);
     ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
     yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
     // odd lanes' results into the high halves of the even lanes' qwords
-    const __m512i y = _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
+    return _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
+}
+
+static inline __attribute__((always_inline)) __m512i requant16(__m512i acc,
+                                                               const ChannelQ& c) {
+    __m512i y = requant16_y(acc, c);
+    if (c.wide) y = _mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi);
     return _mm512_add_epi32(y, c.zp);
+}
+
+// The layer's constants of requant_row64: the zero point as s16 lanes, lo and hi as bytes.
+struct RowQ {
+    __m512i zp16, lo8, hi8, order;
+    bool out_signed;
+};
+
+static inline RowQ row_q(const Requant& r) {
+    // dword 4L + j of the packed bytes holds y_j's lanes 4L .. 4L + 3; dword 4j + L of the
+    // output row wants them
+    alignas(64) int32_t order[16];
+    for (int k = 0; k < 16; ++k) order[k] = 4 * (k % 4) + k / 4;
+    return {_mm512_set1_epi16(static_cast<int16_t>(r.zero_point)),
+            _mm512_set1_epi8(static_cast<char>(r.lo)), _mm512_set1_epi8(static_cast<char>(r.hi)),
+            _mm512_load_si512(order), r.out_signed};
+}
+
+// Four requant16_y results (64 consecutive outputs of one channel) -> their 64 output bytes,
+// exactly requant16's: two saturating packs s32 -> s16, the zero point added with s16
+// saturation, a saturating pack to 8 bits, then the clamp to [lo, hi] on the bytes. Where
+// y + zp lies in [lo, hi] nothing saturates (|y| < 384); above hi (below lo) every step keeps
+// it above hi (below lo) - the 16-bit and 8-bit bounds lie outside [lo, hi] - and the clamp
+// gives hi (lo), as requant16's clamp does. One permute undoes the packs' 128-bit lanes.
+static inline __attribute__((always_inline)) __m512i requant_row64(__m512i y0, __m512i y1,
+                                                                   __m512i y2, __m512i y3,
+                                                                   const RowQ& q) {
+    const __m512i a = _mm512_adds_epi16(_mm512_packs_epi32(y0, y1), q.zp16);
+    const __m512i b = _mm512_adds_epi16(_mm512_packs_epi32(y2, y3), q.zp16);
+    __m512i v;
+    if (q.out_signed) {
+        v = _mm512_min_epi8(_mm512_max_epi8(_mm512_packs_epi16(a, b), q.lo8), q.hi8);
+    } else {
+        v = _mm512_min_epu8(_mm512_max_epu8(_mm512_packus_epi16(a, b), q.lo8), q.hi8);
+    }
+    return _mm512_permutexvar_epi32(q.order, v);
 }
 
 }  // namespace int8

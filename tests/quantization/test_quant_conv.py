@@ -51,6 +51,29 @@ def test_conv2d_large_scales(case):
                 lambda: R.qconv2d(x, 120, wt, *args, groups=groups, **geom))
 
 
+@pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
+                                                  (np.int8, -5, False), (np.int8, 100, True)])
+def test_conv2d_requantization_saturates(out_dtype, out_zp, relu):
+    """Requantized values far outside the output range - past 16 bits and up to the s32 ends,
+    both signs, every shift path (scales 0.9 to 3e-4: shifts 31 to 43) - clamp to the range
+    exactly: the tile's store narrows through saturating 16-bit steps before its clamp."""
+    rng = np.random.default_rng(5)
+    x = np.full((1, 64, 5, 13), 255, np.uint8)
+    x[0, :, 2] = rng.integers(0, 256, (64, 13))  # one row of ordinary values
+    wt = np.where(np.arange(40)[:, None, None, None] % 2 == 0, 127, -128) * np.ones(
+        (40, 64, 1, 1), np.int64)
+    wt[::3, ::2] = -wt[::3, ::2]  # some channels mixed, nearer zero
+    wt = wt.astype(np.int8)
+    bias = rng.integers(-2 ** 30, 2 ** 30, 40).astype(np.int32)
+    mult, shift = R.quantize_multiplier(np.geomspace(0.9, 3e-4, 40))
+    packed = K.pack_weights(wt)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    expected = R.qconv2d(x, 0, wt, *args)
+    lo, hi = R.qrange(out_dtype)
+    assert (expected == hi).any() and (expected == (out_zp if relu else lo)).any()
+    check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
+
+
 @pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("sign", [1, -1])
 def test_conv2d_requantization_ties(groups, sign):
