@@ -197,9 +197,9 @@ namespace {
 // parameters as vectors instead of broadcasts): the accumulator tiles hold a position per
 // row and a channel per lane, so the rows requantize as they are, without a transpose.
 struct LaneQ {
-    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32, lo, hi,
-        zp;
-    bool wide;  // every channel's shift >= 32: the high halves, shifted on s32 lanes
+    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32;
+    __m512i lo, hi;  // s64 lanes: the clamp of the narrow path (requant16_y's)
+    bool wide;       // every channel's shift >= 32: the high halves, shifted on s32 lanes
 };
 
 inline LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift,
@@ -217,29 +217,26 @@ inline LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shi
     c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
     c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
-    c.lo = c.wide ? _mm512_set1_epi32(lo) : _mm512_set1_epi64(lo);
-    c.hi = c.wide ? _mm512_set1_epi32(hi) : _mm512_set1_epi64(hi);
-    c.zp = _mm512_set1_epi32(r.zero_point);
+    c.lo = _mm512_set1_epi64(lo);
+    c.hi = _mm512_set1_epi64(hi);
     return c;
 }
 
-// requant16 (int8_requant_avx512.h), lane j with channel j's constants.
-inline __m512i requant_lanes(__m512i acc, const LaneQ& c) {
+// requant16_y (int8_requant_avx512.h), lane j with channel j's constants.
+inline __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
     const __m512i po = _mm512_add_epi64(
         _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
     if (c.wide) {
         const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-        const __m512i y = _mm512_srav_epi32(high, c.shift32);
-        return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, c.lo), c.hi), c.zp);
+        return _mm512_srav_epi32(high, c.shift32);
     }
     __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
     __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
     ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
     yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
-    const __m512i y = _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
-    return _mm512_add_epi32(y, c.zp);
+    return _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
 }
 
 }  // namespace
@@ -261,22 +258,17 @@ void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Req
         }
     } index;
     const __mmask64 upper = 0xFF00FF00FF00FF00ull;  // bytes of rows 8-15
+    const RowQ rq = row_q(r);
     for (int64_t o0 = 0; o0 < rows; o0 += 16) {
         const LaneQ c = lane_q(q.bias + o0, q.multiplier + o0, q.shift + o0, r);
         for (int64_t p0 = 0; p0 < kAmxPos; p0 += 16) {
-            __m512i g[4];
+            __m512i g[4];  // rows 4k .. 4k + 3, 16 bytes each (requant_row64 of 4 rows)
             for (int k = 0; k < 4; ++k) {
                 const int32_t* a = acc + (p0 + 4 * k) * kAmxOc + o0;
-                const __m256i r01 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm512_cvtepi32_epi8(
-                        requant_lanes(_mm512_load_si512(a), c))),
-                    _mm512_cvtepi32_epi8(requant_lanes(_mm512_load_si512(a + kAmxOc), c)), 1);
-                const __m256i r23 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm512_cvtepi32_epi8(
-                        requant_lanes(_mm512_load_si512(a + 2 * kAmxOc), c))),
-                    _mm512_cvtepi32_epi8(requant_lanes(_mm512_load_si512(a + 3 * kAmxOc), c)),
-                    1);
-                g[k] = _mm512_inserti64x4(_mm512_castsi256_si512(r01), r23, 1);
+                g[k] = requant_row64(requant_lanes_y(_mm512_load_si512(a), c),
+                                     requant_lanes_y(_mm512_load_si512(a + kAmxOc), c),
+                                     requant_lanes_y(_mm512_load_si512(a + 2 * kAmxOc), c),
+                                     requant_lanes_y(_mm512_load_si512(a + 3 * kAmxOc), c), rq);
             }
             for (int j = 0; j < 4; ++j) {
                 const __m512i idx = _mm512_load_si512(index.v[j]);

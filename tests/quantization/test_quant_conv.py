@@ -51,29 +51,6 @@ def test_conv2d_large_scales(case):
                 lambda: R.qconv2d(x, 120, wt, *args, groups=groups, **geom))
 
 
-@pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
-                                                  (np.int8, -5, False), (np.int8, 100, True)])
-def test_conv2d_requantization_saturates(out_dtype, out_zp, relu):
-    """Requantized values far outside the output range - past 16 bits and up to the s32 ends,
-    both signs, every shift path (scales 0.9 to 3e-4: shifts 31 to 43) - clamp to the range
-    exactly: the tile's store narrows through saturating 16-bit steps before its clamp."""
-    rng = np.random.default_rng(5)
-    x = np.full((1, 64, 5, 13), 255, np.uint8)
-    x[0, :, 2] = rng.integers(0, 256, (64, 13))  # one row of ordinary values
-    wt = np.where(np.arange(40)[:, None, None, None] % 2 == 0, 127, -128) * np.ones(
-        (40, 64, 1, 1), np.int64)
-    wt[::3, ::2] = -wt[::3, ::2]  # some channels mixed, nearer zero
-    wt = wt.astype(np.int8)
-    bias = rng.integers(-2 ** 30, 2 ** 30, 40).astype(np.int32)
-    mult, shift = R.quantize_multiplier(np.geomspace(0.9, 3e-4, 40))
-    packed = K.pack_weights(wt)
-    args = (bias, mult, shift, out_zp, relu, out_dtype)
-    expected = R.qconv2d(x, 0, wt, *args)
-    lo, hi = R.qrange(out_dtype)
-    assert (expected == hi).any() and (expected == (out_zp if relu else lo)).any()
-    check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
-
-
 @pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("sign", [1, -1])
 def test_conv2d_requantization_ties(groups, sign):
@@ -91,7 +68,7 @@ def test_conv2d_requantization_ties(groups, sign):
     expected = R.qconv2d(x, 0, wt, *args, groups=groups)
     t = sign * x.astype(np.int64) + bias.reshape(1, 3, 1, 1)
     np.testing.assert_array_equal(expected, np.floor(t / 16 + 0.5).astype(np.int64) + 128)
-    check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
+    check_quant(lambda: K.conv2d(x, 0, packed, *args, algorithm=algorithm), lambda: expected)
 
 
 @pytest.mark.parametrize("depthwise", [False, True])
@@ -205,15 +182,41 @@ needs_avx512 = pytest.mark.skipif(
 
 @needs_avx512
 @pytest.mark.parametrize("case", AMX_CASES)
-@pytest.mark.parametrize("in_dtype,in_zp,relu", [(np.uint8, 117, False), (np.int8, -3, True)])
+@pytest.mark.parametrize("in_dtype,in_zp,relu,out_dtype,out_zp",
+                         [(np.uint8, 117, False, np.uint8, 64), (np.int8, -3, True, np.uint8, 64),
+                          (np.uint8, 30, False, np.int8, -7)])
 @pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
-def test_conv2d_amx(case, in_dtype, in_zp, relu, scales):
+def test_conv2d_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
     x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
     packed = K.pack_weights(wt, groups)
-    args = (bias, mult, shift, 64, relu, np.uint8)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
     got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="amx")
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+@pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
+                                                  (np.int8, -5, False), (np.int8, 100, True)])
+@pytest.mark.parametrize("algorithm", ["auto", pytest.param("amx", marks=needs_avx512)])
+def test_conv2d_requantization_saturates(out_dtype, out_zp, relu, algorithm):
+    """Requantized values far outside the output range - past 16 bits and up to the s32 ends,
+    both signs, every shift path (scales 0.9 to 3e-4: shifts 31 to 43) - clamp to the range
+    exactly: the tiles' stores narrow through saturating 16-bit steps before their clamp."""
+    rng = np.random.default_rng(5)
+    x = np.full((1, 64, 5, 13), 255, np.uint8)
+    x[0, :, 2] = rng.integers(0, 256, (64, 13))  # one row of ordinary values
+    wt = np.where(np.arange(64)[:, None, None, None] % 2 == 0, 127, -128) * np.ones(
+        (64, 64, 1, 1), np.int64)
+    wt[::3, ::2] = -wt[::3, ::2]  # some channels mixed, nearer zero
+    wt = wt.astype(np.int8)
+    bias = rng.integers(-2 ** 30, 2 ** 30, 64).astype(np.int32)
+    mult, shift = R.quantize_multiplier(np.geomspace(0.9, 3e-4, 64))
+    packed = K.pack_weights(wt)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    expected = R.qconv2d(x, 0, wt, *args)
+    lo, hi = R.qrange(out_dtype)
+    assert (expected == hi).any() and (expected == (out_zp if relu else lo)).any()
+    check_quant(lambda: K.conv2d(x, 0, packed, *args, algorithm=algorithm), lambda: expected)
 
 
 def test_packed_weights_aligned():
