@@ -103,7 +103,7 @@ static inline RowQ row_q(const Requant& r) {
 // exactly requant16's: two saturating packs s32 -> s16, the zero point added with s16
 // saturation, a saturating pack to 8 bits, then the clamp to [lo, hi] on the bytes. Where
 // y + zp lies in [lo, hi] nothing saturates (|y| < 384); above hi (below lo) every step keeps
-// it above hi (below lo) - the 16-bit and 8-bit bounds lie outside [lo, hi] - and the clamp
+// it above hi (below lo) - the 16-bit and 8-bit bounds lie on or outside [lo, hi] - and the clamp
 // gives hi (lo), as requant16's clamp does. One permute undoes the packs' 128-bit lanes.
 static inline __attribute__((always_inline)) __m512i requant_row64(__m512i y0, __m512i y1,
                                                                    __m512i y2, __m512i y3,
