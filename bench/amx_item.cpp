@@ -67,12 +67,7 @@ struct Layer {
         for (int64_t i = 0; i < n * c * hw * hw; ++i) x.data[i] = (s = s * 1103515245u + 1) >> 8;
         for (int64_t i = 0; i < c * c * 9; ++i) w.data[i] = (s = s * 1103515245u + 1) >> 16;
         for (int64_t t = 0; t < 9; ++t) toff[t] = t / 3 * wph + t % 3;
-        r.multiplier = mult.data();
-        r.shift = shift.data();
-        r.step = 1;
-        r.zero_point = 3;
-        r.lo = 0;
-        r.hi = 255;
+        r = Requant{nullptr, mult.data(), shift.data(), 1, 3, 0, 255, false};  // zp 3, u8
         g = ConvGeom{n, c, hw, hw, c, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, hw, hw};
     }
 };
