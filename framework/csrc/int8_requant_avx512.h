@@ -90,13 +90,12 @@ struct RowQ {
 };
 
 static inline RowQ row_q(const Requant& r) {
-    // dword 4L + j of the packed bytes holds y_j's lanes 4L .. 4L + 3; dword 4j + L of the
-    // output row wants them
-    alignas(64) int32_t order[16];
-    for (int k = 0; k < 16; ++k) order[k] = 4 * (k % 4) + k / 4;
+    // dword 4L + j of the packed bytes holds y_j's lanes 4L .. 4L + 3; dword k = 4j + L of the
+    // output row wants them: source 4 (k % 4) + k / 4 (arguments from dword 15 down)
     return {_mm512_set1_epi16(static_cast<int16_t>(r.zero_point)),
             _mm512_set1_epi8(static_cast<char>(r.lo)), _mm512_set1_epi8(static_cast<char>(r.hi)),
-            _mm512_load_si512(order), r.out_signed};
+            _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+            r.out_signed};
 }
 
 // Four requant16_y results (64 consecutive outputs of one channel) -> their 64 output bytes,
