@@ -1,10 +1,11 @@
 // Where an AMX int8 convolution's time goes, stage by stage, on a host whose OS grants AMX:
 // the work items' tile loop alone (amx_item_tiles over every item), the loop with each
-// item's requantization (amx_requant), and the whole convolution (conv2d_amx: the NHWC
-// planes, the loop, the requantization and the NCHW store). Differences between them are the
-// stages' costs. Built from framework/csrc by amx_item.sh; ResNet-18's 3x3 layers at batch
-// 16 unless given `C HW N` triples. Times are medians over alternating rounds (the shared
-// hosts' speed drifts between stretches), per item (32 positions x 32 channels) and thread.
+// item's requantization (amx_requant, to a staging buffer), and the whole convolution
+// (conv2d_amx: the NHWC planes, the loop, the requantization stored into NCHW rows).
+// Differences between them are the stages' costs. Built from framework/csrc by amx_item.sh;
+// ResNet-18's 3x3 layers at batch 16 unless given `C HW N` triples. Times are medians over
+// alternating rounds (the shared hosts' speed drifts between stretches), per item (32
+// positions x 32 channels) and thread.
 //
 //   sh bench/amx_item.sh [C HW N ...]       # OMP_NUM_THREADS as the environment says
 //
@@ -82,6 +83,8 @@ void loop(void* arg) {
         const auto item = L.emulate ? amx_item_emulated : amx_item_tiles;
         alignas(64) int32_t acc[kAmxPos * kAmxOc];
         alignas(64) uint8_t stage[kAmxOc * kAmxPos];
+        AmxWindow win[2];  // the whole item to stage, channel rows of kAmxPos
+        for (int h = 0; h < 2; ++h) win[h] = amx_window(16 * h, kAmxPos, kAmxPos, kAmxPos);
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < L.items; ++it) {
             const int64_t ob = it / (L.n * L.vblocks), pos = it % (L.n * L.vblocks);
@@ -91,7 +94,7 @@ void loop(void* arg) {
             if (L.requant) {
                 const RowParams q{L.bias.data() + ob * kAmxOc, L.mult.data() + ob * kAmxOc,
                                   L.shift.data() + ob * kAmxOc};
-                amx_requant(acc, kAmxOc, q, L.r, stage);
+                amx_requant(acc, kAmxOc, q, L.r, stage, kAmxPos, win);
             }
         }
         if (!L.emulate) amx_tiles_end();

@@ -53,6 +53,10 @@ struct AmxPlan {
     int64_t group;  // channel blocks whose weights stay in L2 while the positions pass
     std::vector<int64_t> toff;  // (taps,) positions from a block's first
     std::vector<int64_t> used;  // the phases some tap reads (a 1x1 stride-2 layer: one of 4)
+    // The phases the NHWC copy visits, and whether each visit writes the next phase too
+    // (stride 2 with both column phases read: one transposing pass splits a row's columns).
+    std::vector<int64_t> passes;
+    std::vector<char> paired;
 };
 
 AmxPlan amx_plan(const ConvGeom& g) {
@@ -81,26 +85,39 @@ AmxPlan amx_plan(const ConvGeom& g) {
         p.toff[t] = ph * p.plane + di / g.sh * p.wph + dj / g.sw;
         if (std::find(p.used.begin(), p.used.end(), ph) == p.used.end()) p.used.push_back(ph);
     }
+    const auto used = [&p](int64_t ph) {
+        return std::find(p.used.begin(), p.used.end(), ph) != p.used.end();
+    };
+    for (int64_t ph = 0; ph < p.phases; ++ph) {
+        const bool pair = g.sw == 2 && ph % 2 == 0 && used(ph) && used(ph + 1);
+        if (used(ph) && !(g.sw == 2 && ph % 2 == 1 && used(ph - 1))) {
+            p.passes.push_back(ph);
+            p.paired.push_back(pair);
+        }
+    }
     return p;
 }
 
-// Image n, phase row (ph, y) of the NHWC planes, c bytes per position: at stride 1 the
-// source rows of 16 channels at a time go straight into the byte transpose; at other strides
-// the phase row of every channel is gathered into tmp (c x wph) first, then transposed.
+// Image n, phase row (ph, y) of the NHWC planes, c bytes per position (paired: phase ph + 1's
+// row too). At stride 1, and at stride 2 paired, the source rows of 16 channels at a time go
+// straight into the byte transpose, which at stride 2 sends the even and odd padded columns
+// to the two phases; otherwise the phase row of every channel is gathered into tmp (c x wph)
+// first, then transposed. Stride 2 had gathered: ResNet-18's stride-2 3x3 layers at batch 16
+// took 1.34-1.50x PyTorch's time on the AMX host, the stride-1 ones 0.9-1.07x.
 void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, const AmxPlan& p,
-              int64_t n, int64_t ph, int64_t y, uint8_t* tmp, uint8_t* planes) {
+              int64_t n, int64_t ph, bool paired, int64_t y, uint8_t* tmp, uint8_t* planes) {
     const int64_t a = ph / g.sw, b = ph % g.sw, row = g.sh * y + a - g.pt;
     uint8_t* dst = planes + (n * p.image + ph * p.plane + y * p.wph) * g.c;
+    const int64_t phase = paired ? p.plane * g.c : 0;  // to phase ph + 1's row
     if (row < 0 || row >= g.h) {
         std::memset(dst, z, static_cast<size_t>(p.wph * g.c));
+        if (paired) std::memset(dst + phase, z, static_cast<size_t>(p.wph * g.c));
         return;
     }
-    // output columns [lo, hi) read input columns sw * xx + b - pl inside the row
-    int64_t lo = 0, hi = p.wph;
-    while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
-    while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
     const int64_t plane_in = g.h * g.w;
-    if (g.sw == 1) {  // one pass: 16 channels' rows straight into the transpose
+    if (g.sw == 1 || paired) {  // one pass: 16 channels' rows straight into the transpose
+        // padded columns [0, cols) (a phase row's worth of each phase); [lo, hi) are inside
+        const int64_t cols = g.sw * p.wph, lo = g.pl, hi = g.pl + g.w;
         const uint8_t* src = x + (n * g.c * g.h + row) * g.w - g.pl;
         for (int64_t ch = 0; ch < g.c; ++ch) {  // two phase rows on, as below
             for (int64_t k = 0; k < g.w; k += 64) {
@@ -108,17 +125,22 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
                                                            g.pl + k), _MM_HINT_T0);
             }
         }
-        for (int64_t x0 = 0; x0 < p.wph; x0 += 64) {
+        for (int64_t x0 = 0; x0 < cols; x0 += 64) {
             // columns [lo, hi) of this block of 64, as bits from x0
             const int64_t a0 = std::max(lo, x0) - x0, a1 = std::min(hi, x0 + 64) - x0;
             const uint64_t valid = a1 > a0 ? tail_mask64(a1) & ~tail_mask64(a0) : 0;
             for (int64_t c0 = 0; c0 < g.c; c0 += 16) {
                 amx_transpose_rows(src + c0 * plane_in + x0, plane_in, valid, z, flip,
-                                   std::min<int64_t>(64, p.wph - x0), dst + x0 * g.c + c0, g.c);
+                                   std::min<int64_t>(64, cols - x0),
+                                   dst + x0 / g.sw * g.c + c0, g.c, phase);
             }
         }
         return;
     }
+    // output columns [lo, hi) read input columns sw * xx + b - pl inside the row
+    int64_t lo = 0, hi = p.wph;
+    while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
+    while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
     const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
     for (int64_t ch = 0; ch < g.c; ++ch) {
         const uint8_t* src = x + ((n * g.c + ch) * g.h + row) * g.w + b - g.pl;
@@ -155,21 +177,25 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
     // the slack, read only for dropped positions, stays defined (grown bytes are zero)
     uint8_t* planes = thread_space(Space::amx, g.n * p.image * g.c);
     const auto item = emulate ? amx_item_emulated : amx_item_tiles;
-    const int64_t used = static_cast<int64_t>(p.used.size());
-    const int64_t rows = g.n * used * p.hph, items = g.n * p.vblocks * p.oblocks;
+    const int64_t passes = static_cast<int64_t>(p.passes.size());
+    const int64_t rows = g.n * passes * p.hph, items = g.n * p.vblocks * p.oblocks;
     const int64_t plane_out = g.oh * g.ow;
 #pragma omp parallel
     {
-        // the gathered phase rows of strides > 1 (stride 1 goes straight to the transpose)
-        std::vector<uint8_t> tmp(g.sw == 1 ? 0 : static_cast<size_t>(g.c * p.wph));
+        // the gathered phase rows of strides > 1 (stride 1 and paired passes go straight to
+        // the transpose)
+        const bool gather = g.sw > 1 && std::count(p.paired.begin(), p.paired.end(), 0) > 0;
+        std::vector<uint8_t> tmp(gather ? static_cast<size_t>(g.c * p.wph) : 0);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
-            nhwc_row(x, flip, z, g, p, t / (used * p.hph), p.used[t / p.hph % used], t % p.hph,
+            const int64_t i = t / p.hph % passes;
+            nhwc_row(x, flip, z, g, p, t / (passes * p.hph), p.passes[i], p.paired[i], t % p.hph,
                      tmp.data(), planes);
         }
         if (!emulate) amx_tiles_begin();
         alignas(64) int32_t acc[kAmxPos * kAmxOc];
-        alignas(64) uint8_t stage[kAmxOc * kAmxPos];
+        AmxWindow win[2];
+        int64_t win_vb = -1;  // the position block win is for
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; ++it) {
             // item it: group gi of channel blocks, then (image, position block), then the
@@ -181,23 +207,16 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
             const int64_t vb = pos % p.vblocks, n = pos / p.vblocks, v0 = vb * kAmxPos;
             item(planes + (n * p.image + v0) * g.c, g.c, p.toff.data(), p.taps, p.chunks,
                  wamx + ob * p.taps * p.chunks * 2048, acc);
+            if (vb != win_vb) {  // a thread's items share position blocks in runs
+                win[0] = amx_window(v0, p.wph, g.ow, p.nv);
+                win[1] = amx_window(v0 + 16, p.wph, g.ow, p.nv);
+                win_vb = vb;
+            }
             const int64_t c0 = ob * kAmxOc;
             const RowParams q{bias + c0, r.multiplier + c0, r.shift + c0};
-            amx_requant(acc, kAmxOc, q, r, stage);
-            const int64_t end = p.nv - v0 < kAmxPos ? p.nv : v0 + kAmxPos;
-            for (int64_t v = v0; v < end;) {  // row segments of the block's valid positions
-                const int64_t oy = v / p.wph, ox = v % p.wph, row_end = v - ox + p.wph;
-                if (ox < g.ow) {
-                    const int64_t len = (end < v - ox + g.ow ? end : v - ox + g.ow) - v;
-                    uint8_t* o = out + (n * g.oc + c0) * plane_out + oy * g.ow + ox;
-                    const __mmask32 m = static_cast<__mmask32>(tail_mask64(len));
-                    for (int64_t j = 0; j < kAmxOc; ++j) {
-                        _mm256_mask_storeu_epi8(o + j * plane_out, m, _mm256_maskz_loadu_epi8(
-                                                    m, stage + j * kAmxPos + (v - v0)));
-                    }
-                }
-                v = row_end;
-            }
+            // straight into the output rows: through a staging buffer and a copy, this store
+            // had taken 140 of ~870 ns per item of ResNet-18's 64-channel 3x3 layer
+            amx_requant(acc, kAmxOc, q, r, out + (n * g.oc + c0) * plane_out, plane_out, win);
         }
         if (!emulate) amx_tiles_end();
     }

@@ -18,7 +18,8 @@
 // A work item (image, block of positions, block of channels) runs 4 accumulator tiles (2 x 2
 // of 16 positions x 16 channels) over every (tap, chunk); the store requantizes each
 // accumulator row (a position, 16 channels in lanes) with the channels' parameters as
-// vectors, then transposes the bytes into NCHW rows.
+// vectors, then transposes the bytes into 16-position runs of channel rows stored straight
+// into the NCHW output.
 //
 // Where the OS grants no AMX the same kernel runs on emulated tiles (plain C++ with the
 // instructions' semantics), which is what the tests check bit for bit against the reference
@@ -80,14 +81,28 @@ int64_t amx_peak_steps(int64_t steps);
 double amx_peak(int64_t steps);
 // dst[x * c + ch] = src[ch * n + x] for ch < c (a multiple of 16), x < n.
 void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst);
-// One pass from the source rows: for ch < 16 and x < len (<= 64), dst[x * ldd + ch] =
-// src[ch * lds + x] ^ flip where bit x of `valid` is set, else z; nothing else is read.
+// One pass from the source rows: for ch < 16 and x < len (<= 64), D(x)[ch] = src[ch * lds +
+// x] ^ flip where bit x of `valid` is set, else z; nothing else is read. phase 0: D(x) = dst
+// + x * ldd; else (x even) the even columns to dst + x / 2 * ldd and the odd ones to dst +
+// phase + x / 2 * ldd (stride 2's two column phases in one pass).
 void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t z,
-                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd);
-// stage[o * kAmxPos + p] = requantized acc[p][o] for o < rows (channel o's parameters at
-// q.*[o]), p < kAmxPos.
+                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd, int64_t phase);
+// Where an item's window of 16 positions (p / 16) goes: position p's byte of channel o at
+// base + o * ld + off[s] + p % 16 for the segment s whose mask has bit p % 16; positions in
+// no mask are dropped. The segments are the window's runs within an output row (a store
+// each, masked: the bytes outside a mask are neither read nor written).
+struct AmxWindow {
+    int segs;
+    int64_t off[16];
+    uint16_t mask[16];
+};
+// Virtual positions [v, v + 16) of an AMX plan (rows of wph positions, the first ow of each
+// real, nv in all) -> their runs in NCHW rows of ow bytes, off relative to the plane.
+AmxWindow amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv);
+// Requantized acc[p][o] for o < rows (channel o's parameters at q.*[o]), p < kAmxPos, to
+// base + o * ld as win[p / 16] says.
 void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
-                 uint8_t* stage);
+                 uint8_t* base, int64_t ld, const AmxWindow* win);
 
 }  // namespace int8
 }  // namespace tianyuan

@@ -3,6 +3,7 @@
 // tile macros), and the transposing requantization of the accumulators.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -120,11 +121,14 @@ int64_t amx_peak_steps(int64_t steps) {
 
 namespace {
 
-// dst[x * ldd + ch] = src[ch * lds + x] for ch < 16, x < 64: four rounds of unpacks (bytes,
-// words, dwords, qwords) leave, in 128-bit lane L of register 8H + 4G + 2E + F, the 16
-// channels of column 16L + 8H + 4G + 2E + F.
-// Columns x >= len are not written; a holds the 16 rows and is clobbered.
-inline void transpose_16x64(__m512i* a, uint8_t* dst, int64_t ldd, int64_t len) {
+// Column x (< 64) of 16 rows, its 16 bytes (ch < 16: src[ch * lds + x]), to dst + (x % S) *
+// phase + (x / S) * ldd: S = 1, the rows transposed; S = 2, the even and odd columns to two
+// planes `phase` bytes apart. Four rounds of unpacks (bytes, words, dwords, qwords) leave, in
+// 128-bit lane L of register 8H + 4G + 2E + F, the 16 channels of column 16L + 8H + 4G + 2E +
+// F. Columns x >= len are not written; a holds the 16 rows and is clobbered.
+template <int S>
+inline void transpose_16x64(__m512i* a, uint8_t* dst, int64_t ldd, int64_t phase, int64_t len) {
+    const auto col = [&](int64_t x) { return dst + x % S * phase + x / S * ldd; };
     __m512i b[16];
     for (int p = 0; p < 8; ++p) {  // channel pairs; [p][H]
         b[2 * p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
@@ -146,13 +150,12 @@ inline void transpose_16x64(__m512i* a, uint8_t* dst, int64_t ldd, int64_t len) 
     }
     if (len >= 64) {
         for (int j = 0; j < 16; ++j) {
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * ldd),
-                             _mm512_castsi512_si128(a[j]));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * ldd),
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(col(j)), _mm512_castsi512_si128(a[j]));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(col(16 + j)),
                              _mm512_extracti32x4_epi32(a[j], 1));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (32 + j) * ldd),
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(col(32 + j)),
                              _mm512_extracti32x4_epi32(a[j], 2));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (48 + j) * ldd),
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(col(48 + j)),
                              _mm512_extracti32x4_epi32(a[j], 3));
         }
         return;
@@ -160,9 +163,7 @@ inline void transpose_16x64(__m512i* a, uint8_t* dst, int64_t ldd, int64_t len) 
     for (int j = 0; j < 16; ++j) {
         alignas(64) uint8_t cols[64];  // columns j, 16 + j, 32 + j, 48 + j
         _mm512_store_si512(cols, a[j]);
-        for (int64_t l = 0; 16 * l + j < len; ++l) {
-            std::memcpy(dst + (16 * l + j) * ldd, cols + 16 * l, 16);
-        }
+        for (int64_t l = 0; 16 * l + j < len; ++l) std::memcpy(col(16 * l + j), cols + 16 * l, 16);
     }
 }
 
@@ -174,13 +175,13 @@ void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
         for (int64_t x0 = 0; x0 < n; x0 += 64) {
             const __mmask64 m = n - x0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - x0)) - 1;
             for (int i = 0; i < 16; ++i) a[i] = _mm512_maskz_loadu_epi8(m, src + (c0 + i) * n + x0);
-            transpose_16x64(a, dst + x0 * c + c0, c, n - x0);
+            transpose_16x64<1>(a, dst + x0 * c + c0, c, 0, n - x0);
         }
     }
 }
 
 void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t z,
-                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd) {
+                        uint8_t flip, int64_t len, uint8_t* dst, int64_t ldd, int64_t phase) {
     const __m512i vz = _mm512_set1_epi8(static_cast<char>(z));
     const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
     __m512i a[16];
@@ -188,7 +189,11 @@ void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t
         const __m512i v = _mm512_maskz_loadu_epi8(valid, src + i * lds);
         a[i] = _mm512_mask_mov_epi8(vz, valid, _mm512_xor_si512(v, vflip));
     }
-    transpose_16x64(a, dst, ldd, len);
+    if (phase) {
+        transpose_16x64<2>(a, dst, ldd, phase, len);
+    } else {
+        transpose_16x64<1>(a, dst, ldd, 0, len);
+    }
 }
 
 namespace {
@@ -241,8 +246,25 @@ inline __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
 
 }  // namespace
 
+AmxWindow amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv) {
+    AmxWindow w;
+    w.segs = 0;
+    int64_t oy = v / wph, ox = v % wph;
+    for (int64_t i = 0; i < 16; ++oy, ox = 0) {  // the run of row oy: window bits [i, i + len)
+        const int64_t len = std::min<int64_t>(16 - i, wph - ox);
+        const int64_t real = std::max<int64_t>(
+            0, std::min(std::min(len, ow - ox), nv - (v + i)));
+        if (real > 0) {
+            w.off[w.segs] = v - oy * (wph - ow);  // + i: row oy's column ox
+            w.mask[w.segs++] = static_cast<uint16_t>(((1u << real) - 1) << i);
+        }
+        i += len;
+    }
+    return w;
+}
+
 void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
-                 uint8_t* stage) {
+                 uint8_t* base, int64_t ld, const AmxWindow* win) {
     // Per 16 channels and 16 positions: the rows (a position's 16 output bytes each) gathered
     // 4 to a register, then a 16 x 16 byte transpose: register j takes channels 4j .. 4j + 3,
     // byte 16i + p of it is row p's byte 4j + i, which lies in register p / 4 at 16 (p % 4)
@@ -270,19 +292,21 @@ void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Req
                                      requant_lanes_y(_mm512_load_si512(a + 2 * kAmxOc), c),
                                      requant_lanes_y(_mm512_load_si512(a + 3 * kAmxOc), c), rq);
             }
+            const AmxWindow& w = win[p0 / 16];
             for (int j = 0; j < 4; ++j) {
                 const __m512i idx = _mm512_load_si512(index.v[j]);
                 const __m512i v = _mm512_mask_blend_epi8(
                     upper, _mm512_permutex2var_epi8(g[0], idx, g[1]),
                     _mm512_permutex2var_epi8(g[2], idx, g[3]));
-                uint8_t* s = stage + (o0 + 4 * j) * kAmxPos + p0;
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm512_castsi512_si128(v));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + kAmxPos),
-                                 _mm512_extracti32x4_epi32(v, 1));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 2 * kAmxPos),
-                                 _mm512_extracti32x4_epi32(v, 2));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 3 * kAmxPos),
-                                 _mm512_extracti32x4_epi32(v, 3));
+                const __m128i lanes[4] = {
+                    _mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
+                    _mm512_extracti32x4_epi32(v, 2), _mm512_extracti32x4_epi32(v, 3)};
+                for (int i = 0; i < 4; ++i) {  // channel o0 + 4j + i's 16 positions
+                    uint8_t* row = base + (o0 + 4 * j + i) * ld;
+                    for (int k = 0; k < w.segs; ++k) {
+                        _mm_mask_storeu_epi8(row + w.off[k], w.mask[k], lanes[i]);
+                    }
+                }
             }
         }
     }

@@ -161,10 +161,15 @@ def test_conv2d_reads_nothing_past_the_input(case):
 
 # The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
 # on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
-# strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images.
+# strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images; at
+# stride 2 both column phases from one pass (rows of 1, 2 and 3 blocks of 64 padded columns,
+# odd padded widths, padding on one side) and only the even ones (dilation 2, a 1x1 layer).
 AMX_CASES = [
     (1, 64, 5, 5, 32, 3, 3, 1, 1, 1, 1),
     (2, 64, 9, 11, 64, 3, 3, 2, 1, 1, 1),
+    (1, 64, 6, 139, 32, 3, 3, 2, (1, 0, 0, 2), 1, 1),
+    (1, 128, 5, 64, 32, 3, 2, (2, 2), (0, 1, 1, 0), 1, 1),
+    (1, 64, 7, 9, 32, 3, 3, (1, 2), 2, 2, 1),
     (1, 128, 7, 7, 32, 1, 1, 1, 0, 1, 1),
     (1, 64, 6, 40, 32, 3, 3, 1, (0, 2, 1, 1), (1, 2), 1),
     (2, 64, 3, 3, 96, 3, 3, 1, 1, 1, 1),
