@@ -46,6 +46,14 @@ static inline ChannelQ channel_q(const RowParams& q, const Requant& r) {
     return channel_q(q.bias[0], q.multiplier[0], q.shift[0], r);
 }
 
+// The high halves of the s64 lanes of pe and po, interleaved: lane 2i the high half of pe's
+// qword i, lane 2i + 1 that of po's. One two-source permute (was a shift and a blend).
+static inline __attribute__((always_inline)) __m512i high_halves(__m512i pe, __m512i po) {
+    const __m512i idx = _mm512_set_epi32(31, 15, 29, 13, 27, 11, 25, 9, 23, 7, 21, 5, 19, 3,
+                                         17, 1);
+    return _mm512_permutex2var_epi32(pe, idx, po);
+}
+
 // requant16 before its clamp and zero point: y as s32 lanes. Where s >= 32 y fits s32 as it
 // is; for s < 32 it is clamped to [lo - zp, hi - zp] on the s64 lanes first (it may not fit).
 // Always inline: out of line (GCC 12 chose so for the tiles of int8_cgemm_vnni.cpp), each call
@@ -56,18 +64,13 @@ static inline __attribute__((always_inline)) __m512i requant16_y(__m512i acc,
     if (c.fold) {
         const __m512i pe = _mm512_mul_epi32(t, c.mult);
         const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult);
-        const __m512i high = _mm512_add_epi32(
-            _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po), c.half_hi);
+        const __m512i high = _mm512_add_epi32(high_halves(pe, po), c.half_hi);
         return _mm512_sra_epi32(high, c.shift);
     }
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half);
     const __m512i po = _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult),
                                         c.half);
-    if (c.wide) {
-        // even lanes: the high half of pe; odd lanes: the high half of po (already in place)
-        const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-        return _mm512_sra_epi32(high, c.shift);
-    }
+    if (c.wide) return _mm512_sra_epi32(high_halves(pe, po), c.shift);
     __m512i ye = _mm512_sra_epi64(pe, c.shift);
     __m512i yo = _mm512_sra_epi64(po, c.shift);
     ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);

@@ -234,8 +234,7 @@ inline __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
     const __m512i po = _mm512_add_epi64(
         _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
     if (c.wide) {
-        const __m512i high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-        return _mm512_srav_epi32(high, c.shift32);
+        return _mm512_srav_epi32(high_halves(pe, po), c.shift32);
     }
     __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
     __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
