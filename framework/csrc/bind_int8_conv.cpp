@@ -235,6 +235,17 @@ void bind_int8_conv(py::module_& m) {
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "
           "instructions on every thread): the AMX peak; RuntimeError without AMX");
+    m.def("int8_amx_window", [](int64_t v, int64_t wph, int64_t ow, int64_t nv) {
+        if (wph < 1 || ow < 1 || ow > wph || v < 0) {
+            throw std::invalid_argument("int8_amx_window: needs v >= 0 and 1 <= ow <= wph");
+        }
+        const int8::AmxWindow w = int8::amx_window(v, wph, ow, nv);
+        py::list runs;
+        for (int k = 0; k < w.segs; ++k) runs.append(py::make_tuple(w.off[k], w.mask[k]));
+        return runs;
+    }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"),
+       "the AMX store's runs of virtual positions [v, v + 16): [(offset, 16-bit mask)] "
+       "(int8_amx.h, AmxWindow); for the tests, on CPUs with AVX-512");
     m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
         if (w.ndim() != 4) {
             throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");

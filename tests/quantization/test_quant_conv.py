@@ -200,6 +200,27 @@ def test_conv2d_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+@needs_avx512
+def test_amx_window():
+    # The AMX store's masked runs (int8_amx.h, AmxWindow): every real position of a window of
+    # 16 virtual ones (rows of wph, the first ow real, nv in all) in exactly one run, at its
+    # NCHW offset oy * ow + ox; the dropped ones (columns ow.., past nv) in none. Stray bytes
+    # past a row's end would land on the next row's start, which a later item may overwrite:
+    # the convolution tests alone need not see them.
+    for wph in (1, 2, 3, 5, 9, 16, 17, 30, 58, 70):
+        for ow in sorted({1, max(1, wph - 2), wph - 1 or 1, wph}):
+            for oh in (1, 2, 7):
+                nv = (oh - 1) * wph + ow
+                for v in range(0, nv + 16, 16):
+                    runs = _C.int8_amx_window(v, wph, ow, nv)
+                    for i in range(16):
+                        p = v + i
+                        real = p < nv and p % wph < ow
+                        hits = [off + i for off, mask in runs if mask >> i & 1]
+                        assert hits == ([p // wph * ow + p % wph] if real else []), \
+                            (wph, ow, nv, v, i, runs)
+
+
 @pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
                                                   (np.int8, -5, False), (np.int8, 100, True)])
 @pytest.mark.parametrize("algorithm", ["auto", pytest.param("amx", marks=needs_avx512)])
