@@ -61,6 +61,13 @@ def conv_layers(name):
     return found
 
 
+def layer_macs(conv, shape, batch):
+    """Multiply-adds of one layer at `batch` images of shape (1, C, H, W)."""
+    out = F.conv2d(ty.tensor(np.zeros((1,) + tuple(shape[1:]), np.float32)), conv.weight,
+                   None, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return batch * out.data[0].size * conv.weight.data[0].size
+
+
 STAT = {"median": np.median, "min": np.min}
 
 
@@ -207,9 +214,7 @@ def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False):
     rows = []
     for i, (name, conv, shape) in enumerate(layers):
         row = {c: float(np.median([run[i][c] for run in runs])) for c in runs[0][i]}
-        out = F.conv2d(ty.tensor(np.zeros((1,) + tuple(shape[1:]), np.float32)), conv.weight,
-                       None, conv.stride, conv.padding, conv.dilation, conv.groups)
-        row["macs"] = batch * out.data[0].size * conv.weight.data[0].size
+        row["macs"] = layer_macs(conv, shape, batch)
         rows.append((name, row))
     return rows
 

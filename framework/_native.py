@@ -28,7 +28,9 @@ def current_isa():
 
 
 def set_num_threads(n):
-    """Threads for the native kernels (OpenMP)."""
+    """Threads for the native kernels (OpenMP). With one per CPU (the default), the workers
+    are pinned one to a CPU, the calling thread left free (framework/csrc/threads.h;
+    TIANYUAN_PIN_THREADS=0 or OMP_PROC_BIND turns that off)."""
     _C.set_num_threads(int(n))
 
 
@@ -46,3 +48,4 @@ def _apply_environment():
 
 
 _apply_environment()
+_C.pin_workers()

@@ -18,6 +18,7 @@ def collect():
         "isa_best": _C.best_isa(),
         "isa_chosen": _native.current_isa(),
         "threads": _native.get_num_threads(),
+        "workers_pinned": _C.pinned_workers(),
     }
 
 

@@ -6,6 +6,7 @@
 
 #include "cpu.h"
 #include "int8_cgemm.h"
+#include "threads.h"
 
 #include "bind_common.h"
 
@@ -64,8 +65,12 @@ void bind_runtime(py::module_& m) {
     m.def("set_num_threads", [](int n) {
         if (n < 1) throw std::invalid_argument("set_num_threads: n must be >= 1, got " + std::to_string(n));
         omp_set_num_threads(n);
+        pin_workers();
     });
     m.def("get_num_threads", [] { return omp_get_max_threads(); });
+    m.def("pin_workers", &pin_workers,
+          "pin the OpenMP workers one to a CPU (threads.h); the number pinned");
+    m.def("pinned_workers", &pinned_workers, "what the last pin_workers returned");
     m.attr("build_flags") = TIANYUAN_BUILD_FLAGS;
     m.attr("compiler") = __VERSION__;
 }

@@ -1,0 +1,73 @@
+"""The OpenMP workers are pinned one to a CPU, the calling thread left free
+(framework/csrc/threads.h): checked in child processes, whose environment each test sets."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = r"""
+import json, os
+import tianyuan as ty
+
+def masks():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        for line in open(f"/proc/self/task/{tid}/status"):
+            if line.startswith("Cpus_allowed_list"):
+                out[int(tid)] = line.split()[1]
+    return out
+
+def state():
+    m = masks()
+    single = sorted(v for t, v in m.items() if t != os.getpid() and v.isdigit())
+    return {"pinned": ty._C.pinned_workers(), "main": m[os.getpid()], "single": single}
+
+first = state()
+ty.set_num_threads(1)
+one = state()
+ty.set_num_threads(len(os.sched_getaffinity(0)))
+again = state()
+child = os.fork()
+if child == 0:  # a forked process (a DataLoader worker) keeps the whole mask
+    os._exit(0 if len(os.sched_getaffinity(0)) == len(os.sched_getaffinity(os.getppid())) else 1)
+_, status = os.waitpid(child, 0)
+print(json.dumps({"first": first, "one": one, "again": again, "fork_ok": status == 0}))
+"""
+
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+linux_multicore = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or CPUS < 2,
+    reason="pins on Linux, where the process may run on 2 CPUs or more")
+OMP_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_NUM_THREADS",
+            "TIANYUAN_PIN_THREADS")
+
+
+def probe(**env):
+    base = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=dict(base, **env),
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+@linux_multicore
+def test_workers_pinned_one_to_a_cpu_and_the_caller_free():
+    r = probe()
+    full = r["first"]["main"]
+    for key in ("first", "again"):
+        s = r[key]
+        assert s["pinned"] == CPUS - 1, s
+        assert len(s["single"]) == CPUS - 1 and len(set(s["single"])) == CPUS - 1, s
+        assert s["main"] == full, s
+    # one thread: the workers freed again
+    assert r["one"]["pinned"] == 0 and r["one"]["single"] == [], r["one"]
+    assert r["fork_ok"]
+
+
+@linux_multicore
+@pytest.mark.parametrize("env", [{"TIANYUAN_PIN_THREADS": "0"}, {"OMP_PROC_BIND": "false"},
+                                 {"OMP_NUM_THREADS": "1"}])
+def test_no_pinning_when_turned_off_or_fewer_threads_than_cpus(env):
+    r = probe(**env)
+    assert r["first"]["pinned"] == 0 and r["first"]["single"] == [], r["first"]
