@@ -28,9 +28,9 @@ def current_isa():
 
 
 def set_num_threads(n):
-    """Threads for the native kernels (OpenMP). With one per CPU (the default), the workers
-    are pinned one to a CPU, the calling thread left free (framework/csrc/threads.h;
-    TIANYUAN_PIN_THREADS=0 or OMP_PROC_BIND turns that off)."""
+    """Threads for the native kernels (OpenMP). Where TIANYUAN_PIN_THREADS=1 and there is one
+    per CPU (the default count), the workers are pinned one to a CPU, the calling thread left
+    free (framework/csrc/threads.h)."""
     _C.set_num_threads(int(n))
 
 

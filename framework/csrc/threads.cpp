@@ -20,7 +20,7 @@ std::atomic<int> pinned{0};
 
 #if defined(__linux__)
 // Each thread t of a team of n sets its affinity to masks[t] (t = 0 skipped: the caller).
-int apply(int n, const std::vector<cpu_set_t>& masks) {
+int set_worker_masks(int n, const std::vector<cpu_set_t>& masks) {
     std::atomic<int> done{0};
 #pragma omp parallel num_threads(n)
     {
@@ -34,7 +34,7 @@ int apply(int n, const std::vector<cpu_set_t>& masks) {
 
 bool env_off() {
     const char* opt = std::getenv("TIANYUAN_PIN_THREADS");
-    if (opt && std::strcmp(opt, "0") == 0) return true;
+    if (!opt || std::strcmp(opt, "1") != 0) return true;
     for (const char* name : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"}) {
         if (std::getenv(name)) return true;
     }
@@ -47,16 +47,16 @@ bool env_off() {
 int pin_workers() {
 #if defined(__linux__)
     cpu_set_t mask;
-    if (env_off() || sched_getaffinity(0, sizeof(mask), &mask) != 0) return pinned = 0;
+    if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return pinned = 0;
     std::vector<int> cpus;
     for (int c = 0; c < CPU_SETSIZE; ++c) {
         if (CPU_ISSET(c, &mask)) cpus.push_back(c);
     }
     const int n = omp_get_max_threads();
-    if (n < 2 || n != static_cast<int>(cpus.size())) {
+    if (env_off() || n < 2 || n != static_cast<int>(cpus.size())) {
         // free the workers pinned before (to the whole mask), then pin nothing
         const int before = pinned.exchange(0);
-        if (before > 0) apply(before + 1, std::vector<cpu_set_t>(before + 1, mask));
+        if (before > 0) set_worker_masks(before + 1, std::vector<cpu_set_t>(before + 1, mask));
         return 0;
     }
     // the caller's CPU last: the workers take the others in order
@@ -68,7 +68,7 @@ int pin_workers() {
         CPU_ZERO(&masks[t]);
         CPU_SET(cpus[t - 1], &masks[t]);
     }
-    return pinned = apply(n, masks);
+    return pinned = set_worker_masks(n, masks);
 #else
     return 0;
 #endif

@@ -1,4 +1,4 @@
-"""The OpenMP workers are pinned one to a CPU, the calling thread left free
+"""TIANYUAN_PIN_THREADS=1 pins the OpenMP workers one to a CPU, the calling thread left free
 (framework/csrc/threads.h): checked in child processes, whose environment each test sets."""
 import json
 import os
@@ -53,7 +53,7 @@ def probe(**env):
 
 @linux_multicore
 def test_workers_pinned_one_to_a_cpu_and_the_caller_free():
-    r = probe()
+    r = probe(TIANYUAN_PIN_THREADS="1")
     full = r["first"]["main"]
     for key in ("first", "again"):
         s = r[key]
@@ -66,8 +66,9 @@ def test_workers_pinned_one_to_a_cpu_and_the_caller_free():
 
 
 @linux_multicore
-@pytest.mark.parametrize("env", [{"TIANYUAN_PIN_THREADS": "0"}, {"OMP_PROC_BIND": "false"},
-                                 {"OMP_NUM_THREADS": "1"}])
-def test_no_pinning_when_turned_off_or_fewer_threads_than_cpus(env):
+@pytest.mark.parametrize("env", [{}, {"TIANYUAN_PIN_THREADS": "0"},
+                                 {"TIANYUAN_PIN_THREADS": "1", "OMP_PROC_BIND": "false"},
+                                 {"TIANYUAN_PIN_THREADS": "1", "OMP_NUM_THREADS": "1"}])
+def test_no_pinning_by_default_when_bound_by_openmp_or_fewer_threads_than_cpus(env):
     r = probe(**env)
     assert r["first"]["pinned"] == 0 and r["first"]["single"] == [], r["first"]
