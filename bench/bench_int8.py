@@ -19,7 +19,8 @@ once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized
 per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ model
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
---reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`; column
+--algorithm NAME adds ours with that conv algorithm forced where a layer takes it (column
+int8a; the automatic choice elsewhere). --reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`; column
 int8r): AVX2 CPUs without VNNI run both on the exact vpmaddubsw tile, 8-bit weights with a
 sparse residual for the byte pairs past its bound (int8_cgemm.h, NarrowWeights), 7-bit ones
 with none; the peers' kernels do not depend on the weights' range. The weights are the zoo
@@ -81,9 +82,10 @@ def median_ms(fn, repeat, stat="median"):
     return 1000 * float(STAT[stat](times))
 
 
-def ours(conv, x_u8, x_f32, weight_bits=8):
+def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto"):
     """(int8 fn, float32 fn) for one layer, weights quantized (on the grid of weight_bits: 8,
-    or 7 as reduce_range gives) and packed outside the timing."""
+    or 7 as reduce_range gives) and packed outside the timing; algorithm: PreparedConv's,
+    the automatic choice where the layer cannot take it."""
     w = conv.weight.data
     top = 2 ** (weight_bits - 1) - 1
     scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / top, 1e-8)
@@ -91,8 +93,14 @@ def ours(conv, x_u8, x_f32, weight_bits=8):
     mult, shift = R.quantize_multiplier(0.02 * scale / 0.05)
     bias = np.zeros(w.shape[0], np.int32)
     ph, pw = conv.padding
-    prepared = K.PreparedConv(packed, bias, mult, shift, 0, True, np.uint8, conv.stride,
-                              (ph, ph, pw, pw), conv.dilation)
+    def prepare(algo):
+        return K.PreparedConv(packed, bias, mult, shift, 0, True, np.uint8, conv.stride,
+                              (ph, ph, pw, pw), conv.dilation, algorithm=algo)
+    try:
+        prepared = prepare(algorithm)
+        prepared(x_u8, 128)
+    except ValueError:  # e.g. amx: C not a multiple of 64
+        prepared = prepare("auto")
     int8 = lambda: prepared(x_u8, 128)
     xf = ty.tensor(x_f32)
     f32 = lambda: F.conv2d(xf, conv.weight, conv.bias, conv.stride, conv.padding,
@@ -195,9 +203,10 @@ def peer_rows(specs, batch, repeat, stat, threads):
     return rows
 
 
-def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False):
+def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False, algorithm=None):
     """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds;
-    reduce_range: also ours with 7-bit weights ("int8r")."""
+    reduce_range: also ours with 7-bit weights ("int8r"); algorithm: also ours with that
+    algorithm forced where a layer takes it ("int8a")."""
     specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
     runs = []
     for _ in range(rounds):
@@ -209,6 +218,9 @@ def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False):
                          "f32": median_ms(f32, repeat, stat)})
             if reduce_range:
                 mine[-1]["int8r"] = median_ms(ours(conv, x_u8, x_f32, 7)[0], repeat, stat)
+            if algorithm:
+                mine[-1]["int8a"] = median_ms(ours(conv, x_u8, x_f32, 8, algorithm)[0],
+                                              repeat, stat)
         peers = in_child(peer_rows, specs, batch, repeat, stat, ty.get_num_threads())
         runs.append([dict(m, **p) for m, p in zip(mine, peers)])
     rows = []
@@ -250,7 +262,7 @@ def measured_peaks(seen):
 
 
 def report(net, batch, rows, show_layers, peaks):
-    cols = [c for c in ("int8", "int8r", "f32", "torch", "ort") if c in rows[0][1]]
+    cols = [c for c in ("int8", "int8r", "int8a", "f32", "torch", "ort") if c in rows[0][1]]
     if show_layers:
         print(f"\n{net} batch {batch}: ms per layer")
         for name, row in rows:
@@ -260,7 +272,7 @@ def report(net, batch, rows, show_layers, peaks):
     line = "  ".join(f"{c} {total[c]:8.2f} ms ({tops[c]:.3f} TOP/s)" for c in cols)
     peers = [total[c] for c in ("torch", "ort") if c in total]
     print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}")
-    for c in (c for c in ("int8", "int8r") if c in total):
+    for c in (c for c in ("int8", "int8r", "int8a") if c in total):
         vs_f32 = total[c] / total["f32"]
         ratio = f"{c}/f32 {vs_f32:.2f}x ({_target(vs_f32, TARGET_VS_F32)})"
         if peers:
@@ -299,6 +311,10 @@ def main():
     parser.add_argument("--reduce-range", action="store_true",
                         help="also time ours with 7-bit weights (column int8r): no residual "
                              "on the narrow tile of AVX2 without VNNI")
+    parser.add_argument("--algorithm", choices=[a for a in K.CONV_ALGORITHMS if a != "auto"],
+                        help="also time ours with this conv algorithm forced where a layer "
+                             "takes it, else the automatic one (column int8a): e.g. amx for "
+                             "1x1 layers, which the automatic choice keeps on VNNI")
     args = parser.parse_args()
     # numpy came before tianyuan here: OpenBLAS must get its short spin from a restart, or
     # its workers slow the float convolutions that follow its GEMMs
@@ -308,6 +324,8 @@ def main():
     print(f"ISA {ty.current_isa()}, {ty.get_num_threads()} threads; {args.stat} of "
           f"{args.repeat}, median over {args.rounds} alternating rounds")
     _peer_notes()
+    if args.algorithm == "amx" and ty.current_isa() != "amx":
+        print("note: no AMX here: the int8a column runs emulated tiles (its times mean nothing)")
     results = {"isa": ty.current_isa(), "threads": ty.get_num_threads(), "stat": args.stat,
                "repeat": args.repeat, "rounds": args.rounds, "networks": {}}
     peaks_seen = []
@@ -319,7 +337,7 @@ def main():
         layers = conv_layers(net)
         for batch in (int(b) for b in args.batches.split(",")):
             rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
-                             args.reduce_range)
+                             args.reduce_range, args.algorithm)
             # the peak is measured after each network too, as the shared machine's speed drifts
             results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
                                                             measured_peaks(peaks_seen))
