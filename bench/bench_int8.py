@@ -20,17 +20,17 @@ per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ mode
 (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
 into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
 --algorithm NAME adds ours with that conv algorithm forced where a layer takes it (column
-int8a; the automatic choice elsewhere). --reduce-range adds ours with weights on the 7-bit grid (`reduce_range_qconfig`; column
-int8r): AVX2 CPUs without VNNI run both on the exact vpmaddubsw tile, 8-bit weights with a
-sparse residual for the byte pairs past its bound (int8_cgemm.h, NarrowWeights), 7-bit ones
-with none; the peers' kernels do not depend on the weights' range. The weights are the zoo
-models' random initialisation quantized per channel: Kaiming-normal for ResNet and
-MobileNetV2 (3-9 % of 3x3 quads in the residual), PyTorch's default uniform for ShuffleNetV2
-(72-82 %: its 8-bit convolutions run the split tile).
+int8a; the automatic choice elsewhere). --reduce-range adds ours with weights on the 7-bit
+grid (`reduce_range_qconfig`; column int8r): AVX2 CPUs without VNNI run both on the exact
+vpmaddubsw tile, 8-bit weights with a sparse residual for the byte pairs past its bound
+(int8_cgemm.h, NarrowWeights), 7-bit ones with none; the peers' kernels do not depend on the
+weights' range. The weights are the zoo models' random initialisation quantized per channel:
+Kaiming-normal for ResNet and MobileNetV2 (3-9 % of 3x3 quads in the residual), PyTorch's
+default uniform for ShuffleNetV2 (72-82 %: its 8-bit convolutions run the split tile).
 
     python bench/bench_int8.py [--nets resnet18,...] [--batches 1,16] [--repeat 5]
                                [--rounds 3] [--stat min] [--threads N] [--layers]
-                               [--reduce-range] [--json results.json]
+                               [--reduce-range] [--algorithm amx] [--json results.json]
 """
 import argparse
 import json
