@@ -64,6 +64,14 @@ void bind_runtime(py::module_& m) {
     });
     m.def("set_num_threads", [](int n) {
         if (n < 1) throw std::invalid_argument("set_num_threads: n must be >= 1, got " + std::to_string(n));
+        if (n > 1 && forked_child()) {
+            throw std::runtime_error(
+                "set_num_threads: this process was forked from one that had loaded tianyuan, "
+                "and OpenMP cannot start threads after a fork (libgomp's pool stays with the "
+                "parent): it runs on 1 thread. Start it with the spawn method "
+                "(DataLoader(start_method='spawn'), multiprocessing.get_context('spawn')) to "
+                "use " + std::to_string(n));
+        }
         omp_set_num_threads(n);
         pin_workers();
     });

@@ -17,6 +17,17 @@ namespace tianyuan {
 namespace {
 
 std::atomic<int> pinned{0};
+std::atomic<bool> forked{false};
+
+#if defined(__linux__)
+// In the child of a fork, before anything else runs there: one thread, nothing pinned.
+void child_after_fork() {
+    forked = true;
+    pinned = 0;
+    omp_set_num_threads(1);
+}
+const int registered = pthread_atfork(nullptr, nullptr, child_after_fork);
+#endif
 
 #if defined(__linux__)
 // Each thread t of a team of n sets its affinity to masks[t] (t = 0 skipped: the caller).
@@ -75,5 +86,7 @@ int pin_workers() {
 }
 
 int pinned_workers() { return pinned.load(); }
+
+bool forked_child() { return forked.load(); }
 
 }  // namespace tianyuan

@@ -21,4 +21,11 @@ int pin_workers();
 // What the last pin_workers returned.
 int pinned_workers();
 
+// Whether this process was forked from one that had loaded the library. libgomp's thread pool
+// does not survive fork: a child's first parallel region with more than one thread waited
+// for the parent's workers forever (DataLoader workers whose dataset ran a parallel kernel
+// after the parent had). A forked child therefore runs on one thread (set at the fork), and
+// set_num_threads(n > 1) there is refused rather than left to hang.
+bool forked_child();
+
 }  // namespace tianyuan

@@ -147,6 +147,27 @@ def test_workers_start_right_after_opencv_parallel_work():
     assert cv2.getNumThreads() == threads   # the parent's setting is restored
 
 
+class NativeWork:
+    """Items made by a parallel int8 kernel (a dataset whose transforms use tianyuan's ops)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        from tianyuan.quantization import kernels as K
+        x = np.full((4, 1 << 18), i / 10, np.float32)   # large enough to run threaded
+        return {"value": K.quantize(x, 0.1, 0, np.uint8)[0, :2].astype(np.int64)}
+
+
+def test_workers_run_parallel_kernels_after_the_parent_did():
+    # libgomp's pool does not survive fork: a worker whose dataset ran a parallel kernel after
+    # the parent had waited forever for the parent's OpenMP threads (framework/csrc/threads.h)
+    from tianyuan.quantization import kernels as K
+    K.quantize(np.zeros((4, 1 << 18), np.float32), 0.1, 0, np.uint8)
+    batches = list(DataLoader(NativeWork(), batch_size=2, num_workers=2, timeout=20))
+    assert [b["value"][:, 0].tolist() for b in batches] == [[0, 1], [2, 3]]
+
+
 def test_empty_index_lists_keep_batch_numbers():
     # the trainer's exact resume hands the loader empty batches for the ones already done
     class SkipTwo:

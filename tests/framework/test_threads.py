@@ -72,3 +72,31 @@ def test_workers_pinned_one_to_a_cpu_and_the_caller_free():
 def test_no_pinning_by_default_when_bound_by_openmp_or_fewer_threads_than_cpus(env):
     r = probe(**env)
     assert r["first"]["pinned"] == 0 and r["first"]["single"] == [], r["first"]
+
+
+FORK_PROBE = r"""
+import os, numpy as np
+import tianyuan as ty
+from tianyuan.quantization import kernels as K
+threads = ty.get_num_threads()
+x = np.zeros((4, 1 << 20), np.float32)
+K.quantize(x, 0.1, 0, np.uint8)   # the parent's OpenMP threads start
+pid = os.fork()
+if pid == 0:
+    K.quantize(x, 0.1, 0, np.uint8)   # hung here before: libgomp's pool stays with the parent
+    try:
+        ty.set_num_threads(2)
+        os._exit(3)
+    except RuntimeError:
+        os._exit(0 if ty.get_num_threads() == 1 else 4)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), ty.get_num_threads() == threads)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_on_one_thread_and_refuses_more():
+    out = subprocess.run([sys.executable, "-c", FORK_PROBE], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out[0] == "0", f"child exit code {out[0]} (3: more threads allowed, 4: not 1)"
+    assert out[1] == "True", "the parent's thread count changed"
