@@ -62,6 +62,18 @@ def conv_layers(name):
     return found
 
 
+def networks_and_batches(parser, nets, batches):
+    """(name, layers, batch) for each network of `nets` (checked, else a parser error) and
+    each batch size of `batches` (comma-separated, as --nets and --batches give them)."""
+    for net in nets.split(","):
+        if net not in NETWORKS + EXTRA:
+            parser.error(f"--nets: unknown network {net!r}; expected some of "
+                         f"{', '.join(NETWORKS + EXTRA)}")
+        layers = conv_layers(net)
+        for batch in (int(b) for b in batches.split(",")):
+            yield net, layers, batch
+
+
 def layer_macs(conv, shape, batch):
     """Multiply-adds of one layer at `batch` images of shape (1, C, H, W)."""
     out = F.conv2d(ty.tensor(np.zeros((1,) + tuple(shape[1:]), np.float32)), conv.weight,
@@ -330,20 +342,15 @@ def main():
                "repeat": args.repeat, "rounds": args.rounds, "networks": {}}
     peaks_seen = []
     measured_peaks(peaks_seen)
-    for net in args.nets.split(","):
-        if net not in NETWORKS + EXTRA:
-            parser.error(f"--nets: unknown network {net!r}; expected some of "
-                         f"{', '.join(NETWORKS + EXTRA)}")
-        layers = conv_layers(net)
-        for batch in (int(b) for b in args.batches.split(",")):
-            rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
-                             args.reduce_range, args.algorithm)
-            # the peak is measured after each network too, as the shared machine's speed drifts
-            results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
-                                                            measured_peaks(peaks_seen))
-            if args.json:  # rewritten after each network: a killed run keeps what it has
-                with open(args.json, "w") as f:
-                    json.dump(results, f, indent=1)
+    for net, layers, batch in networks_and_batches(parser, args.nets, args.batches):
+        rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
+                         args.reduce_range, args.algorithm)
+        # the peak is measured after each network too, as the shared machine's speed drifts
+        results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
+                                                        measured_peaks(peaks_seen))
+        if args.json:  # rewritten after each network: a killed run keeps what it has
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 
 import numpy as np
 
-from bench_int8 import EXTRA, NETWORKS, conv_layers, layer_inputs, layer_macs, median_ms, ours
+from bench_int8 import NETWORKS, layer_inputs, layer_macs, median_ms, networks_and_batches, ours
 from blas_env import restart_with_blas_threads
 import tianyuan as ty
 
@@ -54,33 +54,28 @@ def main():
           f"{ty.get_num_threads()}); median of {args.repeat}, median over {args.rounds} "
           "rounds")
     results = {"isa": ty.current_isa(), "threads": counts, "networks": {}}
-    for net in args.nets.split(","):
-        if net not in NETWORKS + EXTRA:
-            parser.error(f"--nets: unknown network {net!r}; expected some of "
-                         f"{', '.join(NETWORKS + EXTRA)}")
-        layers = conv_layers(net)
-        for batch in (int(b) for b in args.batches.split(",")):
-            t = sweep(layers, batch, counts, args.repeat, args.rounds)
-            print(f"{net} b{batch}, ms int8 / f32 at " + ", ".join(
-                f"{n}: {t['int8'][:, j].sum():.2f} / {t['f32'][:, j].sum():.2f}"
-                for j, n in enumerate(counts)))
-            for col in ("int8", "f32"):
-                top, best = t[col][:, -1].sum(), t[col].min(axis=1).sum()
-                print(f"    {col}: each layer at its best count {best:.2f} ms, "
-                      f"{best / top:.2f}x its time at {counts[-1]}")
-            rows = []
-            for i, (name, conv, shape) in enumerate(layers):
-                macs = layer_macs(conv, shape, batch)
-                best = counts[int(np.argmin(t["int8"][i]))]
-                rows.append({"layer": name, "macs": macs, "int8": t["int8"][i].tolist(),
-                             "f32": t["f32"][i].tolist(), "int8_best": best})
-                if args.layers:
-                    print(f"    {name:24s} {macs / 1e6:8.1f} M MACs  int8 us " +
-                          " ".join(f"{1e3 * v:7.1f}" for v in t["int8"][i]) + f"  best {best}")
-            results["networks"][f"{net}_b{batch}"] = rows
-            if args.json:  # after each network: a killed run keeps what it has
-                with open(args.json, "w") as f:
-                    json.dump(results, f, indent=1)
+    for net, layers, batch in networks_and_batches(parser, args.nets, args.batches):
+        t = sweep(layers, batch, counts, args.repeat, args.rounds)
+        print(f"{net} b{batch}, ms int8 / f32 at " + ", ".join(
+            f"{n}: {t['int8'][:, j].sum():.2f} / {t['f32'][:, j].sum():.2f}"
+            for j, n in enumerate(counts)))
+        for col in ("int8", "f32"):
+            top, best = t[col][:, -1].sum(), t[col].min(axis=1).sum()
+            print(f"    {col}: each layer at its best count {best:.2f} ms, "
+                  f"{best / top:.2f}x its time at {counts[-1]}")
+        rows = []
+        for i, (name, conv, shape) in enumerate(layers):
+            macs = layer_macs(conv, shape, batch)
+            best = counts[int(np.argmin(t["int8"][i]))]
+            rows.append({"layer": name, "macs": macs, "int8": t["int8"][i].tolist(),
+                         "f32": t["f32"][i].tolist(), "int8_best": best})
+            if args.layers:
+                print(f"    {name:24s} {macs / 1e6:8.1f} M MACs  int8 us " +
+                      " ".join(f"{1e3 * v:7.1f}" for v in t["int8"][i]) + f"  best {best}")
+        results["networks"][f"{net}_b{batch}"] = rows
+        if args.json:  # after each network: a killed run keeps what it has
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
