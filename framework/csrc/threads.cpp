@@ -26,10 +26,8 @@ void child_after_fork() {
     pinned = 0;
     omp_set_num_threads(1);
 }
-const int registered = pthread_atfork(nullptr, nullptr, child_after_fork);
-#endif
+[[maybe_unused]] const int registered = pthread_atfork(nullptr, nullptr, child_after_fork);
 
-#if defined(__linux__)
 // Each thread t of a team of n sets its affinity to masks[t] (t = 0 skipped: the caller).
 int set_worker_masks(int n, const std::vector<cpu_set_t>& masks) {
     std::atomic<int> done{0};

@@ -1,4 +1,4 @@
-// Where the OpenMP workers run: each pinned to a CPU of its own.
+// The OpenMP workers: pinned one to a CPU where asked; one thread in a forked child.
 #pragma once
 
 namespace tianyuan {
