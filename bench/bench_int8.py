@@ -108,11 +108,12 @@ def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto"):
     def prepare(algo):
         return K.PreparedConv(packed, bias, mult, shift, 0, True, np.uint8, conv.stride,
                               (ph, ph, pw, pw), conv.dilation, algorithm=algo)
-    try:
-        prepared = prepare(algorithm)
-        prepared(x_u8, 128)
-    except ValueError:  # e.g. amx: C not a multiple of 64
-        prepared = prepare("auto")
+    prepared = prepare(algorithm)
+    if algorithm != "auto":
+        try:
+            prepared(x_u8, 128)   # a forced algorithm the layer cannot take raises here
+        except ValueError:        # e.g. amx: C not a multiple of 64
+            prepared = prepare("auto")
     int8 = lambda: prepared(x_u8, 128)
     xf = ty.tensor(x_f32)
     f32 = lambda: F.conv2d(xf, conv.weight, conv.bias, conv.stride, conv.padding,

@@ -237,7 +237,9 @@ void bind_int8_conv(py::module_& m) {
           "instructions on every thread): the AMX peak; RuntimeError without AMX");
     m.def("int8_amx_window", [](int64_t v, int64_t wph, int64_t ow, int64_t nv) {
         if (wph < 1 || ow < 1 || ow > wph || v < 0) {
-            throw std::invalid_argument("int8_amx_window: needs v >= 0 and 1 <= ow <= wph");
+            throw std::invalid_argument("int8_amx_window: needs v >= 0 and 1 <= ow <= wph, got "
+                                        "v=" + std::to_string(v) + ", ow=" +
+                                        std::to_string(ow) + ", wph=" + std::to_string(wph));
         }
         const int8::AmxWindow w = int8::amx_window(v, wph, ow, nv);
         py::list runs;

@@ -43,10 +43,6 @@ void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8
 
 namespace {
 
-// The low min(k, 64) bits set.
-inline __mmask64 tail_mask64(int64_t k) {
-    return k >= 64 ? ~__mmask64{0} : (__mmask64{1} << k) - 1;
-}
 
 struct AmxPlan {
     int64_t hph, wph, plane, phases, image, nv, vblocks, oblocks, chunks, taps;
@@ -128,7 +124,7 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
         for (int64_t x0 = 0; x0 < cols; x0 += 64) {
             // columns [lo, hi) of this block of 64, as bits from x0
             const int64_t a0 = std::max(lo, x0) - x0, a1 = std::min(hi, x0 + 64) - x0;
-            const uint64_t valid = a1 > a0 ? tail_mask64(a1) & ~tail_mask64(a0) : 0;
+            const uint64_t valid = a1 > a0 ? low_mask64(a1) & ~low_mask64(a0) : 0;
             for (int64_t c0 = 0; c0 < g.c; c0 += 16) {
                 amx_transpose_rows(src + c0 * plane_in + x0, plane_in, valid, z, flip,
                                    std::min<int64_t>(64, cols - x0),
@@ -155,8 +151,8 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
         if (g.sw == 2) {  // the even bytes of 2 * 32: the low bytes of 32 words
             for (int64_t xx = lo; xx < hi; xx += 32) {
                 const int64_t len = hi - xx < 32 ? hi - xx : 32;
-                const __m512i v = _mm512_maskz_loadu_epi8(tail_mask64(2 * len - 1), src + 2 * xx);
-                _mm256_mask_storeu_epi8(t + xx, static_cast<__mmask32>(tail_mask64(len)),
+                const __m512i v = _mm512_maskz_loadu_epi8(low_mask64(2 * len - 1), src + 2 * xx);
+                _mm256_mask_storeu_epi8(t + xx, static_cast<__mmask32>(low_mask64(len)),
                                         _mm256_xor_si256(_mm512_cvtepi16_epi8(v),
                                                          _mm512_castsi512_si256(vflip)));
             }

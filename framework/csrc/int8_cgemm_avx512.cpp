@@ -18,7 +18,6 @@ namespace tianyuan {
 namespace int8 {
 namespace {
 
-inline __mmask64 low_bits(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 // The reads of one k row, the same for every row of a block but for its offset: per run,
 // where lane 0 would read (masked-off lanes are never read, so it may lie outside the input),
@@ -39,12 +38,12 @@ RowReads plan_reads(const Run* runs, int64_t nruns, int64_t sw) {
     rr.ahead = runs[nruns - 1].src + runs[nruns - 1].len * sw + kPos * sw;
     for (int64_t i = 0; i < nruns; ++i) {
         const Run& u = runs[i];
-        rr.lanes[i] = low_bits(u.len) << u.dst;
+        rr.lanes[i] = low_mask64(u.len) << u.dst;
         rr.offset[i] = u.src - sw * u.dst;
         // stride 2: window bytes [2 dst, 2 (dst + len) - 1)
         const int64_t b0 = 2 * u.dst, b1 = 2 * (u.dst + u.len) - 1;
-        rr.lo[i] = (b1 >= 64 ? ~0ull : low_bits(b1)) & ~low_bits(b0 < 64 ? b0 : 64);
-        rr.hi[i] = b1 > 64 ? low_bits(b1 - 64) & ~low_bits(b0 > 64 ? b0 - 64 : 0) : 0;
+        rr.lo[i] = (b1 >= 64 ? ~0ull : low_mask64(b1)) & ~low_mask64(b0 < 64 ? b0 : 64);
+        rr.hi[i] = b1 > 64 ? low_mask64(b1 - 64) & ~low_mask64(b0 > 64 ? b0 - 64 : 0) : 0;
     }
     return rr;
 }
@@ -125,7 +124,7 @@ inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, in
     const int64_t c0 = p.sw * x0 + b - p.pl;
     const auto window = [&](int64_t start) {  // input columns [start, start + 64) in range
         const int64_t lo = start < 0 ? -start : 0, hi = p.w - start;
-        return hi <= lo ? 0 : low_bits(hi) & ~low_bits(lo);
+        return hi <= lo ? 0 : low_mask64(hi) & ~low_mask64(lo);
     };
     __m512i v;
     if (p.sw == 1) {
@@ -185,7 +184,7 @@ void pack_quads_avx512(const uint8_t* src, const int64_t* qoff, int64_t nq, cons
             if (q + 1 < nq) {
                 _mm512_storeu_si512(b + x, _mm512_loadu_si512(a + x));
             } else {
-                const __mmask64 k = low_bits(bytes - x);
+                const __mmask64 k = low_mask64(bytes - x);
                 _mm512_mask_storeu_epi8(b + x, k, _mm512_maskz_loadu_epi8(k, a + x));
             }
         }
@@ -229,21 +228,21 @@ void pad_plane_avx512(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
     const __m512i z = _mm512_set1_epi8(static_cast<char>(p.z));
     const __m512i fill = _mm512_xor_si512(z, flip);  // z once flipped with the row
     for (int64_t x = 0; x < p.pt * wp; x += 64) {
-        _mm512_mask_storeu_epi8(dst + x, low_bits(p.pt * wp - x), z);
+        _mm512_mask_storeu_epi8(dst + x, low_mask64(p.pt * wp - x), z);
     }
     for (int64_t y = 0; y < p.h; ++y) {
         const uint8_t* from = src + y * p.w - p.pl;  // padded column c reads from[c]
         uint8_t* row = dst + (p.pt + y) * wp;
         for (int64_t x = 0; x < wp; x += 64) {
             const int64_t lo = p.pl - x, hi = p.pl + p.w - x;  // data lanes [lo, hi)
-            const __mmask64 k = low_bits(hi > 0 ? hi : 0) & ~low_bits(lo > 0 ? lo : 0);
+            const __mmask64 k = low_mask64(hi > 0 ? hi : 0) & ~low_mask64(lo > 0 ? lo : 0);
             const __m512i v = _mm512_mask_loadu_epi8(fill, k, from + x);
-            _mm512_mask_storeu_epi8(row + x, low_bits(wp - x), _mm512_xor_si512(v, flip));
+            _mm512_mask_storeu_epi8(row + x, low_mask64(wp - x), _mm512_xor_si512(v, flip));
         }
     }
     uint8_t* bottom = dst + (p.pt + p.h) * wp;
     for (int64_t x = 0; x < p.pb * wp; x += 64) {
-        _mm512_mask_storeu_epi8(bottom + x, low_bits(p.pb * wp - x), z);
+        _mm512_mask_storeu_epi8(bottom + x, low_mask64(p.pb * wp - x), z);
     }
 }
 

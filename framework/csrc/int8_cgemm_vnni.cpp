@@ -21,9 +21,6 @@ inline int32_t load4(const int8_t* p) {
     return v;
 }
 
-inline __mmask64 lanes64(int64_t n) {
-    return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
-}
 
 // Named accumulators: GCC keeps arrays of vectors in memory.
 #define TY_ACC(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
@@ -72,7 +69,7 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
     alignas(64) int32_t acc[R * 4 * 16];
     TY_SAVE(0) TY_SAVE(1) TY_SAVE(2) TY_SAVE(3) TY_SAVE(4) TY_SAVE(5)
     const RowQ rq = row_q(r);
-    const __mmask64 m = lanes64(npos);
+    const __mmask64 m = low_mask64(npos);
     for (int i = 0; i < R; ++i) {
         const ChannelQ cq = channel_q(q.bias[i], q.multiplier[i], q.shift[i], r);
         const int32_t* a = acc + 4 * i * 16;

@@ -75,7 +75,6 @@ inline __m512i requant_step(const __m512i* a, const ChannelQ& c) {
                                 _mm512_slli_epi32(requant16(a[3], c), 24));
 }
 
-inline __mmask64 first(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 template <int KH, int ND, int S>
 inline __m512i step(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t,
@@ -96,7 +95,7 @@ void rows(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
         const uint8_t* top = xp + oy * g.sh * wp;
         for (int64_t x0 = 0; x0 < g.ow; x0 += L) {
             const int64_t n = g.ow - x0 < L ? g.ow - x0 : L;
-            _mm512_mask_storeu_epi8(out + oy * g.ow + x0, first(n),
+            _mm512_mask_storeu_epi8(out + oy * g.ow + x0, low_mask64(n),
                                     step<KH, ND, S>(top + S * x0, dy, g.kh, t, c));
         }
     }
@@ -119,7 +118,7 @@ void flat(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t,
             const int64_t run = wp - col;  // lanes left in this row (padding columns too)
             if (col < ow) {
                 const int64_t b = lane + (ow - col < L - lane ? ow - col : L - lane);
-                const __mmask64 k = first(b) & ~first(lane);
+                const __mmask64 k = low_mask64(b) & ~low_mask64(lane);
                 const auto base = reinterpret_cast<uintptr_t>(out + oy * ow + col) - lane;
                 _mm512_mask_storeu_epi8(reinterpret_cast<void*>(base), k, y);
             }
@@ -183,7 +182,7 @@ void direct(const uint8_t* x, const ConvGeom& g, const uint64_t* masks, const Ta
             }
         }
         masks += kh * 4 * ND;
-        _mm512_mask_storeu_epi8(out + f, first(total - f), requant_step<1>(a, c));
+        _mm512_mask_storeu_epi8(out + f, low_mask64(total - f), requant_step<1>(a, c));
     }
 }
 
@@ -203,12 +202,14 @@ void pad_plane(const uint8_t* src, const ConvGeom& g, int64_t wp, int64_t hp, ui
     const __m512i zv = _mm512_set1_epi8(static_cast<char>(z));
     const __m512i fv = _mm512_set1_epi8(static_cast<char>(flip));
     const int64_t size = hp * wp;
-    for (int64_t i = 0; i < size; i += 64) _mm512_mask_storeu_epi8(xp + i, first(size - i), zv);
+    for (int64_t i = 0; i < size; i += 64) {
+        _mm512_mask_storeu_epi8(xp + i, low_mask64(size - i), zv);
+    }
     for (int64_t y = 0; y < g.h; ++y) {
         uint8_t* row = xp + (g.pt + y) * wp + g.pl;
         const uint8_t* in = src + y * g.w;
         for (int64_t x = 0; x < g.w; x += 64) {
-            const __mmask64 k = first(g.w - x);
+            const __mmask64 k = low_mask64(g.w - x);
             const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, in + x), fv);
             _mm512_mask_storeu_epi8(row + x, k, v);
         }

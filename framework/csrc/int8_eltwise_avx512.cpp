@@ -158,7 +158,6 @@ void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int
     }
 }
 
-inline __mmask64 first64(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 // One plane in two passes over a buffer of one padded row per output row (`rows`, zero
 // outside the columns stored here): per output row and 64 columns, the max over the
@@ -175,7 +174,7 @@ void max_pool_plane(const uint8_t* in, const PoolGeom& g, __m512i flip, int64_t 
         const int64_t i0 = g.pt - oy * g.sh > 0 ? g.pt - oy * g.sh : 0;
         const int64_t i1 = g.h + g.pt - oy * g.sh < g.kh ? g.h + g.pt - oy * g.sh : g.kh;
         for (int64_t x = 0; x < g.w; x += 64) {
-            const __mmask64 k = first64(g.w - x);
+            const __mmask64 k = low_mask64(g.w - x);
             __m512i m = zero;
             for (int64_t i = i0; i < i1; ++i) {
                 const uint8_t* src = in + (oy * g.sh - g.pt + i) * g.w + x;
@@ -195,12 +194,12 @@ void max_pool_plane(const uint8_t* in, const PoolGeom& g, __m512i flip, int64_t 
             }
             const int64_t n = g.ow - x0 < step ? g.ow - x0 : step;
             if (g.sw == 1) {
-                _mm512_mask_storeu_epi8(o + x0, first64(n), _mm512_xor_si512(m, flip));
+                _mm512_mask_storeu_epi8(o + x0, low_mask64(n), _mm512_xor_si512(m, flip));
                 continue;
             }
             // stride 2: output x0 + t is the low byte of word t (bytes 2t + j of the row)
             const __m256i packed = _mm512_cvtepi16_epi8(m);
-            _mm256_mask_storeu_epi8(o + x0, static_cast<__mmask32>(first64(n)),
+            _mm256_mask_storeu_epi8(o + x0, static_cast<__mmask32>(low_mask64(n)),
                                     _mm256_xor_si256(packed, _mm512_castsi512_si256(flip)));
         }
     }

@@ -24,6 +24,10 @@ constexpr int64_t kPanel = 16;  // output channels per packed panel
 constexpr int64_t kGroup = 4;   // consecutive k per 32-bit lane
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// The low min(max(n, 0), 64) bits set: the byte mask of the first n lanes of a 64-byte vector.
+static inline uint64_t low_mask64(int64_t n) {
+    return n >= 64 ? ~uint64_t{0} : n <= 0 ? 0 : (uint64_t{1} << n) - 1;
+}
 static inline int64_t packed_size(int64_t n, int64_t k) {
     return round_up(n, kPanel) * round_up(k, kGroup);
 }

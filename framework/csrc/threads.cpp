@@ -55,6 +55,7 @@ bool env_off() {
 
 int pin_workers() {
 #if defined(__linux__)
+    if (env_off() && pinned.load() == 0) return 0;  // the usual case: nothing to pin or free
     cpu_set_t mask;
     if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return pinned = 0;
     std::vector<int> cpus;
