@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The int8 issue's measurement on a lent machine, in one call that fits a device session
+# (15 minutes of device time, about 45 s of it to start a machine, 10 a command):
+#   1. the machine: CPU, cores, Python, the ISA paths tianyuan finds;
+#   2. the native extension, built in place with every core;
+#   3. the int8 tests and the ISA / build tests, on the machine's real paths (AMX tiles
+#      where the OS grants them);
+#   4. bench_int8 on 2 threads (the configuration), every layer printed, with the
+#      AMX algorithm forced as a second column (int8a) where the OS grants tiles: the data
+#      for amx_wins (framework/csrc/int8_amx.cpp), which keeps 1x1 layers on VNNI;
+#   5. bench_int8 on every core.
+# The terminal gets each network's totals and targets; the logs keep every layer.
+# Each step stops at the budget (BUDGET seconds from the start, default 540); logs and the
+# JSON of each bench land in OUT (default device_out/). From the repository root:
+#
+#     BUDGET=540 OUT=$OUT bash bench/device_check.sh
+set -u
+export PYTHONUNBUFFERED=1
+BUDGET=${BUDGET:-540}
+OUT=${OUT:-device_out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+step() { echo "== t=$(( $(date +%s) - T0 ))s, $(left)s left: $*"; }
+# runs "$@" under the time left, or says it is skipped when under $need seconds remain
+budgeted() {
+    local need=$1; shift
+    if [ "$(left)" -lt "$need" ]; then echo "skipped (under ${need}s left): $*"; return 0; fi
+    timeout "$(left)" "$@"
+}
+
+step machine
+grep -m1 "model name" /proc/cpuinfo
+CORES=$(nproc)
+echo "cores $CORES; $(python3 --version)"
+
+step build
+TIANYUAN_BUILD_JOBS=$CORES budgeted 60 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
+    || { tail -20 "$OUT/build.log"; exit 1; }
+# the package as installed (folders mapped as setup.py maps them), without pip
+SITE=$(mktemp -d)
+cp -r framework "$SITE/tianyuan"
+for d in zoo datasets weights evaluation trainers; do cp -r "$d" "$SITE/tianyuan/$d"; done
+export PYTHONPATH=$SITE
+python3 -c "import tianyuan as ty; print('ISA paths', ty.available_isas(), '- runs', ty.current_isa())"
+AMX=$(python3 -c "import tianyuan as ty; print(int(ty.current_isa() == 'amx'))")
+
+step tests
+XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n $(( CORES < 8 ? CORES : 8 ))")
+OMP_NUM_THREADS=2 budgeted 60 python3 -m pytest -p no:cacheprovider $XDIST tests/quantization \
+    tests/framework/test_isa.py tests/framework/test_native_build.py > "$OUT/tests.log" 2>&1
+grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
+
+FORCE=()
+[ "$AMX" = 1 ] && FORCE=(--algorithm amx)
+step "bench_int8, 2 threads"
+budgeted 120 python3 bench/bench_int8.py --threads 2 --rounds 2 --layers "${FORCE[@]}" \
+    --json "$OUT/int8_t2.json" 2>&1 | grep -v "^ *$" | tee "$OUT/int8_t2.log" | grep -v "^  [^ ]"
+if [ "$CORES" -gt 2 ]; then
+    step "bench_int8, $CORES threads"
+    budgeted 90 python3 bench/bench_int8.py --threads "$CORES" --rounds 2 --layers "${FORCE[@]}" \
+        --json "$OUT/int8_t$CORES.json" 2>&1 | grep -v "^ *$" | tee "$OUT/int8_t$CORES.log" \
+        | grep -v "^  [^ ]"
+fi
+step done
