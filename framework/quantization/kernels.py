@@ -321,6 +321,22 @@ def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
                        int(shift), int(out_zero_point), bool(relu), _signed(dtype))
 
 
+class PreparedConcat:
+    """An int8 concat with the parts' requantization (zero points, multipliers, shifts) and
+    the output fixed once, so a call is one native call: `PreparedConcat(...)(xs)`, xs u8/s8
+    arrays as `concat` takes them (building the argument lists per call had taken 1.5 of
+    ShuffleNetV2's 4.7 us concats)."""
+
+    def __init__(self, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1,
+                 shuffle=False):
+        self._tail = ([int(z) for z in zero_points], [int(m) for m in multipliers],
+                      [int(s) for s in shifts], int(out_zero_point), _signed(dtype), int(axis),
+                      bool(shuffle))
+
+    def __call__(self, xs):
+        return _C.int8_concat(xs, *self._tail)
+
+
 def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, shuffle=False):
     """Each x_i requantized to the output's (scale, zero point) and joined along axis, in one
     native call. A part that is a channel slice (N, k, H, W) of a C-contiguous tensor
@@ -330,9 +346,9 @@ def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, 
     (output channel j * len(xs) + i is x_i's channel j: channel_shuffle after the concat),
     each written straight into its places.
     """
-    return _C.int8_concat([np.asarray(x) for x in xs], [int(z) for z in zero_points],
-                          [int(m) for m in multipliers], [int(s) for s in shifts],
-                          int(out_zero_point), _signed(dtype), int(axis), bool(shuffle))
+    prepared = PreparedConcat(zero_points, multipliers, shifts, out_zero_point, dtype, axis,
+                              shuffle)
+    return prepared([np.asarray(x) for x in xs])
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):

@@ -70,18 +70,20 @@ class Concat(QuantizedModule):
         m.set_output(qat.act_qparams())
         return m
 
-    def multipliers(self, scales):
-        """(m, shift) lists of ints rescaling each input scale to the output's, once per tuple."""
+    def prepared(self, qs):
+        """The `kernels.PreparedConcat` for these inputs' scales and zero points, made once
+        per tuple of them."""
         cache = self.__dict__.setdefault("_cache", {})
-        key = tuple(float(s) for s in scales)
-        if key not in cache:
-            m, s = R.quantize_multiplier(np.array(key, np.float64) / self.out_scale)
-            cache[key] = [int(v) for v in m], [int(v) for v in s]
-        return cache[key]
+        key = tuple([(q.scale, q.zero_point) for q in qs])
+        prepared = cache.get(key)
+        if prepared is None:
+            scales = np.array([float(scale) for scale, _ in key], np.float64)
+            m, s = R.quantize_multiplier(scales / self.out_scale)
+            prepared = cache[key] = K.PreparedConcat(
+                [zp for _, zp in key], m, s, self.out_zero_point, self.out_dtype, self.axis,
+                self.shuffle)
+        return prepared
 
     def forward(self, tensors):
         qs = [qarray_of(t, "Concat") for t in tensors]
-        mult, shift = self.multipliers([q.scale for q in qs])
-        out = K.concat(qs, [q.zero_point for q in qs], mult, shift, self.out_zero_point,
-                       self.out_dtype, self.axis, self.shuffle)
-        return wrap(out, *self.output())
+        return wrap(self.prepared(qs)(qs), *self.output())
