@@ -8,8 +8,11 @@
 // max-reduced in a register into one padded row, then the kernel columns, 64 (stride 1) or
 // 32 (stride 2) outputs a step.
 // Quantization of float32: IEEE division by the scale, rounding half to even, clamp.
+// Average pooling over windows as wide as the plane (global pooling): each window one run of
+// bytes, summed 64 at a time by vpsadbw.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "int8_ops.h"
@@ -296,6 +299,38 @@ void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_
             rescale_row<true>(row, inner, z, m, o, out + r * out_inner);
         } else {
             rescale_row<false>(row, inner, z, m, o, out + r * out_inner);
+        }
+    }
+}
+
+// Unpadded windows as wide as the plane: output (plane, oy) is the mean of the kh * w bytes
+// from row oy * sh on, rounded half up as avg_pool2d's formula: floor((2 s + n) / 2n) + zp,
+// s the sum less zp per byte. Through double the floor is exact: numerator and denominator
+// are integers exact in double, the quotient (at most 256 in size) lies within 2^-45 of its
+// double, and a quotient that is no integer lies at least 1 / 2n from one. A signed byte is
+// its unsigned one less 256 where the top bit is set. ResNet's global pool of 512 planes
+// of 7x7 at batch 1: 8.6 us on one Zen 5 thread through the scalar loop.
+void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    // locals: out may alias anything, so fields read through g and x were reloaded per store
+    const int64_t count = g.kh * g.w, plane = g.h * g.w, oh = g.oh, step = g.sh * g.w;
+    const int64_t planes = g.planes, zp = x.zero_point, bias = zp * count;
+    const uint8_t* data = x.data;
+    const bool is_signed = x.is_signed;
+    const double den = 2.0 * static_cast<double>(count);
+#pragma omp parallel for schedule(static) if (planes * plane > (1 << 16))
+    for (int64_t pl = 0; pl < planes; ++pl) {
+        for (int64_t oy = 0; oy < oh; ++oy) {
+            const uint8_t* p = data + pl * plane + oy * step;
+            __m512i acc = _mm512_setzero_si512();
+            int64_t negative = 0;
+            for (int64_t j = 0; j < count; j += 64) {
+                const __m512i v = _mm512_maskz_loadu_epi8(low_mask64(count - j), p + j);
+                acc = _mm512_add_epi64(acc, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+                if (is_signed) negative += __builtin_popcountll(_mm512_movepi8_mask(v));
+            }
+            const int64_t sum = _mm512_reduce_add_epi64(acc) - 256 * negative - bias;
+            const double q = std::floor((2.0 * static_cast<double>(sum) + count) / den);
+            out[pl * oh + oy] = static_cast<uint8_t>(static_cast<int64_t>(q) + zp);
         }
     }
 }

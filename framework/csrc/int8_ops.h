@@ -123,6 +123,8 @@ void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out);
 void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 void max_pool2d_avx2(const QIn& x, const PoolGeom& g, uint8_t* out);
 void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out);
+// avg_pool2d's unpadded windows as wide as the plane (kw == w: global pooling).
+void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 
 }  // namespace int8
 }  // namespace tianyuan

@@ -158,6 +158,8 @@ POOLS = [((2, 3, 8, 8), 2, 2, 0), ((1, 4, 9, 7), 3, 2, 1), ((1, 2, 7, 7), 7, 1, 
          ((1, 2, 5, 150), 3, 2, 1), ((1, 2, 4, 139), (2, 5), 1, (0, 2)),  # rows > 1 step
          ((1, 1, 9, 9), 3, 3, 0),                                          # stride 3: scalar
          ((2, 3, 6, 5), (2, 5), (2, 1), 0),   # unpadded, windows as wide as the rows
+         ((1, 20, 7, 7), 7, 7, 0),            # global pooling: one run of 49 bytes a plane
+         ((2, 5, 15, 14), (15, 14), 1, 0),    # runs of 210 bytes: 64 at a time and a tail
          ((2, 64, 32, 32), 4, 4, 0),          # unpadded, parallel
          ((2, 8, 64, 70), 3, 2, 1)]           # the ResNet stem's pool, parallel
 
