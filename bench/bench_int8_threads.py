@@ -4,7 +4,8 @@ times; medians), then per network the totals at each count and the total if ever
 at its own best count: what a per-layer thread count chosen by work could gain at most.
 On the 16-vCPU AMX host (bench/RESULTS.md) the int8 layers of MobileNetV2 and ShuffleNetV2
 at batch 1 (10-60 us each) gained little from 16 threads; --layers prints each layer's
-multiply-adds and best count, the data a work-based thread count would be set from.
+multiply-adds and best count, the data a work-based thread count would be set from. First,
+what an empty parallel region costs at each count (a small layer pays it once a call or more).
 OpenBLAS (numpy's, which a few float paths call) runs the largest count throughout.
 
     python bench/bench_int8_threads.py [--nets mobilenet_v2,...] [--batches 1,16]
@@ -19,6 +20,7 @@ import numpy as np
 from bench_int8 import NETWORKS, layer_inputs, layer_macs, median_ms, networks_and_batches, ours
 from blas_env import restart_with_blas_threads
 import tianyuan as ty
+import tianyuan._C as _C
 
 
 def sweep(layers, batch, counts, repeat, rounds):
@@ -38,6 +40,19 @@ def sweep(layers, batch, counts, repeat, rounds):
     return {"int8": med[0], "f32": med[1]}
 
 
+def region_costs(counts, pauses=(0.0, 50.0)):
+    """{count: [us]}: an empty parallel region's fork and join at each thread count, back to
+    back and 50 us after the last (Python's time between two layers), median of 2000; printed.
+    A small layer pays it once a call or more, whatever its work."""
+    out = {}
+    for n in counts:
+        ty.set_num_threads(n)
+        out[n] = [_C.region_cost_us(2000, p) for p in pauses]
+    print("an empty parallel region, us back to back / 50 us after the last: " + ", ".join(
+        f"{n} threads {a:.2f} / {b:.2f}" for n, (a, b) in out.items()))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", default=",".join(NETWORKS))
@@ -53,7 +68,8 @@ def main():
     print(f"ISA {ty.current_isa()}, thread counts {counts} (the library's default here: "
           f"{ty.get_num_threads()}); median of {args.repeat}, median over {args.rounds} "
           "rounds")
-    results = {"isa": ty.current_isa(), "threads": counts, "networks": {}}
+    results = {"isa": ty.current_isa(), "threads": counts, "networks": {},
+               "region_us": region_costs(counts)}
     for net, layers, batch in networks_and_batches(parser, args.nets, args.batches):
         t = sweep(layers, batch, counts, args.repeat, args.rounds)
         print(f"{net} b{batch}, ms int8 / f32 at " + ", ".join(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The int8 issue's measurement on a lent machine, in one call that fits a device session
 # (15 minutes of device time, about 45 s of it to start a machine, 10 a command):
-#   1. the machine: CPU, cores, Python, the ISA paths tianyuan finds;
+#   1. the machine: CPU, cores, Python, the ISA paths tianyuan finds, and what an empty
+#      parallel region costs on 2 threads and on every core;
 #   2. the native extension, built in place with every core;
 #   3. the int8 tests and the ISA / build tests, on the machine's real paths (AMX tiles
 #      where the OS grants them);
@@ -44,12 +45,19 @@ for d in zoo datasets weights evaluation trainers; do cp -r "$d" "$SITE/tianyuan
 export PYTHONPATH=$SITE
 python3 -c "import tianyuan as ty; print('ISA paths', ty.available_isas(), '- runs', ty.current_isa())"
 AMX=$(python3 -c "import tianyuan as ty; print(int(ty.current_isa() == 'amx'))")
+# the floor a small layer's call pays whatever its work (threads.h, region_cost_us)
+python3 -c "
+import tianyuan as ty, tianyuan._C as C
+for n in sorted({2, $CORES}):
+    ty.set_num_threads(n)
+    print(f'{n} threads: an empty parallel region {C.region_cost_us(2000):.2f} us back to back,',
+          f'{C.region_cost_us(2000, 50.0):.2f} us 50 us after the last')"
 
 step tests
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n $(( CORES < 8 ? CORES : 8 ))")
 OMP_NUM_THREADS=2 budgeted 60 python3 -m pytest -p no:cacheprovider $XDIST tests/quantization \
     tests/framework/test_isa.py tests/framework/test_native_build.py > "$OUT/tests.log" 2>&1
-grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
+grep -E "passed|failed|error|^skipped" "$OUT/tests.log" | tail -3
 
 FORCE=()
 [ "$AMX" = 1 ] && FORCE=(--algorithm amx)

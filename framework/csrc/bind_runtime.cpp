@@ -79,6 +79,15 @@ void bind_runtime(py::module_& m) {
     m.def("pin_workers", &pin_workers,
           "pin the OpenMP workers one to a CPU (threads.h); the number pinned");
     m.def("pinned_workers", &pinned_workers, "what the last pin_workers returned");
+    m.def("region_cost_us", [](int reps, double pause_us) {
+        if (reps < 1 || !(pause_us >= 0)) {
+            throw std::invalid_argument("region_cost_us: needs reps >= 1 and pause_us >= 0, got " +
+                                        std::to_string(reps) + ", " + std::to_string(pause_us));
+        }
+        py::gil_scoped_release unlocked;
+        return region_cost_us(reps, pause_us);
+    }, py::arg("reps"), py::arg("pause_us") = 0.0,
+       "an empty parallel region's fork and join on the current team, median us (threads.h)");
     m.attr("build_flags") = TIANYUAN_BUILD_FLAGS;
     m.attr("compiler") = __VERSION__;
 }

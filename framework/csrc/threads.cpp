@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -87,5 +88,26 @@ int pin_workers() {
 int pinned_workers() { return pinned.load(); }
 
 bool forked_child() { return forked.load(); }
+
+double region_cost_us(int reps, double pause_us) {
+    using clock = std::chrono::steady_clock;
+    const auto us = [](clock::duration d) {
+        return std::chrono::duration<double, std::micro>(d).count();
+    };
+    std::vector<double> cost;
+    cost.reserve(static_cast<size_t>(reps));
+    std::atomic<int> sink{0};
+    for (int i = 0; i < reps; ++i) {
+        const auto idle = clock::now();
+        while (us(clock::now() - idle) < pause_us) {
+        }
+        const auto start = clock::now();
+#pragma omp parallel
+        sink.fetch_add(1, std::memory_order_relaxed);
+        cost.push_back(us(clock::now() - start));
+    }
+    std::nth_element(cost.begin(), cost.begin() + reps / 2, cost.end());
+    return cost[static_cast<size_t>(reps / 2)];
+}
 
 }  // namespace tianyuan

@@ -1,4 +1,5 @@
-// The OpenMP workers: pinned one to a CPU where asked; one thread in a forked child.
+// The OpenMP workers: pinned one to a CPU where asked; one thread in a forked child; what a
+// parallel region costs.
 #pragma once
 
 namespace tianyuan {
@@ -27,5 +28,12 @@ int pinned_workers();
 // after the parent had). A forked child therefore runs on one thread (set at the fork), and
 // set_num_threads(n > 1) there is refused rather than left to hang.
 bool forked_child();
+
+// The fork and join of an empty parallel region on the current team, median microseconds
+// over `reps`, each region entered `pause_us` after the last ended (the caller spinning
+// meanwhile, as Python runs between two layers; the workers spin or sleep as OpenMP's wait
+// policy has them). Small int8 layers pay it once a call or more: on a many-core host it,
+// not the tiles, can set their floor (bench_int8_threads prints it per thread count).
+double region_cost_us(int reps, double pause_us);
 
 }  // namespace tianyuan
