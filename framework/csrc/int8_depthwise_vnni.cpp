@@ -235,12 +235,6 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words
     const int32_t z = zero_of(x);
     const __m512i zv = _mm512_set1_epi8(static_cast<char>(z ^ flip));
     const int nd = depthwise_words_per_row(g.kw);
-    // every channel's bias corrected for the input zero point: bias - z * sum(w), mod 2^32
-    int32_t* cbias = new int32_t[static_cast<size_t>(g.oc)];
-    for (int64_t c = 0; c < g.oc; ++c) {
-        cbias[c] = static_cast<int32_t>(static_cast<uint32_t>(bias[c]) -
-                                        static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[c]));
-    }
 #pragma omp parallel if (g.n * g.oc * p * taps > (1 << 15))
     {
         uint8_t* xp = masks ? nullptr : new uint8_t[static_cast<size_t>(hp * wp + kPadSlack)]();
@@ -249,7 +243,12 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words
             const int64_t oc = t % g.oc;
             const uint8_t* plane = x.data + (t / g.oc * g.c + oc / mult) * g.h * g.w;
             const TapWords tw = broadcast(words + oc * g.kh * nd, g.kh * nd);
-            const ChannelQ c = channel_q(cbias[oc], r.multiplier[oc], r.shift[oc], r);
+            // the bias corrected for the input zero point, bias - z * sum(w) mod 2^32, here
+            // per channel: a serial pass over the channels had come before the threads
+            const int32_t cbias = static_cast<int32_t>(
+                static_cast<uint32_t>(bias[oc]) -
+                static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[oc]));
+            const ChannelQ c = channel_q(cbias, r.multiplier[oc], r.shift[oc], r);
             if (masks && flip) {
                 direct_any<true>(plane, g, masks, tw, c, zv, out + t * p);
             } else if (masks) {
@@ -265,7 +264,6 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words
         }
         delete[] xp;
     }
-    delete[] cbias;
 }
 
 }  // namespace int8
