@@ -312,13 +312,33 @@ def quantize(x, scale, zero_point, dtype):
                             int(zero_point), _signed(dtype))
 
 
+class PreparedAdd:
+    """An int8 add with its zero points, multipliers, shift and output fixed once, so a call
+    is one native call: `PreparedAdd(...)(a, b)` (the residual adds of the zoo models: their
+    arguments' conversions had taken half of a 5.4 us module call)."""
+
+    def __init__(self, a_zero_point, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
+                 dtype):
+        self._za, self._zb = int(a_zero_point), int(b_zero_point)
+        self._tail = (int(m_a), int(m_b), int(shift), int(out_zero_point), bool(relu),
+                      _signed(dtype))
+
+    def __call__(self, a, b):
+        """a, b u8/s8 arrays of one shape."""
+        if a.shape != b.shape:
+            raise ValueError(f"add: shapes differ, a {a.shape} b {b.shape}")
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        if not b.flags.c_contiguous:
+            b = np.ascontiguousarray(b)
+        return _C.int8_add(a, self._za, b, self._zb, *self._tail)
+
+
 def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):
     """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers."""
-    a, b = _input(a), _input(b)
-    if a.shape != b.shape:
-        raise ValueError(f"add: shapes differ, a {a.shape} b {b.shape}")
-    return _C.int8_add(a, int(a_zero_point), b, int(b_zero_point), int(m_a), int(m_b),
-                       int(shift), int(out_zero_point), bool(relu), _signed(dtype))
+    prepared = PreparedAdd(a_zero_point, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
+                           dtype)
+    return prepared(_input(a), _input(b))
 
 
 class PreparedConcat:

@@ -38,13 +38,18 @@ class Add(QuantizedModule):
         m.set_output(qat.act_qparams())
         return m
 
-    def multipliers(self, scale_a, scale_b):
-        """(m_a, m_b, shift) for these input scales, worked out once per pair."""
+    def prepared(self, qa, qb):
+        """The `kernels.PreparedAdd` for these inputs' scales and zero points, made once per
+        pair of them."""
         cache = self.__dict__.setdefault("_cache", {})
-        key = (float(scale_a), float(scale_b))
-        if key not in cache:
-            cache[key] = R.add_multipliers(scale_a, scale_b, self.out_scale)
-        return cache[key]
+        key = (qa.scale, qa.zero_point, qb.scale, qb.zero_point)
+        prepared = cache.get(key)
+        if prepared is None:
+            ma, mb, shift = R.add_multipliers(qa.scale, qb.scale, self.out_scale)
+            prepared = cache[key] = K.PreparedAdd(qa.zero_point, qb.zero_point, ma, mb, shift,
+                                                  self.out_zero_point, self.relu,
+                                                  self.out_dtype)
+        return prepared
 
     def forward(self, a, b):
         op = type(self).__name__
@@ -52,10 +57,7 @@ class Add(QuantizedModule):
         if qa.dtype != qb.dtype or qa.shape != qb.shape:
             raise ValueError(f"{op}: inputs differ: {qa.dtype} {qa.shape} and {qb.dtype} "
                              f"{qb.shape}")
-        ma, mb, shift = self.multipliers(qa.scale, qb.scale)
-        out = K.add(qa, qa.zero_point, qb, qb.zero_point, ma, mb, shift, self.out_zero_point,
-                    self.relu, self.out_dtype)
-        return wrap(out, *self.output())
+        return wrap(self.prepared(qa, qb)(qa, qb), *self.output())
 
 
 class AddReLU(Add):
