@@ -179,3 +179,30 @@ def test_avg_pool2d(shape, kernel, stride, padding, dtype, zp, include_pad):
     x = _q(np.random.default_rng(6), shape, dtype)
     check_quant(lambda: K.avg_pool2d(x, zp, kernel, stride, padding, include_pad),
                 lambda: R.avg_pool2d(x, zp, kernel, stride, padding, include_pad))
+
+
+def test_add_and_concat_modules_follow_their_inputs_quantization():
+    """The quantized Add and Concat prepare their native call once per tuple of input scales
+    and zero points (kernels.PreparedAdd / PreparedConcat): inputs on another grid, even one
+    that differs in the zero point alone, get their own call, as the reference has it."""
+    from tianyuan import nn
+    from tianyuan.quantization.observer import QParams
+    from tianyuan.quantization.qarray import QArray, wrap
+    rng = np.random.default_rng(9)
+    out = QParams(np.float32(0.05), 7, np.uint8, None)
+    add, cat = nn.quantized.AddReLU(), nn.quantized.Concat()
+    add.set_output(out)
+    cat.set_output(out)
+    cat.axis, cat.shuffle = 1, False
+    values = [_q(rng, (1, 3, 4, 5), np.uint8) for _ in range(2)]
+    for qparams in [((0.04, 3), (0.06, 9)), ((0.04, 4), (0.06, 9)), ((0.03, 3), (0.07, 2))]:
+        qs = [QArray(v, s, z) for v, (s, z) in zip(values, qparams)]
+        (sa, za), (sb, zb) = qparams
+        ma, mb, shift = R.add_multipliers(np.float32(sa), np.float32(sb), np.float32(0.05))
+        got = add(wrap(qs[0], sa, za), wrap(qs[1], sb, zb)).data.view(np.ndarray)
+        np.testing.assert_array_equal(
+            got, R.add(values[0], za, values[1], zb, ma, mb, shift, 7, True, np.uint8))
+        m, s = R.quantize_multiplier(np.array([np.float32(sa), np.float32(sb)], np.float64)
+                                     / np.float32(0.05))
+        got = cat([wrap(qs[0], sa, za), wrap(qs[1], sb, zb)]).data.view(np.ndarray)
+        np.testing.assert_array_equal(got, R.concat(values, [za, zb], m, s, 7, np.uint8))
