@@ -108,11 +108,11 @@ class Conv2d(_WeightedModule):
 
     def forward(self, x):
         q = qarray_of(x, type(self).__name__)
-        values = q.view(np.ndarray)
-        if not values.flags.c_contiguous:
-            values = np.ascontiguousarray(values)
+        # the cached prepared conv at once (prepared()'s key: an input scale equals its float)
+        prepared = self._cache.get(("conv", q.scale)) or self.prepared(q.scale)
+        values = q if q.flags.c_contiguous else np.ascontiguousarray(q)
         # the native call itself (PreparedConv.run), which checks x against the weights
-        return wrap(self.prepared(q.scale).run(values, q.zero_point), *self.output())
+        return wrap(prepared.run(values, q.zero_point), *self.output())
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
