@@ -193,7 +193,7 @@ def _index(index):
     if isinstance(index, Tensor):
         return index.data
     if isinstance(index, tuple):
-        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+        return tuple([i.data if isinstance(i, Tensor) else i for i in index])
     return index
 
 
