@@ -36,14 +36,15 @@ CORES=$(nproc)
 echo "cores $CORES; $(python3 --version)"
 
 step build
-TIANYUAN_BUILD_JOBS=$CORES budgeted 60 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
-    || { tail -20 "$OUT/build.log"; exit 1; }
+TIANYUAN_BUILD_JOBS=$CORES budgeted 60 python3 setup.py build_ext --inplace \
+    > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 # the package as installed (folders mapped as setup.py maps them), without pip
 SITE=$(mktemp -d)
 cp -r framework "$SITE/tianyuan"
 for d in zoo datasets weights evaluation trainers; do cp -r "$d" "$SITE/tianyuan/$d"; done
 export PYTHONPATH=$SITE
-python3 -c "import tianyuan as ty; print('ISA paths', ty.available_isas(), '- runs', ty.current_isa())"
+python3 -c "import tianyuan as ty
+print('ISA paths', ty.available_isas(), '- runs', ty.current_isa())"
 AMX=$(python3 -c "import tianyuan as ty; print(int(ty.current_isa() == 'amx'))")
 # the floor a small layer's call pays whatever its work (threads.h, region_cost_us)
 python3 -c "
