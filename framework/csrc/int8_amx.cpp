@@ -43,7 +43,6 @@ void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8
 
 namespace {
 
-
 struct AmxPlan {
     int64_t hph, wph, plane, phases, image, nv, vblocks, oblocks, chunks, taps;
     int64_t group;  // channel blocks whose weights stay in L2 while the positions pass

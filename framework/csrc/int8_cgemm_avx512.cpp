@@ -18,7 +18,6 @@ namespace tianyuan {
 namespace int8 {
 namespace {
 
-
 // The reads of one k row, the same for every row of a block but for its offset: per run,
 // where lane 0 would read (masked-off lanes are never read, so it may lie outside the input),
 // the lanes it fills and, for stride 2, the bytes of its 128-byte window.

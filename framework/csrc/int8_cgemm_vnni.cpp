@@ -21,7 +21,6 @@ inline int32_t load4(const int8_t* p) {
     return v;
 }
 
-
 // Named accumulators: GCC keeps arrays of vectors in memory.
 #define TY_ACC(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;
 #define TY_DOT(i)                                                              \

@@ -75,7 +75,6 @@ inline __m512i requant_step(const __m512i* a, const ChannelQ& c) {
                                 _mm512_slli_epi32(requant16(a[3], c), 24));
 }
 
-
 template <int KH, int ND, int S>
 inline __m512i step(const uint8_t* p, int64_t dy, int64_t kh, const TapWords& t,
                     const ChannelQ& c) {

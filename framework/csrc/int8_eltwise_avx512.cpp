@@ -161,7 +161,6 @@ void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int
     }
 }
 
-
 // One plane in two passes over a buffer of one padded row per output row (`rows`, zero
 // outside the columns stored here): per output row and 64 columns, the max over the
 // window's valid input rows (u8 order: signed input comes sign-flipped; lanes past the row

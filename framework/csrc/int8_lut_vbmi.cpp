@@ -19,7 +19,7 @@ void map_rows_vbmi(const uint8_t* table, const uint8_t* data, const PartRows& ro
         const uint8_t* in = rows.row(data, r);
         uint8_t* dst = out + r * out_inner;
         for (int64_t i = 0; i < n; i += 64) {
-            const __mmask64 k = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;
+            const __mmask64 k = low_mask64(n - i);
             const __m512i x = _mm512_maskz_loadu_epi8(k, in + i);
             // vpermi2b reads the index's low 7 bits: entries x & 127 of each half
             const __m512i lo = _mm512_permutex2var_epi8(t0, x, t1);

@@ -173,7 +173,7 @@ void amx_transpose(const uint8_t* src, int64_t c, int64_t n, uint8_t* dst) {
     __m512i a[16];
     for (int64_t c0 = 0; c0 < c; c0 += 16) {
         for (int64_t x0 = 0; x0 < n; x0 += 64) {
-            const __mmask64 m = n - x0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - x0)) - 1;
+            const __mmask64 m = low_mask64(n - x0);
             for (int i = 0; i < 16; ++i) a[i] = _mm512_maskz_loadu_epi8(m, src + (c0 + i) * n + x0);
             transpose_16x64<1>(a, dst + x0 * c + c0, c, 0, n - x0);
         }
