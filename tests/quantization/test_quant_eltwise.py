@@ -187,7 +187,7 @@ def test_add_and_concat_modules_follow_their_inputs_quantization():
     that differs in the zero point alone, get their own call, as the reference has it."""
     from tianyuan import nn
     from tianyuan.quantization.observer import QParams
-    from tianyuan.quantization.qarray import QArray, wrap
+    from tianyuan.quantization.qarray import wrap
     rng = np.random.default_rng(9)
     out = QParams(np.float32(0.05), 7, np.uint8, None)
     add, cat = nn.quantized.AddReLU(), nn.quantized.Concat()
@@ -196,13 +196,13 @@ def test_add_and_concat_modules_follow_their_inputs_quantization():
     cat.axis, cat.shuffle = 1, False
     values = [_q(rng, (1, 3, 4, 5), np.uint8) for _ in range(2)]
     for qparams in [((0.04, 3), (0.06, 9)), ((0.04, 4), (0.06, 9)), ((0.03, 3), (0.07, 2))]:
-        qs = [QArray(v, s, z) for v, (s, z) in zip(values, qparams)]
         (sa, za), (sb, zb) = qparams
+        a, b = wrap(values[0], sa, za), wrap(values[1], sb, zb)
         ma, mb, shift = R.add_multipliers(np.float32(sa), np.float32(sb), np.float32(0.05))
-        got = add(wrap(qs[0], sa, za), wrap(qs[1], sb, zb)).data.view(np.ndarray)
+        got = add(a, b).data.view(np.ndarray)
         np.testing.assert_array_equal(
             got, R.add(values[0], za, values[1], zb, ma, mb, shift, 7, True, np.uint8))
         m, s = R.quantize_multiplier(np.array([np.float32(sa), np.float32(sb)], np.float64)
                                      / np.float32(0.05))
-        got = cat([wrap(qs[0], sa, za), wrap(qs[1], sb, zb)]).data.view(np.ndarray)
+        got = cat([a, b]).data.view(np.ndarray)
         np.testing.assert_array_equal(got, R.concat(values, [za, zb], m, s, 7, np.uint8))
