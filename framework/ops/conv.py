@@ -137,6 +137,8 @@ class Conv2d(Function):
             gx = winograd.conv2d_input_grad(g, w, geo.padding)
         elif need_x and self.algo == "gemm_direct":
             gx = _direct_input_grad(g, w, geo)
+        if need_x and gx is None and conv_algo.columns_on_direct_wins(x, w, groups, geo):
+            gx = _columns_input_grad(g, w, geo, x.shape)
         need_x = need_x and gx is None
         gw_direct = None
         if need_w and conv_algo.wgrad_direct_wins(x, w, groups, geo):
@@ -186,6 +188,25 @@ def _direct_input_grad(g, w, geo):
     flipped = _C.conv_flip_kernel(w)
     return _C.conv2d_gemm(np.ascontiguousarray(g), flipped, None, None, (1, 1), padding,
                           geo.dilation)
+
+
+def _columns_input_grad(g, w, geo, shape):
+    """Input gradient as im2col's adjoint, the columns W^T gy from the direct kernel: per
+    image they are a 1x1 convolution of gy (N, Co, oh, ow) with w's transpose (C*kh*kw, Co),
+    whose (C*kh*kw, oh*ow) output col2im sums into the image. Numpy's GEMM, which the loop in
+    Conv2d.backward runs otherwise, competes for the cores with our OpenMP workers still
+    spinning from the last kernel (conv_algo.columns_on_direct_wins has the figures)."""
+    n, co = g.shape[:2]
+    wt = _C.conv_flip_kernel(w.reshape(co, -1, 1, 1))  # 1x1 taps: a parallel transpose
+    gx = np.empty(shape, g.dtype)
+    image = (1,) + tuple(shape[1:])
+    for sl in batch_chunks(n, geo.column_bytes(*shape[1:], g.dtype.itemsize)):
+        cols = _C.conv2d_gemm(np.ascontiguousarray(g[sl]), wt, None, None, (1, 1), (0, 0, 0, 0),
+                              (1, 1))
+        for i, cols_i in enumerate(cols.reshape(len(cols), len(wt), -1)):
+            gx[sl.start + i] = _C.col2im(cols_i, image, geo.kernel, geo.stride, geo.padding,
+                                         geo.dilation)[0]
+    return gx
 
 
 def conv2d_inference(x, w, scale, shift, act, stride, padding, dilation, groups):

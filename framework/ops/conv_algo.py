@@ -45,6 +45,7 @@ WINO_MIN_TILES = 128
 WINO_MIN_SIZE = 14
 GEMM_DIRECT_STEM_DEPTH = 160
 ADJOINT_MIN_POSITIONS = 196
+COLUMNS_DIRECT_MIN_POSITIONS = 392
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196  # below: the batch's columns in one GEMM, without AVX-512
@@ -197,6 +198,24 @@ def wgrad_direct_wins(x, w, groups, geo):
                              else WGRAD_DIRECT_MIN_POSITIONS)
     return (x.shape[0] > 1 and positions >= WGRAD_WIDEN_MIN_POSITIONS
             and depth * w.shape[0] < WGRAD_WIDEN_MAX_WEIGHTS)
+
+
+def columns_on_direct_wins(x, w, groups, geo):
+    """Whether an input gradient that no convolution kernel takes (strided layers) computes
+    its columns on the direct kernel (conv._columns_input_grad) rather than numpy's GEMM: float32
+    groups of one, a SIMD ISA, not pointwise, >= COLUMNS_DIRECT_MIN_POSITIONS output positions
+    per call. The whole backward of one strided layer at 2 threads on a 2-core Zen 5
+    (2026-12-04, both paths in one process): ResNet-18's stride-2 3x3 layers at batch 8 and 16
+    0.35-0.44x the time (64 channels at 56x56, batch 8, 8.1 -> 3.0 ms), their 1x1 shortcuts
+    0.48-0.79x; AVX2 code there at batch 8 0.59-0.97x. At batch 1 on 7x7 and 14x14 outputs (49,
+    196 positions) the per-call transpose and packing of w lose (1.14-1.24x on AVX-512, up to
+    1.55x on AVX2); 784 positions 0.75x (AVX2 0.92-1.03x)."""
+    if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32 or geo.pointwise:
+        return False
+    if _C.current_isa() not in ("avx2", "avxvnni", "avx512", "vnni", "amx"):
+        return False
+    oh, ow = geo.out_size(*x.shape[2:])
+    return x.shape[0] * oh * ow >= COLUMNS_DIRECT_MIN_POSITIONS
 
 
 def winograd_wins(x, w, geo):

@@ -173,6 +173,36 @@ def test_gemm_direct_input_gradient_is_the_adjoint_convolution(xs, ws, padding, 
         close(grads["gemm_direct"], grads["im2col_gemm"], f"input gradient, {isa}")
 
 
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation", [
+    ((3, 5, 9, 11), (7, 5, 3, 3), 2, 1, 1), ((2, 4, 10, 9), (6, 4, 3, 3), (2, 3), (2, 1), 2),
+    ((2, 3, 12, 12), (5, 3, 1, 1), 2, 0, 1), ((1, 2, 15, 14), (3, 2, 5, 5), 3, (0, 2), 1)])
+def test_columns_on_the_direct_kernel_give_the_input_gradient(xs, ws, stride, padding,
+                                                              dilation, monkeypatch):
+    # strided layers: W^T gy as a 1x1 convolution of gy, then col2im per image
+    # (conv._columns_input_grad), against numpy's GEMM; a column budget of one image a chunk
+    rng = np.random.default_rng(8)
+    x = ty.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
+    w = ty.tensor(rng.standard_normal(ws).astype(np.float32))
+    monkeypatch.setattr(conv_ops, "COLUMN_BUDGET", 1)
+    calls = []
+    real = conv_ops._columns_input_grad
+    monkeypatch.setattr(conv_ops, "_columns_input_grad",
+                        lambda *args: calls.append(1) or real(*args))
+    for isa in each_isa():
+        grads = {}
+        for direct in (False, True):
+            monkeypatch.setattr(conv_ops.conv_algo, "columns_on_direct_wins",
+                                lambda *args, direct=direct: direct)
+            x.grad = None
+            with conv_ops.force_algorithm("im2col_gemm"):
+                y = F.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+                (y * ty.tensor(np.cos(np.arange(y.numpy().size, dtype=np.float32))
+                               .reshape(y.shape))).sum().backward()
+            grads[direct] = x.grad.numpy()
+        close(grads[True], grads[False], f"input gradient, {isa}")
+    assert len(calls) == len(ty.available_isas())
+
+
 def test_depthwise_conv2d_gradients_float64():
     # float64 runs the generic kernels: finite differences check the whole primitive
     check_op(lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=(1, 2), groups=3),
