@@ -141,7 +141,7 @@ class Conv2d(Function):
             gx = _columns_input_grad(g, w, geo, x.shape)
         need_x = need_x and gx is None
         gw_direct = None
-        if need_w and conv_algo.wgrad_direct_wins(x, w, groups, geo):
+        if need_w and conv_algo.wgrad_direct_wins(x, w, groups):
             gw_direct = _C.conv2d_gemm_weight_grad(x, np.ascontiguousarray(g, x.dtype),
                                                    geo.kernel, geo.stride, geo.padding,
                                                    geo.dilation)
@@ -273,7 +273,7 @@ class ConvTranspose2d(Function):
         gx = np.empty_like(x) if need_x else None
         inner = g[:, :, :self.inner[0], :self.inner[1]]  # the zero edge has no inputs
         gw = None
-        if need_w and conv_algo.wgrad_direct_wins(inner, w, groups, geo):
+        if need_w and conv_algo.wgrad_direct_wins(inner, w, groups):
             # the weight gradient of the convolution whose input gradient this layer is
             gw = _C.conv2d_gemm_weight_grad(np.ascontiguousarray(inner, x.dtype), x,
                                             geo.kernel, geo.stride, geo.padding, geo.dilation)

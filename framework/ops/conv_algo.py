@@ -19,7 +19,8 @@ processes. `algorithm_choices()` lists what was chosen (for a model: run it once
 the list).
 
 The weight gradient has its own fixed choice, `wgrad_direct_wins`: our direct kernel
-(_C.conv2d_gemm_weight_grad) or im2col + numpy's GEMM, whatever ran the forward.
+(_C.conv2d_gemm_weight_grad) or im2col + numpy's GEMM, whatever ran the forward; so has a
+strided layer's input gradient, `columns_on_direct_wins`.
 
 Force one for tests or experiments with env TIANYUAN_CONV_ALGO=name or
 `with force_algorithm("im2col_gemm"): ...`; a forced algorithm that cannot run a shape falls
@@ -54,10 +55,6 @@ POINTWISE_MIN_DEPTH_B1 = 16
 POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
 POINTWISE_FEW_PLANE = 196
 WINO_MIN_CHANNELS = 16
-WGRAD_DIRECT_MIN_POSITIONS = 512         # AVX2
-WGRAD_DIRECT_MIN_POSITIONS_AVX512 = 256
-WGRAD_WIDEN_MIN_POSITIONS = 3136
-WGRAD_WIDEN_MAX_WEIGHTS = 1 << 20
 
 
 def set_fastrun(enabled):
@@ -160,44 +157,20 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
     return depth >= POINTWISE_MIN_DEPTH
 
 
-def wgrad_direct_wins(x, w, groups, geo):
+def wgrad_direct_wins(x, w, groups):
     """Whether the weight gradient runs on the direct kernel (_C.conv2d_gemm_weight_grad, AVX-512 or
-    AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward. It gathers the
-    output gradient transposed once per call (cost ~ Co * positions against ~ C * kh * kw * Co *
-    positions of multiply-adds), so it needs C * kh * kw >= Co, and enough positions per call (N
-    * out_h * out_w >= WGRAD_DIRECT_MIN_POSITIONS) to amortise its (C*kh*kw, Co) accumulator.
-    Measured at 2 threads (this repo's 2-core AVX-512 Xeon, interleaved with the im2col path),
-    batch 16: ResNet-18's 3x3 layers 1.1-2.0x faster (64 ch at 56x56: 49 -> 25 ms), its stem
-    2.0x, 1x1 layers that narrow the channels 1.1-1.8x; batch 1 7x7 maps 2.3x slower, 1x1 layers
-    that widen the channels 1.2-2.2x slower. Since gy^T is gathered by 16 x 16 register
-    transposes (2026-12-01, interleaved, batch 16): widening 1x1 layers with >=
-    WGRAD_WIDEN_MIN_POSITIONS positions per call and < WGRAD_WIDEN_MAX_WEIGHTS weights
-    0.52-0.95x numpy's time (ShuffleNetV2's 24 -> 58 at 56x56 5.0 -> 2.6 ms, MobileNetV2's 24 ->
-    144 10.0 -> 7.0, ResNet-50's 64 -> 256 23.4 -> 19.7), 512 -> 2048 at 7x7 1.1x; at batch 1
-    numpy's columns are views of x and gy, and the direct kernel is 1.03-2.1x slower from 28x28
-    down (0.43-0.96x at 56x56), so widening layers at batch 1 stay on numpy. The AVX2 kernel
-    (Zen 3, 2026-12-03, interleaved, batch 8) fits the same rule: ResNet-18's layers it takes
-    0.53-0.76x numpy's time (the stem 27.7 against 36.5 ms), those it leaves 0.6-1.07x (7x7
-    maps, 392 positions), ShuffleNetV2's 0.52-1.12x; at batch 1 the 14x14 and 7x7 layers it
-    leaves 0.97-1.72x. On AVX-512 the direct kernel takes from WGRAD_DIRECT_MIN_POSITIONS_AVX512
-    positions on (a 2-core Zen 5, 2026-12-04, the whole backward of one layer, 7 interleaved
-    rounds): 392 positions (batch 8 on 7x7 maps) 0.37-0.67x the time of the im2col path
-    (ResNet-18's 512-channel 3x3 layers 16.0 -> 7.6 ms, ResNet-50's 1x1 2048 -> 512 7.7 ->
-    2.9), 245-294 positions 0.58-0.59x; 196 (batch 4 on 7x7) 0.90x and batch 1 on 14x14 0.81x,
-    left to numpy (Zen 3 had batch 1 on 14x14 at 0.97-1.72x)."""
-    if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32:
-        return False
-    if _C.current_isa() == "generic":
-        return False
-    oh, ow = geo.out_size(*x.shape[2:])
-    depth = w.shape[1] * w.shape[2] * w.shape[3]
-    positions = x.shape[0] * oh * ow
-    if depth >= w.shape[0]:
-        wide = _C.current_isa() in ("avx512", "vnni", "amx")
-        return positions >= (WGRAD_DIRECT_MIN_POSITIONS_AVX512 if wide
-                             else WGRAD_DIRECT_MIN_POSITIONS)
-    return (x.shape[0] > 1 and positions >= WGRAD_WIDEN_MIN_POSITIONS
-            and depth * w.shape[0] < WGRAD_WIDEN_MAX_WEIGHTS)
+    AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward: every float32
+    layer of one group on a SIMD ISA. Until 2026-12-04 a rule by positions per call and by
+    widening (Co > C * kh * kw) sent small calls and widening 1x1 layers to numpy, from layers
+    timed alone, where numpy's GEMM had the cores to itself. In a training step it starts while
+    our OpenMP workers still spin from the last kernel: ResNet-50's widening 1x1 layers at batch 8
+    spent 74 ms a step there on a 2-core Zen 5. Everything on the direct kernel, training steps
+    at 2 threads, alternating in one process: batch 8 ResNet-50 0.92-0.94x the time, MobileNetV2
+    0.93x, ShuffleNetV2 1.00x; ResNet-50 batch 16 0.96x, batch 2 0.94x; batch 1 ResNet-18 and
+    MobileNetV2 0.96x; AVX2 code there at batch 8 ResNet-18, ResNet-50 and MobileNetV2
+    0.95-0.96x; a DCGAN generator's transposed convolutions level (0.97-1.00x)."""
+    return (groups == 1 and x.dtype == np.float32 and w.dtype == np.float32
+            and _C.current_isa() != "generic")
 
 
 def columns_on_direct_wins(x, w, groups, geo):
