@@ -50,8 +50,7 @@ COLUMNS_DIRECT_MIN_POSITIONS = 392
 WINO_OVER_DIRECT_CHANNELS = 256
 WINO_OVER_DIRECT_SIZE = 28
 POINTWISE_MIN_PLANE = 196  # below: the batch's columns in one GEMM, without AVX-512
-POINTWISE_MIN_DEPTH = 24
-POINTWISE_MIN_DEPTH_B1 = 16
+POINTWISE_MIN_DEPTH = 16
 POINTWISE_MAX_WEIGHTS_B1 = 1 << 19
 POINTWISE_FEW_PLANE = 196
 WINO_MIN_CHANNELS = 16
@@ -150,11 +149,15 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
     77-122 ms, MobileNetV2 310-373 -> 229-348, ResNet-50 1343-1750 -> 1458-1595. Layer by
     layer, in isolation, numpy's GEMM had looked level or faster on MobileNetV2 (93 against
     103 ms); in a model its workers start while ours still spin and share their cores. At
-    batch 1: MobileNetV2's 1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5."""
-    if batch == 1:
-        return depth >= POINTWISE_MIN_DEPTH_B1 and (
-            depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or plane <= POINTWISE_FEW_PLANE)
-    return depth >= POINTWISE_MIN_DEPTH
+    batch 1: MobileNetV2's 1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5. Batches had
+    needed >= 24 input channels, from layers timed alone; MobileNetV2's 16 -> 96 at 112x112 on
+    the direct kernel too (2026-12-04, Zen 5, 2 threads, alternating in one process): a fused
+    fp32 forward at batch 16 0.88-0.92x the time (two runs), a training step at batch 8
+    0.91-0.96x."""
+    if depth < POINTWISE_MIN_DEPTH:
+        return False
+    return batch > 1 or depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or (
+        plane <= POINTWISE_FEW_PLANE)
 
 
 def wgrad_direct_wins(x, w, groups):

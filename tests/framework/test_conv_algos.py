@@ -349,9 +349,11 @@ def test_pointwise_rule_by_batch_and_map_size():
     F.conv2d(ty.randn(1, 256, 28, 28), ty.randn(2048, 256, 1, 1))  # 2^19 weights: numpy's
     F.conv2d(ty.randn(2, 32, 14, 14), w)   # a batch of 14x14 maps: x read in place
     F.conv2d(ty.randn(2, 32, 7, 7), w)     # a batch of 7x7 maps: panels over the batch
-    F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 1, 1))  # 16 deep: one GEMM, batch folded
+    F.conv2d(ty.randn(2, 16, 7, 7), ty.randn(16, 16, 1, 1))  # 16 deep: panels too
+    F.conv2d(ty.randn(2, 8, 7, 7), ty.randn(16, 8, 1, 1))  # 8 deep: one GEMM, batch folded
     simd = ty.current_isa() != "generic"  # the direct GEMM's AVX2 or AVX-512 kernel
     direct = "gemm_direct" if simd else "gemm_1x1"
     assert list(conv_ops.algorithm_choices().values()) == [
         direct, "gemm_1x1", direct, "gemm_1x1", direct,
-        "gemm_direct" if simd else "im2col_gemm", "im2col_gemm"]
+        "gemm_direct" if simd else "im2col_gemm", "gemm_direct" if simd else "im2col_gemm",
+        "im2col_gemm"]
