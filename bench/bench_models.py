@@ -55,10 +55,10 @@ def ours(name, batches, repeats, train_batch, train_steps):
     from tianyuan import quantization as Q
     from tianyuan.evaluation import benchmark
     model = zoo.get_model(name).eval()
+    qconfigs = (("int8", Q.calibration_qconfig), ("int8r", Q.calibration_reduce_range_qconfig))
     int8 = {kind: Q.quantize(Q.calibrate(Q.quantize_qat(model, qconfig),
                                          [random_batch(2, s) for s in range(2)]))
-            for kind, qconfig in (("int8", Q.calibration_qconfig),
-                                  ("int8r", Q.calibration_reduce_range_qconfig))}
+            for kind, qconfig in (qconfigs if batches else ())}
     inference = Q.fuse(copy.deepcopy(model), model.fuse_groups())  # conv + BN + act fused
     out = {}
     for batch in batches:
@@ -131,8 +131,9 @@ def peers(name, batches, repeats, train_batch, train_steps, threads):
     builder = getattr(torchvision.models, name, None)
     if builder is None:
         return {}
-    model, int8 = builder(weights=None).eval(), torch_int8_model(name, torch)
-    session = ort_session(model, torch, threads)
+    model = builder(weights=None).eval()
+    int8 = torch_int8_model(name, torch) if batches else None
+    session = ort_session(model, torch, threads) if batches else None
     out = {}
     with torch.inference_mode():
         for batch in batches:
@@ -166,7 +167,7 @@ def median_over_rounds(runs):
 def rows_for(name, batches, mine, peer):
     def ratio(a, b):
         return round(a / b, 2) if a and b else "-"
-    rows = []
+    rows = [] if batches else [{"model": name}]
     for batch in batches:
         f, q, qr = mine[("fp32", batch)], mine[("int8", batch)], mine[("int8r", batch)]
         tf, tq, of = (peer.get((k, batch)) for k in ("torch_fp32", "torch_int8", "ort_fp32"))
@@ -185,7 +186,8 @@ def rows_for(name, batches, mine, peer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--batches", default="1,16",
+                        help="inference batch sizes; '' for the training step alone")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--train-batch", type=int, default=8)
     parser.add_argument("--train-steps", type=int, default=3)
@@ -199,7 +201,7 @@ def main():
     import tianyuan as ty
     from tianyuan.evaluation.report import format_table, write_json
     ty.set_num_threads(args.threads)
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in args.batches.split(",") if b]
     rows = []
     for name in args.models.split(","):
         # ours and the peers alternate `rounds` times (a slow spell of a shared machine hits
@@ -212,7 +214,7 @@ def main():
                                       args.train_steps, args.threads))
         mine, peer = median_over_rounds(mine_runs), median_over_rounds(peer_runs)
         rows += rows_for(name, batches, mine, peer)
-        print(format_table(rows[-len(batches):]), flush=True)
+        print(format_table(rows[-max(1, len(batches)):]), flush=True)
     print(format_table(rows, title=f"\nmodels at 224x224, {args.threads} threads, ISA "
                        f"{ty.current_isa()}; ms = median latency; vs_* = our time / peer time; "
                        "train_vs_torch = our images/s / torch's"))

@@ -9,7 +9,9 @@
 #   4. bench_int8 on 2 threads (the configuration), every layer printed, with the
 #      AMX algorithm forced as a second column (int8a) where the OS grants tiles: the data
 #      for amx_wins (framework/csrc/int8_amx.cpp), which keeps 1x1 layers on VNNI;
-#   5. bench_int8 on every core.
+#   5. bench_int8 on every core;
+#   6. fp32 training steps (ResNet-18, MobileNetV2, batch 8) on every core against PyTorch's:
+#      whether they scale there since the backward left numpy's GEMM (2026-12-04).
 # The terminal gets each network's totals and targets; the logs keep every layer.
 # Each step stops at the budget (BUDGET seconds from the start, default 540); logs and the
 # JSON of each bench land in OUT (default device_out/). From the repository root:
@@ -70,5 +72,9 @@ if [ "$CORES" -gt 2 ]; then
     budgeted 90 python3 bench/bench_int8.py --threads "$CORES" --rounds 2 --layers "${FORCE[@]}" \
         --json "$OUT/int8_t$CORES.json" 2>&1 | grep -v "^ *$" | tee "$OUT/int8_t$CORES.log" \
         | grep -v "^  [^ ]"
+    step "training steps, $CORES threads"
+    budgeted 60 python3 bench/bench_models.py --models resnet18,mobilenet_v2 --batches "" \
+        --threads "$CORES" --rounds 2 --json "$OUT/train_t$CORES.json" 2>&1 \
+        | tee "$OUT/train_t$CORES.log" | tail -4
 fi
 step done
