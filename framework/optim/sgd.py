@@ -42,6 +42,7 @@ class SGD(Optimizer):
                 buf = state["momentum_buffer"] = np.array(d, copy=True)
             else:
                 buf *= momentum
-                buf += (1.0 - group["dampening"]) * d
+                # the same bits as (1 - 0) * d without its temporary (one pass fewer)
+                buf += (1.0 - group["dampening"]) * d if group["dampening"] else d
             d = d + momentum * buf if group["nesterov"] else buf
         param.data -= group["lr"] * d
