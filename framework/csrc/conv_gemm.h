@@ -157,4 +157,17 @@ WgradGather conv_wgrad_gather_avx512();
 WgradKernel conv_wgrad_kernel_avx2();
 WgradGather conv_wgrad_gather_avx2();
 
+// Pointwise layers (1x1, stride 1, no padding) on large maps take the weight gradient as dot
+// products instead, with no gather and no packing: gw[o][c] = sum_n sum_p gy[n][o][p] *
+// x[n][c][p], both rows contiguous along p. A register tile of kPwMo rows o by kPwMc rows c
+// keeps one vector of partial sums per pair, over chunks of positions that stay in L2.
+constexpr int64_t kPwMo = 4, kPwMc = 6, kPwLanes = 16;
+// acc[(i * kPwMc + j) * kPwLanes + lane] (= if first, else +=) the lane's share of
+// sum_{p < len} g[i][p] * x[j][p], i < kPwMo, j < kPwMc; lane = p % (the ISA's vector width,
+// <= kPwLanes; lanes past it are zeros).
+using WgradPointwiseKernel = void (*)(const float* const* g, const float* const* x,
+                                      int64_t len, bool first, float* acc);
+WgradPointwiseKernel conv_wgrad_pointwise_avx512();
+WgradPointwiseKernel conv_wgrad_pointwise_avx2();
+
 }  // namespace tianyuan

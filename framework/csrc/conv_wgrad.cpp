@@ -64,6 +64,16 @@ void gather_generic(const float* gy, int64_t co, int64_t positions, const int64_
     }
 }
 
+void pointwise_generic(const float* const* g, const float* const* x, int64_t len, bool first,
+                       float* acc) {
+    for (int64_t i = 0; i < kPwMo; ++i)
+        for (int64_t j = 0; j < kPwMc; ++j) {
+            float* a = acc + (i * kPwMc + j) * kPwLanes;
+            if (first) std::fill(a, a + kPwLanes, 0.0f);
+            for (int64_t p = 0; p < len; ++p) a[p % kPwLanes] += g[i][p] * x[j][p];
+        }
+}
+
 float* aligned64(float* p) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
     return reinterpret_cast<float*>((at + 63) & ~uintptr_t(63));
@@ -158,10 +168,103 @@ Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry
     return p;
 }
 
+// The pointwise path (conv_gemm.h): each task owns a range of blocks of kPwMo rows o and one
+// of kPwShares fixed shares of the chunks (image, run of positions), summed into its own
+// vectors of partial sums; the shares and their lanes are added in order at the end, so the
+// result does not depend on the number of threads.
+constexpr int64_t kPwShares = 8;
+constexpr int64_t kPwChunkBytes = 256 << 10;  // x's and gy's rows of one chunk
+constexpr int64_t kPwMinPlane = 56 * 56;
+constexpr int64_t kPwMaxNarrow = 32;
+constexpr int64_t kPwMaxWeights = 1 << 14;  // 8 shares of 64 bytes a weight: 8 MB
+
+// Where the dot products beat the gather-and-pack kernel, whose k rows come in blocks of 12
+// and whose gather costs as much per output channel whatever the depth: maps of >= 56x56
+// with <= 32 channels on one side. One layer at batch 8 on 2 Zen 5 threads (alternating
+// builds): 32 -> 16 at 112x112 0.75-0.80 -> 0.36-0.37 ms, 16 -> 96 at 112x112 2.9-3.6 ->
+// 1.3-1.8, 144 -> 24 at 56x56 0.85-1.18 -> 0.54-0.60, 24 -> 144 0.72-0.76 -> 0.54-0.58;
+// AVX2 code there 0.51-0.58x. Level for 64 -> 64 and 64 <-> 256 at 56x56 (AVX2 0.8x), and
+// 1.0-1.3x slower at 28x28 (3 chunks an image: the partial sums' traffic tells).
+bool pointwise_path(const Conv2dGeometry& g, int64_t co) {
+    return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
+           g.pl == 0 && g.pr == 0 && g.h * g.w >= kPwMinPlane &&
+           std::min(g.c, co) <= kPwMaxNarrow && g.c * co <= kPwMaxWeights;
+}
+
+void pointwise_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
+                           float* gw) {
+    const WgradPointwiseKernel kernel = current_isa() >= Isa::avx512 ? conv_wgrad_pointwise_avx512()
+                                        : current_isa() >= Isa::avx2 ? conv_wgrad_pointwise_avx2()
+                                                                     : pointwise_generic;
+    const int64_t c = g.c, positions = g.h * g.w, oblocks = (co + kPwMo - 1) / kPwMo;
+    const int64_t cblocks = (c + kPwMc - 1) / kPwMc, tile = kPwMo * kPwMc * kPwLanes;
+    // chunks of equal length (a multiple of 16) that fit kPwChunkBytes, at least 256
+    const int64_t fit = std::max<int64_t>(kPwChunkBytes / (int64_t(sizeof(float)) * (c + co)), 256);
+    const int64_t per_image = (positions + fit - 1) / fit, units = g.n * per_image;
+    const int64_t len = ((positions + per_image - 1) / per_image + 15) / 16 * 16;
+    const int64_t shares = std::min(kPwShares, units), threads = omp_get_max_threads();
+    const int64_t ranges = std::min(oblocks, (threads + shares - 1) / shares);
+    const int64_t share_size = oblocks * cblocks * tile;
+    // the caller's grow-only scratch; each share's first chunk stores its sums (no zero fill)
+    static thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(shares * share_size + len))
+        scratch.resize(static_cast<size_t>(shares * share_size + len));
+    float* const acc = scratch.data();
+    const float* const zeros = acc + shares * share_size;  // rows past co or c (len floats)
+    std::fill(acc + shares * share_size, acc + shares * share_size + len, 0.0f);
+    const bool parallel = g.n * co * positions * c >= kParallelMacs && threads > 1;
+#pragma omp parallel if (parallel)
+    {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < shares * ranges; ++t) {
+            const int64_t share = t / ranges, range = t % ranges;
+            const int64_t ob0 = oblocks * range / ranges, ob1 = oblocks * (range + 1) / ranges;
+            float* const sacc = acc + share * share_size;
+            const int64_t u0 = units * share / shares;
+            for (int64_t u = u0; u < units * (share + 1) / shares; ++u) {
+                const int64_t n = u / per_image, p0 = u % per_image * len;
+                const int64_t l = std::min(len, positions - p0);
+                const float* xr[kPwMc];
+                const float* gr[kPwMo];
+                for (int64_t ob = ob0; ob < ob1; ++ob) {
+                    for (int64_t i = 0; i < kPwMo; ++i) {
+                        const int64_t o = ob * kPwMo + i;
+                        gr[i] = o < co ? gy + (n * co + o) * positions + p0 : zeros;
+                    }
+                    for (int64_t cb = 0; cb < cblocks; ++cb) {
+                        for (int64_t j = 0; j < kPwMc; ++j) {
+                            const int64_t k = cb * kPwMc + j;
+                            xr[j] = k < c ? x + (n * c + k) * positions + p0 : zeros;
+                        }
+                        kernel(gr, xr, l, u == u0, sacc + (ob * cblocks + cb) * tile);
+                    }
+                }
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < oblocks * cblocks; ++t) {  // shares, then lanes, in order
+            float* const sum = acc + t * tile;
+            for (int64_t share = 1; share < shares; ++share) {
+                const float* part = acc + share * share_size + t * tile;
+                for (int64_t i = 0; i < tile; ++i) sum[i] += part[i];
+            }
+            for (int64_t i = 0; i < kPwMo; ++i)
+                for (int64_t j = 0; j < kPwMc; ++j) {
+                    const int64_t o = t / cblocks * kPwMo + i, k = t % cblocks * kPwMc + j;
+                    const float* lanes = sum + (i * kPwMc + j) * kPwLanes;
+                    float total = 0.0f;
+                    for (int64_t lane = 0; lane < kPwLanes; ++lane) total += lanes[lane];
+                    if (o < co && k < c) gw[o * c + k] = total;
+                }
+        }
+    }
+}
+
 }  // namespace
 
 void conv_gemm_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
                            float* gw) {
+    if (pointwise_path(g, co)) return pointwise_weight_grad(x, gy, co, g, gw);
     const Plan p = make_plan(x, gy, co, g);
     const int64_t threads = omp_get_max_threads(), tasks = p.ranges * p.shares;
     const int64_t group = p.group;

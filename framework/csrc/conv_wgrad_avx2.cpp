@@ -77,8 +77,51 @@ void gather(const float* gy, int64_t co, int64_t positions, const int64_t* image
     }
 }
 
+// The pointwise dot-product tile in two passes of kPwMo rows o by 3 rows c (12 ymm
+// accumulators, 3 + 1 operand registers); partial sums in lanes 0-7 of each pair's 16.
+void pointwise(const float* const* g, const float* const* x, int64_t len, bool first,
+               float* acc) {
+    static_assert(kPwMo == 4 && kPwMc == 6 && kPwLanes == 16, "two passes of 4 x 3 pairs");
+    if (first)  // lanes 8-15 stay zeros
+        for (int64_t i = 0; i < kPwMo * kPwMc; ++i)
+            _mm256_storeu_ps(acc + i * 16 + 8, _mm256_setzero_ps());
+    for (int j0 = 0; j0 < kPwMc; j0 += 3) {
+        __m256 sum[kPwMo][3];
+#pragma GCC unroll 4
+        for (int i = 0; i < kPwMo; ++i)
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; ++j)
+                sum[i][j] = first ? _mm256_setzero_ps()
+                                  : _mm256_loadu_ps(acc + (i * kPwMc + j0 + j) * 16);
+        // full: unmasked loads; else the tail's masked loads, zeros past len
+        const auto step = [&](int64_t p, bool full, __m256i m) __attribute__((always_inline)) {
+            const auto load = [&](const float* q) __attribute__((always_inline)) {
+                return full ? _mm256_loadu_ps(q) : _mm256_maskload_ps(q, m);
+            };
+            __m256 xv[3];
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; ++j) xv[j] = load(x[j0 + j] + p);
+#pragma GCC unroll 4
+            for (int i = 0; i < kPwMo; ++i) {
+                const __m256 gv = load(g[i] + p);
+#pragma GCC unroll 3
+                for (int j = 0; j < 3; ++j) sum[i][j] = _mm256_fmadd_ps(gv, xv[j], sum[i][j]);
+            }
+        };
+        int64_t p = 0;
+        for (; p + 8 <= len; p += 8) step(p, true, lanes(8));
+        if (p < len) step(p, false, lanes(len - p));
+#pragma GCC unroll 4
+        for (int i = 0; i < kPwMo; ++i)
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; ++j)
+                _mm256_storeu_ps(acc + (i * kPwMc + j0 + j) * 16, sum[i][j]);
+    }
+}
+
 }  // namespace
 
+WgradPointwiseKernel conv_wgrad_pointwise_avx2() { return pointwise; }
 WgradKernel conv_wgrad_kernel_avx2() { return kernel; }
 WgradGather conv_wgrad_gather_avx2() { return gather; }
 

@@ -69,8 +69,40 @@ void gather(const float* gy, int64_t co, int64_t positions, const int64_t* image
     }
 }
 
+// The pointwise dot-product tile: per 16 positions kPwMc loads of x, and per row o one load
+// of gy and kPwMc fused multiply-adds (24 accumulators, 6 + 1 operand registers).
+void pointwise(const float* const* g, const float* const* x, int64_t len, bool first,
+               float* acc) {
+    static_assert(kPwMo == 4 && kPwMc == 6 && kPwLanes == 16, "24 zmm accumulators");
+    __m512 sum[kPwMo][kPwMc];
+#pragma GCC unroll 4
+    for (int i = 0; i < kPwMo; ++i)
+#pragma GCC unroll 6
+        for (int j = 0; j < kPwMc; ++j)
+            sum[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * kPwMc + j) * 16);
+    const auto step = [&](int64_t p, __mmask16 m) __attribute__((always_inline)) {
+        __m512 xv[kPwMc];
+#pragma GCC unroll 6
+        for (int j = 0; j < kPwMc; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x[j] + p);
+#pragma GCC unroll 4
+        for (int i = 0; i < kPwMo; ++i) {
+            const __m512 gv = _mm512_maskz_loadu_ps(m, g[i] + p);
+#pragma GCC unroll 6
+            for (int j = 0; j < kPwMc; ++j) sum[i][j] = _mm512_fmadd_ps(gv, xv[j], sum[i][j]);
+        }
+    };
+    int64_t p = 0;
+    for (; p + 16 <= len; p += 16) step(p, __mmask16(0xFFFF));
+    if (p < len) step(p, lanes(len - p));
+#pragma GCC unroll 4
+    for (int i = 0; i < kPwMo; ++i)
+#pragma GCC unroll 6
+        for (int j = 0; j < kPwMc; ++j) _mm512_storeu_ps(acc + (i * kPwMc + j) * 16, sum[i][j]);
+}
+
 }  // namespace
 
+WgradPointwiseKernel conv_wgrad_pointwise_avx512() { return pointwise; }
 WgradKernel conv_wgrad_kernel_avx512() { return kernel; }
 WgradGather conv_wgrad_gather_avx512() { return gather; }
 

@@ -20,6 +20,10 @@ WEIGHT_GRAD = GEMM_DIRECT + [
     ((2, 34, 9, 10), 45, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((5, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((3, 2, 224, 224), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    # the pointwise dot products (>= 56x56, <= 32 channels on one side): rows past the 4 x 6
+    # tile's edge on both sides, one chunk an image; 5 chunks an image with a 9-lane tail
+    ((2, 5, 56, 57), 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((3, 30, 61, 61), 45, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
 ]
 
 
@@ -39,10 +43,11 @@ def test_gemm_weight_grad_matches_numpy_twin_on_every_isa(shape, co, kernel, str
 
 
 @pytest.mark.parametrize("shape,co,kernel", [((4, 20, 16, 16), 40, (1, 1)),
-                                             ((2, 34, 9, 10), 45, (3, 3))])
+                                             ((2, 34, 9, 10), 45, (3, 3)),
+                                             ((3, 20, 61, 61), 40, (1, 1))])
 def test_gemm_weight_grad_bits_do_not_depend_on_the_thread_count(shape, co, kernel):
     # few rows k (the 1x1 layer: 20) split the positions into fixed shares summed in order;
-    # 306 rows split k between the threads
+    # 306 rows split k between the threads; the pointwise dot products' fixed shares
     rng = np.random.default_rng(9)
     x = rng.standard_normal(shape).astype(np.float32)
     gy = rng.standard_normal((shape[0], co) + shape[2:]).astype(np.float32)
