@@ -48,7 +48,7 @@ def random_batch(batch, seed=0):
 
 
 # ------------------------------------------------------------------ ours
-def ours(name, batches, repeats, train_batch, train_steps):
+def ours(name, batches, repeats, train_batch, train_steps, profile=False):
     import tianyuan as ty
     import tianyuan.functional as F
     from tianyuan import optim, zoo
@@ -76,6 +76,12 @@ def ours(name, batches, repeats, train_batch, train_steps):
         loss.backward()
         opt.step()
     out["train"] = 1000.0 * train_batch / median_ms(step, train_steps, warmup=1)
+    if profile:  # one more step, by op (tianyuan.profiler)
+        with ty.profiler.profile() as prof:
+            step()
+        rows = prof.rows()
+        out["train_profile"] = rows + [{"op": "(outside ops)", "total_ms": round(
+            prof.outside_ms, 3), "share": round(prof.outside_ms / prof.wall_ms, 4)}]
     return out
 
 
@@ -196,30 +202,38 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternate ours and the peers this many times per model")
     parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument("--profile", action="store_true",
+                        help="print one of our training steps by op (tianyuan.profiler)")
     args = parser.parse_args()
     restart_with_blas_threads(args.threads)
     import tianyuan as ty
     from tianyuan.evaluation.report import format_table, write_json
     ty.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]
-    rows = []
+    rows, profiles = [], {}
     for name in args.models.split(","):
         # ours and the peers alternate `rounds` times (a slow spell of a shared machine hits
         # both sides); each figure is the median over the rounds
         mine_runs, peer_runs = [], []
         for _ in range(args.rounds):
             mine_runs.append(ours(name, batches, args.repeats, args.train_batch,
-                                  args.train_steps))
+                                  args.train_steps, args.profile))
+            profile = mine_runs[-1].pop("train_profile", None)
             peer_runs.append(in_child(peers, name, batches, args.repeats, args.train_batch,
                                       args.train_steps, args.threads))
         mine, peer = median_over_rounds(mine_runs), median_over_rounds(peer_runs)
         rows += rows_for(name, batches, mine, peer)
         print(format_table(rows[-max(1, len(batches)):]), flush=True)
+        if profile:
+            print(format_table(profile, title=f"{name}: one training step at batch "
+                               f"{args.train_batch} by op (the last round)"), flush=True)
+            profiles[name] = profile
     print(format_table(rows, title=f"\nmodels at 224x224, {args.threads} threads, ISA "
                        f"{ty.current_isa()}; ms = median latency; vs_* = our time / peer time; "
                        "train_vs_torch = our images/s / torch's"))
     if args.json:
-        write_json(args.json, rows)
+        write_json(args.json, {"rows": rows, "train_profiles": profiles} if args.profile
+                   else rows)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ if [ "$CORES" -gt 2 ]; then
         | grep -v "^  [^ ]"
     step "training steps, $CORES threads"
     budgeted 60 python3 bench/bench_models.py --models resnet18,mobilenet_v2 --batches "" \
-        --threads "$CORES" --rounds 2 --json "$OUT/train_t$CORES.json" 2>&1 \
+        --threads "$CORES" --rounds 2 --profile --json "$OUT/train_t$CORES.json" 2>&1 \
         | tee "$OUT/train_t$CORES.log" | tail -4
 fi
 step done
