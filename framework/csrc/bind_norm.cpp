@@ -121,6 +121,24 @@ py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, f
     return std::move(gx);
 }
 
+py::array masked_grad_py(const py::array& g_any, const py::array& mask_any) {
+    if (!g_any.dtype().is(py::dtype::of<float>()) || mask_any.dtype().itemsize() != 1 ||
+        mask_any.dtype().kind() == 'f')
+        throw py::value_error("masked_grad: g must be float32 and mask bool or bytes, got " +
+                              std::string(py::str(g_any.dtype())) + " and " +
+                              std::string(py::str(mask_any.dtype())));
+    Array<float> g = Array<float>::ensure(g_any);
+    const auto mask = py::array::ensure(mask_any, py::array::c_style);
+    if (shape_of(g) != shape_of(mask))
+        throw py::value_error("masked_grad: g and mask must have the same shape, got " +
+                              shape_str(g) + " and " + shape_str(mask));
+    Array<float> gx(shape_of(g));
+    const auto* m = static_cast<const uint8_t*>(mask.data());
+    py::gil_scoped_release release;
+    masked_grad(g.data(), m, g.size(), gx.mutable_data());
+    return std::move(gx);
+}
+
 // A float32 (C,) vector, or null for None; `ok` turns false for anything else.
 const float* vector_or_null(const py::object& o, py::ssize_t c, bool* ok) {
     if (o.is_none()) return nullptr;
@@ -177,6 +195,8 @@ void bind_norm(py::module_& m) {
           "float32 x -> min(max(x, lo), hi); NaN passes through");
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
+    m.def("masked_grad", &masked_grad_py, py::arg("grad"), py::arg("mask"),
+          "g where mask, else 0 (float32 g; bool or byte mask of its shape)");
     m.def("bn_fold", &bn_fold, py::arg("mean"), py::arg("var"), py::arg("weight"),
           py::arg("bias"), py::arg("eps"), py::arg("conv_bias"),
           "frozen BN (+ the conv bias before it) -> (scale, shift) float32 (C,), as numpy "

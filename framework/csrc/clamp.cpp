@@ -20,4 +20,11 @@ void clamp_backward(const float* g, const float* y, int64_t n, float lo, float h
     clamp_backward_run(g, y, n, lo, hi, gx);
 }
 
+void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return masked_grad_avx512(g, mask, n, gx);
+    if (isa >= Isa::avx2) return masked_grad_avx2(g, mask, n, gx);
+    masked_grad_run(g, mask, n, gx);
+}
+
 }  // namespace tianyuan

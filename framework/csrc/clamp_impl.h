@@ -32,6 +32,14 @@ inline void clamp_backward_run(const float* g, const float* y, int64_t n, float 
     }
 }
 
+inline void masked_grad_run(const float* g, const uint8_t* mask, int64_t n, float* gx) {
+#pragma omp parallel for schedule(static) if (n >= kClampParallelMin)
+    for (int64_t b = 0; b < (n + kClampBlock - 1) / kClampBlock; ++b) {
+        const int64_t end = (b + 1) * kClampBlock < n ? (b + 1) * kClampBlock : n;
+        for (int64_t i = b * kClampBlock; i < end; ++i) gx[i] = mask[i] ? g[i] : 0.0f;
+    }
+}
+
 }  // namespace
 }  // namespace tianyuan
 
@@ -43,4 +51,7 @@ inline void clamp_backward_run(const float* g, const float* y, int64_t n, float 
     void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo,        \
                               float hi, float* gx) {                                      \
         clamp_backward_run(g, y, n, lo, hi, gx);                                          \
+    }                                                                                     \
+    void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx) {   \
+        masked_grad_run(g, mask, n, gx);                                                  \
     }

@@ -71,6 +71,39 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
     }
 }
 
+namespace {
+
+void fake_quantize_run(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1, float* y,
+                       uint8_t* inside) {
+    const int64_t c = r % f.c;
+    const float s = f.scale[c];
+    const float lo = static_cast<float>(f.lo - f.zp[c]), hi = static_cast<float>(f.hi - f.zp[c]);
+    const float* x = f.x + r * f.inner;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float q = std::nearbyint(x[i] / s);  // the default rounding: half to even
+        const bool in = q >= lo && q <= hi;        // false for NaN
+        float v = q >= lo ? q : lo;                // NaN too
+        v = v <= hi ? v : hi;
+        y[r * f.inner + i] = (v + 0.0f) * s;  // + 0: -0 as +0, the reference's int zero
+        inside[r * f.inner + i] = in;
+    }
+}
+
+}  // namespace
+
+void fake_quantize(const FakeQuantRows& f, float* y, uint8_t* inside) {
+    const auto run = current_isa() >= Isa::avx512 ? fake_quantize_run_avx512
+                     : current_isa() >= Isa::avx2 ? fake_quantize_run_avx2
+                                                  : fake_quantize_run;
+    constexpr int64_t kRun = 1 << 14;  // elements per task
+    const int64_t rows = f.outer * f.c, runs = (f.inner + kRun - 1) / kRun;
+#pragma omp parallel for schedule(static) if (rows * f.inner > (1 << 16))
+    for (int64_t t = 0; t < rows * runs; ++t) {
+        const int64_t i0 = t % runs * kRun;
+        run(f, t / runs, i0, i0 + kRun < f.inner ? i0 + kRun : f.inner, y, inside);
+    }
+}
+
 void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
     // VBMI's table lookup from the vnni level up, so that this machine's avx512 level still

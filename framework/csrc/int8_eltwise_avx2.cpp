@@ -178,6 +178,38 @@ void quantize_avx2(const float* x, int64_t size, float scale, int32_t zp, bool o
     }
 }
 
+void fake_quantize_run_avx2(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1,
+                            float* y, uint8_t* inside) {
+    const int64_t c = r % f.c;
+    const float sc = f.scale[c];
+    const float flo = static_cast<float>(f.lo - f.zp[c]), fhi = static_cast<float>(f.hi - f.zp[c]);
+    const __m256 s = _mm256_set1_ps(sc), lo = _mm256_set1_ps(flo), hi = _mm256_set1_ps(fhi);
+    const float* x = f.x + r * f.inner;
+    float* yr = y + r * f.inner;
+    uint8_t* in = inside + r * f.inner;
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        const __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        // ordered compares: false for NaN; 0/1 per lane, packed to 8 bytes
+        const __m256i ok = _mm256_srli_epi32(_mm256_castps_si256(_mm256_and_ps(
+            _mm256_cmp_ps(q, lo, _CMP_GE_OQ), _mm256_cmp_ps(q, hi, _CMP_LE_OQ))), 31);
+        const __m128i ok16 = _mm_packs_epi32(_mm256_castsi256_si128(ok),
+                                             _mm256_extracti128_si256(ok, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(in + i), _mm_packus_epi16(ok16, ok16));
+        const __m256 v = _mm256_min_ps(_mm256_max_ps(q, lo), hi);  // max(NaN, lo) is lo
+        // + 0: a rounded -0 as +0, the reference's integer zero
+        _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_add_ps(v, _mm256_setzero_ps()), s));
+    }
+    for (; i < i1; ++i) {
+        const float q = std::nearbyint(x[i] / sc);  // the default rounding: half to even
+        float v = q >= flo ? q : flo;               // NaN too
+        v = v <= fhi ? v : fhi;
+        yr[i] = (v + 0.0f) * sc;
+        in[i] = q >= flo && q <= fhi;
+    }
+}
+
 void max_pool2d_avx2(const QIn& x, const PoolGeom& g, uint8_t* out) {
     const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80
     const int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;

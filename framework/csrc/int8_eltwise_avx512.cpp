@@ -273,6 +273,29 @@ void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool
     }
 }
 
+void fake_quantize_run_avx512(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1,
+                              float* y, uint8_t* inside) {
+    const int64_t c = r % f.c;
+    const __m512 s = _mm512_set1_ps(f.scale[c]);
+    const __m512 lo = _mm512_set1_ps(static_cast<float>(f.lo - f.zp[c]));
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(f.hi - f.zp[c]));
+    const float* x = f.x + r * f.inner;
+    float* yr = y + r * f.inner;
+    uint8_t* in = inside + r * f.inner;
+    for (int64_t i = i0; i < i1; i += 16) {
+        const __mmask16 k = lanes(i1 - i);
+        const __m512 q = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), s),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        // ordered compares: false for NaN
+        const __mmask16 ok = _mm512_cmp_ps_mask(q, lo, _CMP_GE_OQ) &
+                             _mm512_cmp_ps_mask(q, hi, _CMP_LE_OQ);
+        const __m512 v = _mm512_min_ps(_mm512_max_ps(q, lo), hi);  // max(NaN, lo) is lo
+        // + 0: a rounded -0 as +0, the reference's integer zero
+        _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_add_ps(v, _mm512_setzero_ps()), s));
+        _mm_mask_storeu_epi8(in + i, k, _mm_maskz_set1_epi8(ok, 1));
+    }
+}
+
 void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                         int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
     const int64_t outer = rows.outer, inner = rows.inner;

@@ -116,6 +116,24 @@ void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool
 void quantize_avx2(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
                    uint8_t* out);
 
+// Fake quantization (quantization.fake_quant._fake_quant's y and mask), float32 x as (outer,
+// C, inner) rows with per-channel scale[c], zp[c] (C = 1: per tensor): with r = round half to
+// even of x / scale[c] (IEEE division), y = clamp(r, lo - zp[c], hi - zp[c]) * scale[c] and
+// inside = lo - zp[c] <= r <= hi - zp[c] (0 for NaN: y is then (lo - zp[c]) * scale[c]).
+struct FakeQuantRows {
+    const float* x;
+    int64_t outer, c, inner;
+    const float* scale;
+    const int32_t* zp;
+    int32_t lo, hi;
+};
+void fake_quantize(const FakeQuantRows& f, float* y, uint8_t* inside);
+// One run [i0, i1) of row r (= o * C + c): the ISA kernels.
+void fake_quantize_run_avx512(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1,
+                              float* y, uint8_t* inside);
+void fake_quantize_run_avx2(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1,
+                            float* y, uint8_t* inside);
+
 struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
 };

@@ -15,6 +15,7 @@ Modules (`FakeQuantize`, `LSQFakeQuantize`) take the tensor and its observer:
 """
 import numpy as np
 
+from .. import _C
 from ..autograd import Function
 from ..nn.module import Module
 from ..nn.parameter import Parameter
@@ -40,14 +41,28 @@ def _fake_quant(x, scale, zero_point, dtype, axis):
     return y, q.astype(np.int64) - z, (n >= lo) & (n <= hi), s
 
 
+def _fake_quant_native(x, scale, zero_point, dtype, axis):
+    """_fake_quant's y and inside mask in one native pass (float32 x; the same bits):
+    numpy's dozen passes through int64 had been 176 of a 574 ms ResNet-18 QAT step."""
+    return _C.fake_quantize(x, np.atleast_1d(np.asarray(scale, np.float32)),
+                            np.atleast_1d(np.asarray(zero_point, np.int32)),
+                            -1 if axis is None else axis % x.ndim,
+                            np.dtype(dtype) == np.int8)
+
+
 class FakeQuantizeSTE(Function):
     """x (...) -> dequantize(quantize(x)); scale, zero_point scalars or (C,) on `axis`."""
 
     def forward(self, x, scale=None, zero_point=None, dtype=None, axis=None):
-        y, _, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
+        if x.dtype == np.float32:
+            y, self.inside = _fake_quant_native(x, scale, zero_point, dtype, axis)
+        else:
+            y, _, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
         return y
 
     def backward(self, g):
+        if g.dtype == np.float32:
+            return _C.masked_grad(g, self.inside)  # in parallel: numpy's g * mask is one core
         return g * self.inside
 
 

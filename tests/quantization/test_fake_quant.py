@@ -1,9 +1,13 @@
 """Fake quantizers: forward = reference quantize/dequantize; STE and LSQ gradients by hand
 and against finite differences where they are defined."""
 import numpy as np
+import pytest
 
 import tianyuan as ty
+from helpers import each_isa
+from tianyuan import _C
 from tianyuan.quantization import LSQFunction, FakeQuantizeSTE
+from tianyuan.quantization import fake_quant
 from tianyuan.quantization import reference as R
 
 SCALE, ZP = np.float32(0.1), 10
@@ -78,3 +82,42 @@ def test_lsq_gradient_scale_and_per_channel_shapes():
     s = ty.tensor(np.full(4, 0.05), requires_grad=True)
     lsq(x, s, g=1 / np.sqrt(6 * 255), axis=0, zp=np.zeros(4, np.int64)).sum().backward()
     assert s.grad.shape == (4,) and np.all(np.isfinite(s.grad.numpy()))
+
+
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 7), (np.int8, -3), (np.int8, 0)])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_native_fake_quantize_is_the_reference_bit_for_bit_on_every_isa(dtype, zp, axis):
+    # float32 STE runs _C.fake_quantize: y and the mask of _fake_quant (numpy, int64), with
+    # NaN, infinities, ties of the rounding, results of -0, rows past one 16384-value run
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((2, 3, 60, 50)) * 4).astype(np.float32)
+    channels = 1 if axis is None else x.shape[axis]
+    scale = np.float32(0.1) if axis is None else rng.uniform(0.01, 0.2, channels).astype(
+        np.float32)
+    zps = zp if axis is None else zp + np.arange(channels) % 3
+    s0 = float(np.atleast_1d(scale)[0])
+    x.flat[:8] = [np.nan, np.inf, -np.inf, 0.5 * s0, 1.5 * s0, -2.5 * s0, -0.01 * s0, 1e30]
+    want_y, _, want_in, _ = fake_quant._fake_quant(x, scale, zps, dtype, axis)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    for isa in each_isa():
+        t = ty.tensor(x, requires_grad=True)
+        y = FakeQuantizeSTE.apply(t, scale=scale, zero_point=zps, dtype=dtype, axis=axis)
+        y.backward(g)
+        np.testing.assert_array_equal(y.numpy().view(np.int32), want_y.view(np.int32),
+                                      err_msg=f"y bits, {isa}")
+        np.testing.assert_array_equal(t.grad.numpy(), np.where(want_in, g, 0),
+                                      err_msg=f"gradient, {isa}")
+
+
+def test_native_fake_quantize_and_masked_grad_reject_bad_arguments():
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"3 values \(x.shape\[1\] of x \(2, 3\)\), got 2"):
+        _C.fake_quantize(x, np.ones(2, np.float32), np.zeros(2, np.int32), 1, False)
+    with pytest.raises(ValueError, match="axis must be -1"):
+        _C.fake_quantize(x, np.ones(1, np.float32), np.zeros(1, np.int32), 2, False)
+    with pytest.raises(ValueError, match="positive and finite"):
+        _C.fake_quantize(x, np.zeros(1, np.float32), np.zeros(1, np.int32), -1, False)
+    with pytest.raises(ValueError, match=r"same shape, got \(2, 3\) and \(3, 2\)"):
+        _C.masked_grad(x, np.zeros((3, 2), bool))
+    with pytest.raises(ValueError, match="float32 and mask bool"):
+        _C.masked_grad(x, np.zeros((2, 3), np.float32))
