@@ -4,7 +4,7 @@ ConvBnReLU2d, ConvBnReLU62d.
 BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
 ``f = gamma / sqrt(running_var + eps)`` per output channel,
 
-- training: ``y = conv(x, fq(W * f)) / f (+ b)``, then BN with the *batch* statistics
+- training: ``y = conv(x, fq(W * f)) * (1 / f) (+ b)``, then BN with the *batch* statistics
   (which also updates the running ones). The conv sees the weights the int8 model will
   use; dividing by f and re-normalising with batch stats equals multiplying the folded
   output by ``sqrt(running_var + eps) / sqrt(batch_var + eps)`` plus the batch shift,
@@ -15,6 +15,7 @@ BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
 import numpy as np
 
 from ... import functional as F
+from ...ops import norm as N
 from ...tensor import Tensor
 from .. import conv as float_conv
 from .module import QATModule
@@ -76,7 +77,8 @@ class ConvBn2d(Conv2d):
             return super().forward(x)
         f = self._factor()
         w = self.fake_quant_weight(self.weight * F.reshape(f, (-1, 1, 1, 1)))
-        y = self.conv(x, w, None) / F.reshape(f, (1, -1, 1, 1))   # (N, OC, H, W), unscaled
+        y = self.conv(x, w, None)                                 # (N, OC, H, W), unscaled:
+        y = N.ChannelAffine.apply(y, 1.0 / f, Tensor(np.zeros(y.shape[1], y.dtype)))  # / f
         if self.bias is not None:
             y = y + F.reshape(self.bias, (1, -1, 1, 1))
         return self.fake_quant_act(activate(self.bn(y), self.activation))
