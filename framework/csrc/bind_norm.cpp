@@ -195,6 +195,19 @@ void bind_norm(py::module_& m) {
           "float32 x -> min(max(x, lo), hi); NaN passes through");
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
+    m.def("min_max", [](const py::array& x_any) {
+        if (!x_any.dtype().is(py::dtype::of<float>()) || x_any.size() == 0)
+            throw py::value_error("min_max: x must be a non-empty float32 array, got " +
+                                  std::string(py::str(x_any.dtype())) + " of shape " +
+                                  shape_str(x_any));
+        Array<float> x = Array<float>::ensure(x_any);
+        float lo = 0.0f, hi = 0.0f;
+        {
+            py::gil_scoped_release release;
+            min_max(x.data(), x.size(), &lo, &hi);
+        }
+        return py::make_tuple(lo, hi);
+    }, py::arg("x"), "(min, max) of float32 x in one parallel pass; NaN if any value is NaN");
     m.def("masked_grad", &masked_grad_py, py::arg("grad"), py::arg("mask"),
           "g where mask, else 0 (float32 g; bool or byte mask of its shape)");
     m.def("bn_fold", &bn_fold, py::arg("mean"), py::arg("var"), py::arg("weight"),

@@ -27,4 +27,11 @@ void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx) {
     masked_grad_run(g, mask, n, gx);
 }
 
+void min_max(const float* x, int64_t n, float* lo, float* hi) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return min_max_avx512(x, n, lo, hi);
+    if (isa >= Isa::avx2) return min_max_avx2(x, n, lo, hi);
+    min_max_run(x, n, lo, hi);
+}
+
 }  // namespace tianyuan

@@ -15,12 +15,15 @@ void clamp_backward(const float* g, const float* y, int64_t n, float lo, float h
 // gx = g where mask (bytes, 0 or not), 0 elsewhere: a straight-through estimator's gradient
 // (fake quantization's, with the mask its forward kept).
 void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx);
+// min and max of x (n >= 1), NaN if any value is: an observer's statistics in one pass.
+void min_max(const float* x, int64_t n, float* lo, float* hi);
 
 #define TY_CLAMP_ISA(isa)                                                                   \
     void clamp_forward_##isa(const float* x, int64_t n, float lo, float hi, float* y);     \
     void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo, float hi, \
                               float* gx);                                                    \
-    void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx);
+    void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx);      \
+    void min_max_##isa(const float* x, int64_t n, float* lo, float* hi);
 TY_CLAMP_ISA(avx2)
 TY_CLAMP_ISA(avx512)
 #undef TY_CLAMP_ISA

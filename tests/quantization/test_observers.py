@@ -122,3 +122,21 @@ def test_qconfig_rejects_instances_and_unknown_names():
     with pytest.raises(KeyError):
         Q.QConfig("nope", "ema", "ste", "ste").make_weight_observer()
     assert isinstance(QParams(1, 0, np.uint8, None), tuple)
+
+
+def test_native_min_max_is_numpys_on_every_isa():
+    # the per-tensor observers' statistics: one parallel pass (blocks of 16384 values); NaN
+    # anywhere, including a block's first value, gives NaN as numpy's min / max
+    from helpers import each_isa
+    from tianyuan import _C
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(70_001).astype(np.float32)
+    x[[5, 40_000]] = [np.inf, -np.inf]
+    with_nan = x.copy()
+    with_nan[16_384] = np.nan
+    for isa in each_isa():
+        assert _C.min_max(x) == (x.min(), x.max()), isa
+        assert _C.min_max(x[:7]) == (x[:7].min(), x[:7].max()), isa
+        assert all(np.isnan(_C.min_max(with_nan))), isa
+    with pytest.raises(ValueError, match="non-empty float32"):
+        _C.min_max(np.zeros(0, np.float32))
