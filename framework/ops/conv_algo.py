@@ -186,9 +186,7 @@ def columns_on_direct_wins(x, w, groups, geo):
     0.48-0.79x; AVX2 code there at batch 8 0.59-0.97x. At batch 1 on 7x7 and 14x14 outputs (49,
     196 positions) the per-call transpose and packing of w lose (1.14-1.24x on AVX-512, up to
     1.55x on AVX2); 784 positions 0.75x (AVX2 0.92-1.03x)."""
-    if groups != 1 or x.dtype != np.float32 or w.dtype != np.float32 or geo.pointwise:
-        return False
-    if _C.current_isa() not in ("avx2", "avxvnni", "avx512", "vnni", "amx"):
+    if not wgrad_direct_wins(x, w, groups) or geo.pointwise:  # float32, groups 1, SIMD
         return False
     oh, ow = geo.out_size(*x.shape[2:])
     return x.shape[0] * oh * ow >= COLUMNS_DIRECT_MIN_POSITIONS
