@@ -50,6 +50,7 @@ void bind_im2col(py::module_& m);
 void bind_pool(py::module_& m);
 void bind_depthwise(py::module_& m);
 void bind_norm(py::module_& m);
+void bind_optim(py::module_& m);
 void bind_winograd(py::module_& m);
 void bind_conv_gemm(py::module_& m);
 void bind_int8(py::module_& m);

@@ -11,6 +11,7 @@ PYBIND11_MODULE(_C, m) {
     bind_pool(m);
     bind_depthwise(m);
     bind_norm(m);
+    bind_optim(m);
     bind_winograd(m);
     bind_conv_gemm(m);
     bind_int8(m);

@@ -12,6 +12,7 @@ The update is PyTorch's (Sutskever et al. 2013 momentum, applied to the gradient
 """
 import numpy as np
 
+from .. import _C
 from .optimizer import Optimizer, required
 
 
@@ -19,6 +20,12 @@ def check_nonnegative(where, **values):
     for name, value in values.items():
         if not value >= 0.0:
             raise ValueError(f"{where}: {name} must be >= 0, got {value}")
+
+
+def _native(*arrays):
+    """float32, C-contiguous arrays of one shape: the native update's domain."""
+    return all(a.dtype == np.float32 and a.flags.c_contiguous and a.shape == arrays[0].shape
+               for a in arrays)
 
 
 class SGD(Optimizer):
@@ -35,9 +42,16 @@ class SGD(Optimizer):
 
     def _update(self, param, grad, state, group):
         momentum = group["momentum"]
+        buf = state.get("momentum_buffer")
+        scalars = (group["lr"], momentum, group["dampening"], group["weight_decay"])
+        if momentum and buf is not None and _native(param.data, grad, buf) and all(
+                type(v) in (float, int) for v in scalars):  # numpy scalars may widen
+            # one pass on every core, the same bits as the numpy below (optim.h)
+            _C.sgd_momentum_update(param.data, grad, buf, group["lr"], momentum,
+                                   group["dampening"], group["weight_decay"], group["nesterov"])
+            return
         d = grad + group["weight_decay"] * param.data if group["weight_decay"] else grad
         if momentum:
-            buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = np.array(d, copy=True)
             else:

@@ -301,3 +301,40 @@ def test_parity_with_torch(cls, kwargs, rule):
         opt.step()
         ref.step()
         np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("weight_decay,dampening,nesterov", [
+    (0.0, 0.0, False), (1e-4, 0.0, True), (5e-4, 0.1, False), (0.0, 0.5, False)])
+def test_sgd_native_update_has_numpys_bits(weight_decay, dampening, nesterov, monkeypatch):
+    # after the first step float32 parameters update in one native pass (_C.sgd_momentum_
+    # update, OpenMP from 65536 values): each operation rounded as numpy's, in its order
+    from tianyuan.optim import sgd
+    calls = []
+    native = sgd._C.sgd_momentum_update
+    monkeypatch.setattr(sgd, "_C", type("C", (), {"sgd_momentum_update": staticmethod(
+        lambda *args: calls.append(1) or native(*args))}))
+    rng = np.random.default_rng(11)
+    shapes = [(300, 301), (7, 3)]  # 90300 values: parallel blocks; a small one
+    params = [ty.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+              for s in shapes]
+    want = [p.numpy().copy() for p in params]
+    bufs = [None] * len(params)
+    opt = SGD(params, lr=0.05, momentum=0.9, dampening=dampening,
+              weight_decay=weight_decay, nesterov=nesterov)
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p.grad = ty.tensor(g)
+            d = g + weight_decay * want[i] if weight_decay else g
+            if bufs[i] is None:
+                bufs[i] = d.copy()
+            else:
+                bufs[i] = bufs[i] * 0.9 + ((1.0 - dampening) * d if dampening else d)
+            d = d + 0.9 * bufs[i] if nesterov else bufs[i]
+            want[i] = want[i] - 0.05 * d
+        opt.step()
+    for p, w in zip(params, want):
+        np.testing.assert_array_equal(p.numpy(), w)
+    for p, b in zip(params, bufs):
+        np.testing.assert_array_equal(opt.state[p]["momentum_buffer"], b)
+    assert len(calls) == 2 * len(params)  # steps 2 and 3; the first creates the buffers

@@ -1,0 +1,38 @@
+// Optimizer updates (optim.h).
+#include "optim.h"
+
+namespace tianyuan {
+
+void sgd_momentum_update(float* p, const float* g, float* buf, int64_t n, const SgdStep& s) {
+    constexpr int64_t kBlock = 1 << 14;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlock)
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t end = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
+        for (int64_t i = b * kBlock; i < end; ++i) {
+            float d = g[i];
+            if (s.decay) {
+                const float decay = s.weight_decay * p[i];
+                d = d + decay;
+            }
+            float m = buf[i] * s.momentum;
+            if (s.dampening) {
+                const float part = s.one_minus_dampening * d;
+                m = m + part;
+            } else {
+                m = m + d;
+            }
+            buf[i] = m;
+            if (s.nesterov) {
+                const float ahead = s.momentum * m;
+                d = d + ahead;
+            } else {
+                d = m;
+            }
+            const float step = s.lr * d;
+            p[i] = p[i] - step;
+        }
+    }
+}
+
+}  // namespace tianyuan
