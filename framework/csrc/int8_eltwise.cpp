@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <vector>
 
 #include "cpu.h"
 #include "int8_ops.h"
@@ -101,6 +102,36 @@ void fake_quantize(const FakeQuantRows& f, float* y, uint8_t* inside) {
     for (int64_t t = 0; t < rows * runs; ++t) {
         const int64_t i0 = t % runs * kRun;
         run(f, t / runs, i0, i0 + kRun < f.inner ? i0 + kRun : f.inner, y, inside);
+    }
+}
+
+void lsq_scale_grad(const FakeQuantRows& f, const float* g, const float* y,
+                    const uint8_t* inside, double* ds) {
+    constexpr int64_t kRun = 1 << 14;
+    const int64_t rows = f.outer * f.c, runs = (f.inner + kRun - 1) / kRun;
+    std::vector<double> part(static_cast<size_t>(rows * runs));
+#pragma omp parallel for schedule(static) if (rows * f.inner > (1 << 16))
+    for (int64_t t = 0; t < rows * runs; ++t) {
+        const int64_t r = t / runs, i0 = t % runs * kRun;
+        const int64_t i1 = i0 + kRun < f.inner ? i0 + kRun : f.inner, at = r * f.inner;
+        const float s = f.scale[r % f.c];
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = at + i0; i < at + i1; ++i) {
+            const float vs = y[i] / s;  // the level, off an integer by < 2^-16: round by
+            const float v =             // truncating past the half
+                static_cast<float>(static_cast<int32_t>(vs + (vs >= 0.0f ? 0.5f : -0.5f)));
+            const double ratio = inside[i] ? static_cast<double>(f.x[i] / s) : 0.0;
+            sum += static_cast<double>(g[i]) * (static_cast<double>(v) - ratio);
+        }
+        part[static_cast<size_t>(t)] = sum;
+    }
+    for (int64_t c = 0; c < f.c; ++c) {  // channel c's chunks in row order
+        double sum = 0.0;
+        for (int64_t o = 0; o < f.outer; ++o)
+            for (int64_t k = 0; k < runs; ++k)
+                sum += part[static_cast<size_t>((o * f.c + c) * runs + k)];
+        ds[c] = sum;
     }
 }
 

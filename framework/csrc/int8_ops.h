@@ -128,6 +128,12 @@ struct FakeQuantRows {
     int32_t lo, hi;
 };
 void fake_quantize(const FakeQuantRows& f, float* y, uint8_t* inside);
+// LSQ's scale gradient (fake_quant.LSQFunction, before its gradient scale): per channel c the
+// sum of g * (v - (inside ? x / scale[c] : 0)) with v = y / scale[c] as an integer (y of
+// fake_quantize, within 2^-16 of one), each term and the sum in double, the chunks added in
+// a fixed order (independent of the thread count). ds (C,).
+void lsq_scale_grad(const FakeQuantRows& f, const float* g, const float* y,
+                    const uint8_t* inside, double* ds);
 // One run [i0, i1) of row r (= o * C + c): the ISA kernels.
 void fake_quantize_run_avx512(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1,
                               float* y, uint8_t* inside);

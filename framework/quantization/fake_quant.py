@@ -71,19 +71,33 @@ class LSQFunction(Function):
 
     def forward(self, x, scale, zero_point=None, dtype=None, axis=None, grad_scale=1.0):
         scale = np.maximum(scale, 1e-12)
+        self.axis, self.grad_scale, self.scale_shape = axis, grad_scale, scale.shape
+        self.native = x.dtype == np.float32 and scale.dtype == np.float32
+        if self.native:  # y and the mask in one pass; the backward recomputes the rest
+            y, self.inside = _fake_quant_native(x, scale, zero_point, dtype, axis)
+            self.x, self.y, self.scale = x, y, np.atleast_1d(scale)
+            return y
         y, self.level, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
         self.ratio = x / scale.reshape(_shape(x.ndim, axis))
-        self.axis, self.grad_scale, self.scale_shape = axis, grad_scale, scale.shape
         return y
 
     def backward(self, g):
-        dx = g * self.inside if self.needs_input_grad[0] else None
-        ds = None
-        if self.needs_input_grad[1]:
+        native = self.native and g.dtype == np.float32
+        dx = None
+        if self.needs_input_grad[0]:
+            dx = _C.masked_grad(g, self.inside) if native else g * self.inside
+        if not self.needs_input_grad[1]:
+            return dx, None
+        if native:  # sums in double, as the numpy below; in another order
+            axis = -1 if self.axis is None else self.axis % g.ndim
+            ds = _C.lsq_scale_grad(np.ascontiguousarray(g), self.x, self.y, self.inside,
+                                   self.scale, axis)
+        else:
             local = self.level - np.where(self.inside, self.ratio, 0.0)
             axes = tuple(i for i in range(g.ndim) if self.axis is None or i != self.axis)
-            ds = (g * local).sum(axis=axes).reshape(self.scale_shape) * self.grad_scale
-        return dx, ds.astype(g.dtype) if ds is not None else None
+            ds = (g * local).sum(axis=axes)
+        ds = ds.reshape(self.scale_shape) * self.grad_scale
+        return dx, ds.astype(g.dtype)
 
 
 class FakeQuantize(Module):

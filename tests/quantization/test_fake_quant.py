@@ -121,3 +121,27 @@ def test_native_fake_quantize_and_masked_grad_reject_bad_arguments():
         _C.masked_grad(x, np.zeros((3, 2), bool))
     with pytest.raises(ValueError, match="float32 and mask bool"):
         _C.masked_grad(x, np.zeros((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype,zp,axis", [(np.uint8, 10, None), (np.int8, 0, 0),
+                                           (np.int8, -2, 1)])
+def test_lsq_native_gradients_are_the_numpy_formula(dtype, zp, axis):
+    # float32 LSQ runs natively: dx bit for bit, the scale's gradient (float64 sums in another
+    # order) to rounding; chunks of 16384 values per channel row, clipped values both sides
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 3, 90, 100)) * 6).astype(np.float32)
+    channels = 1 if axis is None else x.shape[axis]
+    s = rng.uniform(0.02, 0.05, channels).astype(np.float32)
+    s = s[0].reshape(()) if axis is None else s
+    zps = zp if axis is None else np.full(channels, zp)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    y, level, inside, _ = fake_quant._fake_quant(x, np.maximum(s, 1e-12), zps, dtype, axis)
+    ratio = x / np.maximum(s, 1e-12).reshape(fake_quant._shape(x.ndim, axis))
+    axes = tuple(i for i in range(x.ndim) if axis is None or i != axis)
+    want_ds = ((g * (level - np.where(inside, ratio, 0.0))).sum(axis=axes).reshape(s.shape)
+               * 0.5).astype(np.float32)
+    assert 0 < inside.mean() < 1
+    t, ts = ty.tensor(x, requires_grad=True), ty.tensor(s, requires_grad=True)
+    LSQFunction.apply(t, ts, zero_point=zps, dtype=dtype, axis=axis, grad_scale=0.5).backward(g)
+    np.testing.assert_array_equal(t.grad.numpy(), np.where(inside, g, 0))
+    np.testing.assert_allclose(ts.grad.numpy(), want_ds, rtol=1e-6)
