@@ -22,42 +22,44 @@ void batch_norm_stats(const float* x, const BnShape& b, float* mean, float* var)
 }
 
 template <typename T>
-void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y) {
-    bn_affine(x, scale, shift, b, y);
+void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
+                       const BnClamp<T>* act) {
+    bn_affine(x, scale, shift, b, y, act);
 }
 
 template <>
 void batch_norm_affine(const float* x, const float* scale, const float* shift, const BnShape& b,
-                       float* y) {
+                       float* y, const BnClamp<float>* act) {
     const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y);
-    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y);
-    bn_affine(x, scale, shift, b, y);
+    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y, act);
+    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y, act);
+    bn_affine(x, scale, shift, b, y, act);
 }
 
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
-                         const BnShape& b, T* gx, T* gweight, T* gbias) {
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+                         const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act) {
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
 }
 
 template <>
 void batch_norm_backward(const float* gy, const float* x, const float* mean,
                          const float* invstd, const float* weight, const BnShape& b, float* gx,
-                         float* gweight, float* gbias) {
+                         float* gweight, float* gbias, const BnClamp<float>* act) {
     const Isa isa = current_isa();
     if (isa >= Isa::avx512)
-        return batch_norm_backward_avx512(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+        return batch_norm_backward_avx512(gy, x, mean, invstd, weight, b, gx, gweight, gbias,
+                                          act);
     if (isa >= Isa::avx2)
-        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
 }
 
 template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*);
 template void batch_norm_affine<double>(const double*, const double*, const double*,
-                                        const BnShape&, double*);
+                                        const BnShape&, double*, const BnClamp<double>*);
 template void batch_norm_backward<double>(const double*, const double*, const double*,
                                           const double*, const double*, const BnShape&, double*,
-                                          double*, double*);
+                                          double*, double*, const BnClamp<double>*);
 
 }  // namespace tianyuan

@@ -18,26 +18,41 @@ struct BnShape {
 template <typename T>
 void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var);
 
-// y = x * scale[c] + shift[c] (the normalisation folded into one multiply-add per value).
+// The activation fused after a batch norm in training, a clamp to [lo, hi] (ReLU: 0, +inf;
+// ReLU6: 0, 6) as clamp.h's: the affine pass clamps what it writes, and the backward takes gy
+// only where lo < y < hi, y being that clamped output - the same bits as the batch norm, the
+// clamp and their gradients run one after the other, in two passes fewer.
 template <typename T>
-void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y);
+struct BnClamp {
+    T lo, hi;
+    const T* y;  // the forward's output (the backward's mask); unused by the forward
+};
+
+// y = x * scale[c] + shift[c] (the normalisation folded into one multiply-add per value),
+// clamped where act is given.
+template <typename T>
+void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
+                       const BnClamp<T>* act = nullptr);
 
 // Training-mode gradient, with xhat = (x - mean) * invstd and M = N*S per channel:
 //   gbias = sum gy, gweight = sum gy * xhat,
 //   gx = weight * invstd * (gy - gbias / M - xhat * gweight / M).
-// weight may be nullptr (1); gx may be nullptr (only the parameter gradients).
+// weight may be nullptr (1); gx may be nullptr (only the parameter gradients); with act, gy
+// is 0 where the clamp's output lay on or past its bounds.
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
-                         const BnShape& b, T* gx, T* gweight, T* gbias);
+                         const BnShape& b, T* gx, T* gweight, T* gbias,
+                         const BnClamp<T>* act = nullptr);
 
 // float32 builds of the drivers with the ISA's flags (batch_norm_avx2.cpp, _avx512.cpp).
 #define TY_BN_ISA(isa)                                                                       \
     void batch_norm_stats_##isa(const float* x, const BnShape& b, float* mean, float* var);  \
     void batch_norm_affine_##isa(const float* x, const float* scale, const float* shift,     \
-                                 const BnShape& b, float* y);                                \
+                                 const BnShape& b, float* y, const BnClamp<float>* act);     \
     void batch_norm_backward_##isa(const float* gy, const float* x, const float* mean,       \
                                    const float* invstd, const float* weight,                 \
-                                   const BnShape& b, float* gx, float* gweight, float* gbias);
+                                   const BnShape& b, float* gx, float* gweight, float* gbias, \
+                                   const BnClamp<float>* act);
 TY_BN_ISA(avx2)
 TY_BN_ISA(avx512)
 #undef TY_BN_ISA

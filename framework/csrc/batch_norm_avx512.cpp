@@ -11,14 +11,15 @@ void batch_norm_stats_avx512(const float* x, const BnShape& b, float* mean, floa
 }
 
 void batch_norm_affine_avx512(const float* x, const float* scale, const float* shift,
-                            const BnShape& b, float* y) {
-    bn_affine(x, scale, shift, b, y);
+                              const BnShape& b, float* y, const BnClamp<float>* act) {
+    bn_affine(x, scale, shift, b, y, act);
 }
 
 void batch_norm_backward_avx512(const float* gy, const float* x, const float* mean,
-                              const float* invstd, const float* weight, const BnShape& b,
-                              float* gx, float* gweight, float* gbias) {
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias);
+                                const float* invstd, const float* weight, const BnShape& b,
+                                float* gx, float* gweight, float* gbias,
+                                const BnClamp<float>* act) {
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
 }
 
 }  // namespace tianyuan

@@ -41,20 +41,36 @@ void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
 }
 
 template <typename T>
-void bn_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y) {
+void bn_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
+               const BnClamp<T>* act) {
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t p = 0; p < b.n * b.c; ++p) {
         const T a = scale[p % b.c], d = shift[p % b.c];
         const T* src = x + p * b.s;
         T* dst = y + p * b.s;
-        for (int64_t k = 0; k < b.s; ++k) dst[k] = src[k] * a + d;
+        if (!act) {
+            for (int64_t k = 0; k < b.s; ++k) dst[k] = src[k] * a + d;
+            continue;
+        }
+        const T lo = act->lo, hi = act->hi;
+        for (int64_t k = 0; k < b.s; ++k) {
+            const T v = src[k] * a + d;  // clamp_run's comparisons: NaN passes through
+            dst[k] = v < lo ? lo : (v > hi ? hi : v);
+        }
     }
+}
+
+// gy where the fused clamp passed its value (clamp_backward_run's test), else 0
+template <typename T>
+inline T bn_masked(T g, T y, T lo, T hi) {
+    return (y > lo && y < hi) ? g : T(0);
 }
 
 template <typename T>
 void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
-                 const BnShape& b, T* gx, T* gweight, T* gbias) {
+                 const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act) {
     const double count = double(b.n * b.s);
+    const T lo = act ? act->lo : T(0), hi = act ? act->hi : T(0);
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t c = 0; c < b.c; ++c) {
         const T m = mean[c];
@@ -65,10 +81,20 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
             // per plane in T, in vector lanes (omp simd; the scalar chain had made the backward
             // 2-3x slower), then into double
             T sg = T(0), sgx = T(0);
+            if (act) {
+                const T* ys = act->y + (n * b.c + c) * b.s;
 #pragma omp simd reduction(+ : sg, sgx)
-            for (int64_t k = 0; k < b.s; ++k) {
-                sg += g[k];
-                sgx += g[k] * (xs[k] - m);
+                for (int64_t k = 0; k < b.s; ++k) {
+                    const T gk = bn_masked(g[k], ys[k], lo, hi);
+                    sg += gk;
+                    sgx += gk * (xs[k] - m);
+                }
+            } else {
+#pragma omp simd reduction(+ : sg, sgx)
+                for (int64_t k = 0; k < b.s; ++k) {
+                    sg += g[k];
+                    sgx += g[k] * (xs[k] - m);
+                }
             }
             sum_g += sg;
             sum_gx += sgx;
@@ -85,7 +111,13 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
             const T* g = gy + (n * b.c + c) * b.s;
             const T* xs = x + (n * b.c + c) * b.s;
             T* out = gx + (n * b.c + c) * b.s;
-            for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
+            if (act) {
+                const T* ys = act->y + (n * b.c + c) * b.s;
+                for (int64_t q = 0; q < b.s; ++q)
+                    out[q] = a * bn_masked(g[q], ys[q], lo, hi) + k * (xs[q] - m) + d;
+            } else {
+                for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 // that follow it (clamp.h).
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "batch_norm.h"
@@ -40,30 +41,59 @@ py::tuple stats_typed(const py::array& x_any) {
     return py::make_tuple(mean, var);
 }
 
+// The fused clamp's bounds, (lo, hi) or None (check: lo <= hi).
+template <typename T>
+bool clamp_bounds(const char* op, const py::object& bounds, BnClamp<T>* act) {
+    if (bounds.is_none()) return false;
+    const auto pair = bounds.cast<std::pair<double, double>>();
+    if (!(pair.first <= pair.second))
+        throw py::value_error(std::string(op) + ": clamp needs lo <= hi, got (" +
+                              std::to_string(pair.first) + ", " + std::to_string(pair.second) +
+                              ")");
+    act->lo = T(pair.first);
+    act->hi = T(pair.second);
+    return true;
+}
+
 template <typename T>
 py::array affine_typed(const py::array& x_any, const py::array& scale_any,
-                       const py::array& shift_any) {
+                       const py::array& shift_any, const py::object& clamp) {
     const char* op = "batch_norm_affine";
     Array<T> x = Array<T>::ensure(x_any);
     Array<T> scale = Array<T>::ensure(scale_any), shift = Array<T>::ensure(shift_any);
     const BnShape b = bn_shape(op, x);
     check_vector(op, "scale", scale, b.c);
     check_vector(op, "shift", shift, b.c);
+    BnClamp<T> act{T(0), T(0), nullptr};
+    const bool fused = clamp_bounds(op, clamp, &act);
     Array<T> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
     py::gil_scoped_release release;
-    batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data());
+    batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data(),
+                         fused ? &act : nullptr);
     return std::move(y);
 }
 
 template <typename T>
 py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const py::array& m_any,
-                         const py::array& inv_any, const py::object& w_any, bool need_x) {
+                         const py::array& inv_any, const py::object& w_any, bool need_x,
+                         const py::object& y_any, const py::object& clamp) {
     const char* op = "batch_norm_backward";
     Array<T> gy = Array<T>::ensure(gy_any), x = Array<T>::ensure(x_any);
     Array<T> mean = Array<T>::ensure(m_any), inv = Array<T>::ensure(inv_any);
     const BnShape b = bn_shape(op, x);
     if (gy.size() != x.size() || gy.ndim() != x.ndim())
         throw py::value_error(std::string(op) + ": grad must have the input's shape");
+    BnClamp<T> act{T(0), T(0), nullptr};
+    const bool fused = clamp_bounds(op, clamp, &act);
+    Array<T> y;
+    if (fused) {
+        if (y_any.is_none())
+            throw py::value_error(std::string(op) + ": a clamp needs y, the forward's output");
+        y = Array<T>::ensure(y_any);
+        if (y.size() != x.size() || y.ndim() != x.ndim())
+            throw py::value_error(std::string(op) + ": y must have the input's shape");
+        act.y = y.data();
+    }
     check_vector(op, "mean", mean, b.c);
     check_vector(op, "invstd", inv, b.c);
     Array<T> w;
@@ -83,7 +113,7 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
     {
         py::gil_scoped_release release;
         batch_norm_backward<T>(gy.data(), x.data(), mean.data(), inv.data(), w_ptr, b, gx_ptr,
-                               gw.mutable_data(), gb.mutable_data());
+                               gw.mutable_data(), gb.mutable_data(), fused ? &act : nullptr);
     }
     return py::make_tuple(gx, gw, gb);
 }
@@ -220,21 +250,25 @@ void bind_norm(py::module_& m) {
         throw py::value_error("batch_norm_stats: x must be float32 or float64");
     }, py::arg("x"), "x (N, C, ...) -> (mean (C,), biased var (C,))");
     m.def("batch_norm_affine", [](const py::array& x, const py::array& scale,
-                                  const py::array& shift) {
+                                  const py::array& shift, const py::object& clamp) {
         return dispatch_float("batch_norm_affine", "x", x,
-                              [&] { return affine_typed<float>(x, scale, shift); },
-                              [&] { return affine_typed<double>(x, scale, shift); });
-    }, py::arg("x"), py::arg("scale"), py::arg("shift"), "x * scale[c] + shift[c]");
+                              [&] { return affine_typed<float>(x, scale, shift, clamp); },
+                              [&] { return affine_typed<double>(x, scale, shift, clamp); });
+    }, py::arg("x"), py::arg("scale"), py::arg("shift"), py::arg("clamp") = py::none(),
+       "x * scale[c] + shift[c], clamped to clamp = (lo, hi) if given");
     m.def("batch_norm_backward", [](const py::array& gy, const py::array& x,
                                     const py::array& mean, const py::array& invstd,
-                                    const py::object& weight, bool need_x) -> py::tuple {
+                                    const py::object& weight, bool need_x, const py::object& y,
+                                    const py::object& clamp) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>()))
-            return backward_typed<double>(gy, x, mean, invstd, weight, need_x);
+            return backward_typed<double>(gy, x, mean, invstd, weight, need_x, y, clamp);
         if (x.dtype().is(py::dtype::of<float>()))
-            return backward_typed<float>(gy, x, mean, invstd, weight, need_x);
+            return backward_typed<float>(gy, x, mean, invstd, weight, need_x, y, clamp);
         throw py::value_error("batch_norm_backward: x must be float32 or float64");
     }, py::arg("grad"), py::arg("x"), py::arg("mean"), py::arg("invstd"), py::arg("weight"),
-       py::arg("need_x"), "training-mode gradient -> (gx or None, gweight, gbias)");
+       py::arg("need_x"), py::arg("y") = py::none(), py::arg("clamp") = py::none(),
+       "training-mode gradient -> (gx or None, gweight, gbias); with clamp = (lo, hi), grad "
+       "only where lo < y < hi (y: the clamped forward output)");
 }
 
 }  // namespace bind

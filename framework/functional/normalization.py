@@ -9,6 +9,7 @@ tests hold the native path to. Running statistics are updated in place on numpy 
 import numpy as np
 
 from .. import dtypes
+from ..ops import elementwise as E
 from ..ops import norm as N
 from ..tensor import Tensor, as_tensor
 from . import math as M
@@ -36,19 +37,23 @@ def _update_running(stat, value, momentum):
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5):
+               momentum=0.1, eps=1e-5, clamp=None):
     """Normalise (N, C) or (N, C, H, W) per channel C.
 
     training: batch mean and biased variance normalise; running_var takes the unbiased
     variance (n / (n - 1), PyTorch's rule); running stats of None are left alone.
     eval: the running statistics normalise.
+    clamp = (lo, hi): then clamp the result, a ReLU (0, inf) or ReLU6 (0, 6) after the batch
+    norm; in training both run in the same native passes (`nn.Sequential` does this for a
+    BatchNorm2d followed by ReLU / ReLU6), the same bits as `relu(batch_norm(...))`.
     """
     op = "batch_norm"
     x = _check_input(x, running_mean, running_var, weight, bias, op)
     channels = x.shape[1]
     if not training:
         scale, shift = _eval_affine(x, running_mean, running_var, weight, bias, eps, op)
-        return N.ChannelAffine.apply(x, scale, shift)
+        y = N.ChannelAffine.apply(x, scale, shift)
+        return y if clamp is None else E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
     count = x.data.size // channels
     if count < 2:
         raise ValueError(f"{op}: training needs more than one value per channel, got input "
@@ -62,7 +67,11 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     w = ones if weight is None else as_tensor(weight)
     b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
     invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(x.dtype)
-    return N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd)
+    if clamp is not None and x.dtype != np.float32:  # the native clamp's domain (clamp.h)
+        y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd)
+        return E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
+    return N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd,
+                                  clamp=None if clamp is None else tuple(map(float, clamp)))
 
 
 def _check_input(x, running_mean, running_var, weight, bias, op):

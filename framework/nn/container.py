@@ -2,7 +2,11 @@
 import operator
 from collections import OrderedDict
 
+import numpy as np
+
+from .activation import ReLU, ReLU6
 from .module import Module
+from .norm import BatchNorm2d
 
 
 def _index(container, idx):
@@ -57,9 +61,37 @@ class Sequential(Module):
         return self
 
     def forward(self, x):
-        for module in self._modules.values():
-            x = module(x)
+        if not self.training:
+            for module in self._modules.values():
+                x = module(x)
+            return x
+        # training: a BatchNorm2d then a ReLU / ReLU6, neither with hooks, run as one op (the
+        # batch norm's clamp): two passes over the activation fewer, the same bits
+        modules = list(self._modules.values())
+        i = 0
+        while i < len(modules):
+            module = modules[i]
+            bounds = _clamp_after(module, modules[i + 1]) if i + 1 < len(modules) else None
+            if bounds is None:
+                x = module(x)
+                i += 1
+            else:
+                x = module.forward(x, clamp=bounds)
+                i += 2
         return x
+
+
+def _clamp_after(bn, act):
+    """(lo, hi) where `bn` is a training BatchNorm2d and `act` a ReLU or ReLU6 (exactly
+    those classes), neither with hooks; else None."""
+    if type(bn) is not BatchNorm2d or not bn.training or _hooked(bn) or _hooked(act):
+        return None
+    kind = type(act)
+    return (0.0, np.inf) if kind is ReLU else (0.0, 6.0) if kind is ReLU6 else None
+
+
+def _hooked(module):
+    return bool(module._forward_pre_hooks or module._forward_hooks)
 
 
 class ModuleList(Module):

@@ -29,17 +29,21 @@ def fold_eval_f32(running_mean, running_var, weight, bias, eps, conv_bias):
 
 class BatchNormTrain(Function):
     """y = (x - mean) * invstd * weight + bias with the batch's mean and invstd (given, from
-    batch_stats); the gradient flows through the statistics (one native pass per channel)."""
+    batch_stats); the gradient flows through the statistics (one native pass per channel).
+    clamp = (lo, hi): the ReLU / ReLU6 after it in the same passes (batch_norm.h's BnClamp),
+    the same bits as the two ops one after the other."""
 
-    def forward(self, x, weight, bias, mean=None, invstd=None):
+    def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None):
         self.x, self.weight, self.mean, self.invstd = x, weight, mean, invstd
         scale = (invstd * weight).astype(x.dtype)
-        return _C.batch_norm_affine(x, scale, (bias - mean * scale).astype(x.dtype))
+        y = _C.batch_norm_affine(x, scale, (bias - mean * scale).astype(x.dtype), clamp)
+        self.y, self.clamp = (y, clamp) if clamp is not None else (None, None)
+        return y
 
     def backward(self, g):
         gx, gw, gb = _C.batch_norm_backward(np.ascontiguousarray(g, self.x.dtype), self.x,
                                             self.mean, self.invstd, self.weight,
-                                            self.needs_input_grad[0])
+                                            self.needs_input_grad[0], self.y, self.clamp)
         return gx, gw, gb
 
 

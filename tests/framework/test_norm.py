@@ -4,6 +4,7 @@ import pytest
 import tianyuan as ty
 import tianyuan.functional as F
 from helpers import check_op
+from tianyuan import _C, nn
 
 
 def _axes(x):
@@ -91,3 +92,59 @@ def test_linear_errors():
         F.linear(ty.randn(3, 5), ty.randn(2, 4))
     with pytest.raises(ValueError, match=r"linear: bias has shape \(3,\)"):
         F.linear(ty.randn(3, 4), ty.randn(2, 4), ty.randn(3))
+
+
+def _fused_pair(seed):
+    ty.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6(),
+                         nn.Conv2d(8, 5, 1), nn.BatchNorm2d(5), nn.ReLU())
+
+
+@pytest.mark.parametrize("isa", ty.available_isas())
+def test_sequential_fuses_batch_norm_and_relu_in_training_with_the_same_bits(isa):
+    # a BatchNorm2d followed by ReLU / ReLU6 in a training Sequential runs as one op (the batch
+    # norm's clamp): output, every gradient and the running statistics equal the unfused run,
+    # forced here by a no-op hook on each activation (hooked modules are never fused)
+    before = ty.current_isa()
+    ty.set_isa(isa)
+    try:
+        x = np.random.default_rng(5).standard_normal((4, 3, 9, 11)).astype(np.float32) * 2
+        g = np.random.default_rng(6).standard_normal((4, 5, 9, 11)).astype(np.float32)
+        runs = []
+        for fused in (True, False):
+            model = _fused_pair(3).train()
+            calls = []
+            if not fused:
+                for act in (model[2], model[5]):
+                    act.register_forward_hook(lambda *args: calls.append(1))
+            y = model(ty.tensor(x))
+            y.backward(g)
+            assert len(calls) == (0 if fused else 2)
+            runs.append([y.numpy()] + [p.grad.numpy() for p in model.parameters()] +
+                        [model[1].running_mean.numpy(), model[4].running_var.numpy()])
+        for got, want in zip(*runs):
+            np.testing.assert_array_equal(got, want)
+        assert (runs[0][0] <= 6).all() and (runs[0][0] >= 0).all()
+    finally:
+        ty.set_isa(before)
+
+
+def test_batch_norm_clamp_native_bits_and_checks():
+    # the kernels' clamp against clamp(affine) and the gradient through clamp_backward
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4, 5, 6)).astype(np.float32) * 3
+    scale, shift = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(
+        np.float32)
+    y = _C.batch_norm_affine(x, scale, shift, (0.0, 6.0))
+    np.testing.assert_array_equal(y, _C.clamp(_C.batch_norm_affine(x, scale, shift), 0.0, 6.0))
+    mean, var = _C.batch_norm_stats(x)
+    inv = (1 / np.sqrt(var + 1e-5)).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    want = _C.batch_norm_backward(_C.clamp_backward(g, y, 0.0, 6.0), x, mean, inv, scale, True)
+    got = _C.batch_norm_backward(g, x, mean, inv, scale, True, y, (0.0, 6.0))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="a clamp needs y"):
+        _C.batch_norm_backward(g, x, mean, inv, scale, True, None, (0.0, 6.0))
+    with pytest.raises(ValueError, match=r"clamp needs lo <= hi"):
+        _C.batch_norm_affine(x, scale, shift, (6.0, 0.0))

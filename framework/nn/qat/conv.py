@@ -21,6 +21,9 @@ from .. import conv as float_conv
 from .module import QATModule
 
 
+_CLAMPS = {"relu": (0.0, np.inf), "relu6": (0.0, 6.0)}
+
+
 def activate(y, activation):
     if activation == "relu":
         return F.relu(y)
@@ -81,7 +84,11 @@ class ConvBn2d(Conv2d):
         y = N.ChannelAffine.apply(y, 1.0 / f, Tensor(np.zeros(y.shape[1], y.dtype)))  # / f
         if self.bias is not None:
             y = y + F.reshape(self.bias, (1, -1, 1, 1))
-        return self.fake_quant_act(activate(self.bn(y), self.activation))
+        bn = self.bn
+        if self.activation in _CLAMPS and not (bn._forward_pre_hooks or bn._forward_hooks):
+            # the activation in the batch norm's passes (F.batch_norm's clamp), same bits
+            return self.fake_quant_act(bn.forward(y, clamp=_CLAMPS[self.activation]))
+        return self.fake_quant_act(activate(bn(y), self.activation))
 
 
 class ConvBnReLU2d(ConvBn2d):
