@@ -1,6 +1,8 @@
 // Optimizer updates (optim.h).
 #include "optim.h"
 
+#include <cmath>
+
 namespace tianyuan {
 
 void sgd_momentum_update(float* p, const float* g, float* buf, int64_t n, const SgdStep& s) {
@@ -31,6 +33,33 @@ void sgd_momentum_update(float* p, const float* g, float* buf, int64_t n, const 
             }
             const float step = s.lr * d;
             p[i] = p[i] - step;
+        }
+    }
+}
+
+void adam_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamStep& s) {
+    constexpr int64_t kBlock = 1 << 14;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlock)
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t end = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
+        for (int64_t i = b * kBlock; i < end; ++i) {
+            float pi = p[i], gi = g[i];
+            if (s.decoupled) pi = pi * s.decay;
+            if (s.coupled) {
+                const float decay = s.l2 * pi;
+                gi = gi + decay;
+            }
+            const float toward = s.one_minus_beta1 * (gi - m[i]);
+            const float mi = m[i] + toward;
+            const float scaled = s.one_minus_beta2 * gi;
+            const float square = scaled * gi;
+            const float vi = v[i] * s.beta2 + square;
+            m[i] = mi;
+            v[i] = vi;
+            const float denom = std::sqrt(vi) / s.bias2 + s.eps;
+            const float step = (s.step_size * mi) / denom;
+            p[i] = pi - step;
         }
     }
 }

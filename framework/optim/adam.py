@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 
+from .. import _C
 from .optimizer import Optimizer
-from .sgd import check_nonnegative
+from .sgd import _native, check_nonnegative
 
 
 class Adam(Optimizer):
@@ -38,11 +39,18 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = np.zeros_like(param.data)
         state["step"] += 1
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        scalars = (lr, beta1, beta2, group["eps"], wd)
+        if not group["amsgrad"] and _native(param.data, grad, m, v) and all(
+                type(x) in (float, int) for x in scalars):  # numpy scalars may widen
+            # one pass on every core, the same bits as the numpy below (optim.h)
+            _C.adam_update(param.data, grad, m, v, state["step"], lr, beta1, beta2,
+                           group["eps"], wd, self.decoupled)
+            return
         if wd and self.decoupled:
             param.data *= 1.0 - lr * wd
         elif wd:
             grad = grad + wd * param.data
-        m, v = state["exp_avg"], state["exp_avg_sq"]
         m += (1.0 - beta1) * (grad - m)  # m = beta1 * m + (1 - beta1) * g, as a lerp
         v *= beta2
         v += (1.0 - beta2) * grad * grad

@@ -338,3 +338,41 @@ def test_sgd_native_update_has_numpys_bits(weight_decay, dampening, nesterov, mo
     for p, b in zip(params, bufs):
         np.testing.assert_array_equal(opt.state[p]["momentum_buffer"], b)
     assert len(calls) == 2 * len(params)  # steps 2 and 3; the first creates the buffers
+
+
+@pytest.mark.parametrize("cls,weight_decay", [(Adam, 0.0), (Adam, 1e-2), (AdamW, 5e-2)])
+def test_adam_native_update_has_numpys_bits(cls, weight_decay, monkeypatch):
+    # float32 Adam / AdamW without amsgrad update in one native pass (_C.adam_update): each
+    # operation rounded as adam.py's numpy, in its order, the step's constants from Python's
+    from tianyuan.optim import adam
+    calls = []
+    native = adam._C.adam_update
+    monkeypatch.setattr(adam, "_C", type("C", (), {"adam_update": staticmethod(
+        lambda *args: calls.append(1) or native(*args))}))
+    rng = np.random.default_rng(12)
+    shapes = [(300, 301), (5, 4)]
+    params = [ty.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+              for s in shapes]
+    want = [p.numpy().copy() for p in params]
+    ms = [np.zeros(s, np.float32) for s in shapes]
+    vs = [np.zeros(s, np.float32) for s in shapes]
+    lr, (b1, b2), eps = 2e-3, (0.9, 0.999), 1e-8
+    opt = cls(params, lr=lr, betas=(b1, b2), eps=eps, weight_decay=weight_decay)
+    for t in range(1, 4):
+        for i, p in enumerate(params):
+            g = rng.standard_normal(shapes[i]).astype(np.float32)
+            p.grad = ty.tensor(g)
+            if weight_decay and cls is AdamW:
+                want[i] = want[i] * (1.0 - lr * weight_decay)
+            elif weight_decay:
+                g = g + weight_decay * want[i]
+            ms[i] = ms[i] + (1.0 - b1) * (g - ms[i])
+            vs[i] = vs[i] * b2 + (1.0 - b2) * g * g
+            denom = np.sqrt(vs[i]) / math.sqrt(1.0 - b2 ** t) + eps
+            want[i] = want[i] - (lr / (1.0 - b1 ** t)) * ms[i] / denom
+        opt.step()
+    for p, w, m, v in zip(params, want, ms, vs):
+        np.testing.assert_array_equal(p.numpy(), w)
+        np.testing.assert_array_equal(opt.state[p]["exp_avg"], m)
+        np.testing.assert_array_equal(opt.state[p]["exp_avg_sq"], v)
+    assert len(calls) == 3 * len(params)
