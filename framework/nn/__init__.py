@@ -15,7 +15,7 @@ from .conv import Conv2d, ConvTranspose2d
 from .linear import Linear
 from .misc import Dropout, Flatten, Identity
 from .module import IncompatibleKeys, Module, RemovableHandle
-from .norm import BatchNorm1d, BatchNorm2d
+from .norm import BatchNorm1d, BatchNorm2d, batch_norm_act
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

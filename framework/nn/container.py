@@ -2,11 +2,8 @@
 import operator
 from collections import OrderedDict
 
-import numpy as np
-
-from .activation import ReLU, ReLU6
 from .module import Module
-from .norm import BatchNorm2d
+from .norm import fused_clamp
 
 
 def _index(container, idx):
@@ -71,7 +68,7 @@ class Sequential(Module):
         i = 0
         while i < len(modules):
             module = modules[i]
-            bounds = _clamp_after(module, modules[i + 1]) if i + 1 < len(modules) else None
+            bounds = fused_clamp(module, modules[i + 1]) if i + 1 < len(modules) else None
             if bounds is None:
                 x = module(x)
                 i += 1
@@ -79,19 +76,6 @@ class Sequential(Module):
                 x = module.forward(x, clamp=bounds)
                 i += 2
         return x
-
-
-def _clamp_after(bn, act):
-    """(lo, hi) where `bn` is a training BatchNorm2d and `act` a ReLU or ReLU6 (exactly
-    those classes), neither with hooks; else None."""
-    if type(bn) is not BatchNorm2d or not bn.training or _hooked(bn) or _hooked(act):
-        return None
-    kind = type(act)
-    return (0.0, np.inf) if kind is ReLU else (0.0, 6.0) if kind is ReLU6 else None
-
-
-def _hooked(module):
-    return bool(module._forward_pre_hooks or module._forward_hooks)
 
 
 class ModuleList(Module):

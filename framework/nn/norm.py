@@ -5,6 +5,7 @@ import numpy as np
 from .. import functional as F
 from ..tensor import Tensor
 from . import init
+from .activation import ReLU, ReLU6
 from .module import Module
 from .parameter import Parameter
 
@@ -83,3 +84,27 @@ class BatchNorm1d(_BatchNorm):
 class BatchNorm2d(_BatchNorm):
     """Over (N, C, H, W)."""
     _input_ndims = (4,)
+
+
+def fused_clamp(bn, act):
+    """(lo, hi) of the clamp `act` applies where `bn` is a training BatchNorm2d and `act` a
+    ReLU or ReLU6 (exactly those classes), neither with hooks: the pair can run as one op
+    (F.batch_norm's clamp); else None."""
+    if type(bn) is not BatchNorm2d or not bn.training or _hooked(bn) or _hooked(act):
+        return None
+    kind = type(act)
+    return (0.0, np.inf) if kind is ReLU else (0.0, 6.0) if kind is ReLU6 else None
+
+
+def batch_norm_act(bn, act, x):
+    """act(bn(x)) for the modules bn and act; as one op where `fused_clamp` allows (the same
+    bits), for blocks that call their batch norm and activation outside a Sequential.
+
+    >>> out = nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x))
+    """
+    bounds = fused_clamp(bn, act)
+    return act(bn(x)) if bounds is None else bn.forward(x, clamp=bounds)
+
+
+def _hooked(module):
+    return bool(module._forward_pre_hooks or module._forward_hooks)

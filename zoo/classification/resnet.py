@@ -48,7 +48,7 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
+        out = nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x))
         out = self.bn2(self.conv2(out))
         return self.add_relu(out, identity)
 
@@ -77,8 +77,8 @@ class Bottleneck(nn.Module):
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu1(self.bn1(self.conv1(x)))
-        out = self.relu2(self.bn2(self.conv2(out)))
+        out = nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x))
+        out = nn.batch_norm_act(self.bn2, self.relu2, self.conv2(out))
         out = self.bn3(self.conv3(out))
         return self.add_relu(out, identity)
 
@@ -133,7 +133,7 @@ class ResNet(Classifier):
 
     def forward(self, x):
         x = self.quant(x)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.maxpool(nn.batch_norm_act(self.bn1, self.relu, self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = self.fc(self.flatten(self.avgpool(x)))   # (N, 512 * expansion) -> (N, classes)
         return self.dequant(x)

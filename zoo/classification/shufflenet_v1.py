@@ -74,7 +74,7 @@ class ShuffleUnitV1(nn.Module):
             self.add_relu = nn.AddReLU()
 
     def forward(self, x):
-        out = self.relu1(self.bn1(self.conv1(x)))
+        out = nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x))
         if self.groups > 1:
             out = F.channel_shuffle(out, self.groups)
         out = self.bn2(self.conv2(out))
