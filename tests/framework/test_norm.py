@@ -148,3 +148,18 @@ def test_batch_norm_clamp_native_bits_and_checks():
         _C.batch_norm_backward(g, x, mean, inv, scale, True, None, (0.0, 6.0))
     with pytest.raises(ValueError, match=r"clamp needs lo <= hi"):
         _C.batch_norm_affine(x, scale, shift, (6.0, 0.0))
+
+
+def test_batch_norm_act_fuses_only_a_hook_free_training_pair():
+    # nn.batch_norm_act(bn, act, x) == act(bn(x)) bit for bit; one op (no Clamp) only for a
+    # training BatchNorm2d with ReLU / ReLU6, neither hooked
+    x = ty.tensor(np.random.default_rng(8).standard_normal((2, 4, 5, 5)).astype(np.float32))
+    bn, act = nn.BatchNorm2d(4).train(), nn.ReLU6()
+    fused = nn.batch_norm_act(bn, act, x)
+    assert fused._ctx.name == "BatchNormTrain"
+    np.testing.assert_array_equal(fused.numpy(), act(nn.BatchNorm2d(4).train()(x)).numpy())
+    seen = []
+    act.register_forward_hook(lambda *args: seen.append(1))
+    assert nn.batch_norm_act(bn, act, x)._ctx.name == "Clamp" and seen == [1]
+    assert nn.norm.fused_clamp(bn.eval(), nn.ReLU()) is None
+    assert nn.norm.fused_clamp(nn.BatchNorm2d(4), nn.LeakyReLU()) is None
