@@ -225,6 +225,24 @@ void bind_norm(py::module_& m) {
           "float32 x -> min(max(x, lo), hi); NaN passes through");
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
+    m.def("add_clamp", [](const py::array& a_any, const py::array& b_any, float lo, float hi) {
+        if (!a_any.dtype().is(py::dtype::of<float>()) || !b_any.dtype().is(py::dtype::of<float>()))
+            throw py::value_error("add_clamp: a and b must be float32, got " +
+                                  std::string(py::str(a_any.dtype())) + " and " +
+                                  std::string(py::str(b_any.dtype())));
+        Array<float> a = Array<float>::ensure(a_any), b = Array<float>::ensure(b_any);
+        if (shape_of(a) != shape_of(b))
+            throw py::value_error("add_clamp: a and b must have the same shape, got " +
+                                  shape_str(a) + " and " + shape_str(b));
+        if (!(lo <= hi))
+            throw py::value_error("add_clamp: need lo <= hi, got " + std::to_string(lo) +
+                                  " and " + std::to_string(hi));
+        Array<float> y(shape_of(a));
+        py::gil_scoped_release release;
+        add_clamp(a.data(), b.data(), a.size(), lo, hi, y.mutable_data());
+        return std::move(y);
+    }, py::arg("a"), py::arg("b"), py::arg("lo"), py::arg("hi"),
+       "float32 min(max(a + b, lo), hi) of one shape; NaN passes through");
     m.def("min_max", [](const py::array& x_any) {
         if (!x_any.dtype().is(py::dtype::of<float>()) || x_any.size() == 0)
             throw py::value_error("min_max: x must be a non-empty float32 array, got " +

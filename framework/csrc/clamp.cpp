@@ -20,6 +20,13 @@ void clamp_backward(const float* g, const float* y, int64_t n, float lo, float h
     clamp_backward_run(g, y, n, lo, hi, gx);
 }
 
+void add_clamp(const float* a, const float* b, int64_t n, float lo, float hi, float* y) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return add_clamp_avx512(a, b, n, lo, hi, y);
+    if (isa >= Isa::avx2) return add_clamp_avx2(a, b, n, lo, hi, y);
+    add_clamp_run(a, b, n, lo, hi, y);
+}
+
 void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx) {
     const Isa isa = current_isa();
     if (isa >= Isa::avx512) return masked_grad_avx512(g, mask, n, gx);

@@ -12,6 +12,8 @@ namespace tianyuan {
 
 void clamp_forward(const float* x, int64_t n, float lo, float hi, float* y);
 void clamp_backward(const float* g, const float* y, int64_t n, float lo, float hi, float* gx);
+// y = clamp(a + b, lo, hi): a residual add with its ReLU (the gradient: clamp_backward's).
+void add_clamp(const float* a, const float* b, int64_t n, float lo, float hi, float* y);
 // gx = g where mask (bytes, 0 or not), 0 elsewhere: a straight-through estimator's gradient
 // (fake quantization's, with the mask its forward kept).
 void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx);
@@ -22,6 +24,8 @@ void min_max(const float* x, int64_t n, float* lo, float* hi);
     void clamp_forward_##isa(const float* x, int64_t n, float lo, float hi, float* y);     \
     void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo, float hi, \
                               float* gx);                                                    \
+    void add_clamp_##isa(const float* a, const float* b, int64_t n, float lo, float hi,      \
+                         float* y);                                                          \
     void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx);      \
     void min_max_##isa(const float* x, int64_t n, float* lo, float* hi);
 TY_CLAMP_ISA(avx2)

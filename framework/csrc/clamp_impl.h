@@ -32,6 +32,19 @@ inline void clamp_backward_run(const float* g, const float* y, int64_t n, float 
     }
 }
 
+// y = clamp(a + b) as clamp_run's (a residual add and its ReLU in one pass).
+inline void add_clamp_run(const float* a, const float* b, int64_t n, float lo, float hi,
+                          float* y) {
+#pragma omp parallel for schedule(static) if (n >= kClampParallelMin)
+    for (int64_t blk = 0; blk < (n + kClampBlock - 1) / kClampBlock; ++blk) {
+        const int64_t end = (blk + 1) * kClampBlock < n ? (blk + 1) * kClampBlock : n;
+        for (int64_t i = blk * kClampBlock; i < end; ++i) {
+            const float v = a[i] + b[i];
+            y[i] = v < lo ? lo : (v > hi ? hi : v);
+        }
+    }
+}
+
 inline void masked_grad_run(const float* g, const uint8_t* mask, int64_t n, float* gx) {
 #pragma omp parallel for schedule(static) if (n >= kClampParallelMin)
     for (int64_t b = 0; b < (n + kClampBlock - 1) / kClampBlock; ++b) {
@@ -108,6 +121,10 @@ inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out)
     void clamp_backward_##isa(const float* g, const float* y, int64_t n, float lo,        \
                               float hi, float* gx) {                                      \
         clamp_backward_run(g, y, n, lo, hi, gx);                                          \
+    }                                                                                     \
+    void add_clamp_##isa(const float* a, const float* b, int64_t n, float lo, float hi,   \
+                         float* y) {                                                      \
+        add_clamp_run(a, b, n, lo, hi, y);                                                \
     }                                                                                     \
     void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx) {   \
         masked_grad_run(g, mask, n, gx);                                                  \

@@ -193,6 +193,21 @@ class Clamp(Function):
         return clamp_grad_ref(g, self.y, self.lo, self.hi)
 
 
+class AddClamp(Function):
+    """clamp(a + b, lo, hi) for float32 a and b of one shape: a residual add and its ReLU in
+    one native pass, the same bits as Add then Clamp; the gradient of both inputs is the
+    clamp's (from the output)."""
+
+    def forward(self, a, b, lo=0.0, hi=np.inf):
+        self.lo, self.hi = lo, hi
+        self.y = _C.add_clamp(a, b, lo, hi)
+        return self.y
+
+    def backward(self, g):
+        gx = _C.clamp_backward(np.ascontiguousarray(g, np.float32), self.y, self.lo, self.hi)
+        return gx, gx
+
+
 class Sigmoid(Function):
     def forward(self, x):
         # split by sign so exp never overflows

@@ -138,3 +138,26 @@ def test_native_clamp_rejects_bad_arguments():
         ty._C.clamp(np.zeros(3, np.float32), 1.0, 0.0)
     with pytest.raises(ValueError, match=r"same shape, got \(3\) and \(4\)"):
         ty._C.clamp_backward(np.zeros(3, np.float32), np.zeros(4, np.float32), 0.0, 1.0)
+
+
+def test_add_relu_module_is_add_then_relu_bit_for_bit_on_every_isa():
+    # nn.AddReLU on float32 of one shape runs AddClamp (one native pass): output and both
+    # gradients equal relu(a + b)'s, NaN passing through; other shapes take the two ops
+    from tianyuan import nn
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2, 3, 70, 90)).astype(np.float32)  # 37800 values: parallel
+    b = rng.standard_normal(a.shape).astype(np.float32)
+    a.flat[7] = np.nan
+    g = rng.standard_normal(a.shape).astype(np.float32)
+    for isa in each_isa():
+        outs = []
+        for fused in (True, False):
+            ta, tb = ty.tensor(a, requires_grad=True), ty.tensor(b, requires_grad=True)
+            y = nn.AddReLU()(ta, tb) if fused else F.relu(ta + tb)
+            assert (y._ctx.name == "AddClamp") == fused
+            y.backward(g)
+            outs.append((y.numpy(), ta.grad.numpy(), tb.grad.numpy()))
+        for got, want in zip(*outs):
+            np.testing.assert_array_equal(got, want, err_msg=isa)
+    broadcast = nn.AddReLU()(ty.tensor(a), ty.tensor(b[:1]))
+    np.testing.assert_array_equal(broadcast.numpy(), np.maximum(a + b[:1], 0))
