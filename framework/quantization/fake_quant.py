@@ -82,7 +82,9 @@ class LSQFunction(Function):
         return y
 
     def backward(self, g):
-        native = self.native and g.dtype == np.float32
+        native = self.native
+        if native:  # the forward kept no level or ratio for the numpy path
+            g = np.ascontiguousarray(g, np.float32)
         dx = None
         if self.needs_input_grad[0]:
             dx = _C.masked_grad(g, self.inside) if native else g * self.inside
@@ -90,8 +92,7 @@ class LSQFunction(Function):
             return dx, None
         if native:  # sums in double, as the numpy below; in another order
             axis = -1 if self.axis is None else self.axis % g.ndim
-            ds = _C.lsq_scale_grad(np.ascontiguousarray(g), self.x, self.y, self.inside,
-                                   self.scale, axis)
+            ds = _C.lsq_scale_grad(g, self.x, self.y, self.inside, self.scale, axis)
         else:
             local = self.level - np.where(self.inside, self.ratio, 0.0)
             axes = tuple(i for i in range(g.ndim) if self.axis is None or i != self.axis)
