@@ -33,8 +33,25 @@ void col2im(const float* cols, const Conv2dGeometry& g, float* x) {
     c2i(cols, g, x);
 }
 
+// 1x1 taps: a plain transpose out (C, Co) of w (Co, C), in 32 x 32 tiles (each row of out
+// written contiguously from a tile of w in L1), the tiles in parallel. The general loop below
+// wrote a row of 16 channels at a stride of Co per value: MobileNetV2's 960 x 160 61 us.
+template <typename T>
+void transpose_tiles(const T* w, int64_t co, int64_t c, T* out) {
+    constexpr int64_t kTile = 32;
+    const int64_t ot = (co + kTile - 1) / kTile, ct = (c + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (co * c > (1 << 16))
+    for (int64_t t = 0; t < ot * ct; ++t) {
+        const int64_t o0 = t / ct * kTile, c0 = t % ct * kTile;
+        const int64_t o1 = o0 + kTile < co ? o0 + kTile : co, c1 = c0 + kTile < c ? c0 + kTile : c;
+        for (int64_t ci = c0; ci < c1; ++ci)
+            for (int64_t o = o0; o < o1; ++o) out[ci * co + o] = w[o * c + ci];
+    }
+}
+
 template <typename T>
 void flip_kernel(const T* w, int64_t co, int64_t c, int64_t kh, int64_t kw, T* out) {
+    if (kh * kw == 1) return transpose_tiles(w, co, c, out);
     const int64_t taps = kh * kw, block = 16;  // w's rows are read 16 channels at a time
 #pragma omp parallel for schedule(static) if (co * c * taps > (1 << 16))
     for (int64_t c0 = 0; c0 < c; c0 += block) {

@@ -36,7 +36,8 @@ def test_native_im2col_col2im_match_numpy_twin(shape, kernel, stride, padding, d
         np.testing.assert_allclose((cols * c).sum(), (x * back).sum(), rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(37, 21, 3, 5), (2, 40, 1, 1), (5, 3, 7, 7), (1, 1, 2, 1)])
+@pytest.mark.parametrize("shape", [(37, 21, 3, 5), (2, 40, 1, 1), (5, 3, 7, 7), (1, 1, 2, 1),
+                                   (300, 301, 1, 1)])  # 1x1: tiles of 32, in parallel
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_flip_kernel_is_the_transposed_flipped_kernel(shape, dtype):
     w = np.random.default_rng(2).standard_normal(shape).astype(dtype)
