@@ -245,74 +245,6 @@ void bind_int8_eltwise(py::module_& m) {
         int8::quantize(x.data(), x.size(), scale, zp, out_signed, o);
         return out;
     }, "float32 x -> u8/s8 clamp(round_half_even(x / scale) + zp), per tensor");
-    m.def("fake_quantize", [](const Array<float>& x, const Array<float>& scale,
-                              const Array<int32_t>& zp, int axis, bool out_signed) {
-        const int64_t ndim = x.ndim();
-        if (axis < -1 || axis >= ndim) {
-            throw std::invalid_argument("fake_quantize: axis must be -1 (per tensor) or in [0, " +
-                                        std::to_string(ndim) + "), got " + std::to_string(axis));
-        }
-        int64_t outer = 1, c = 1, inner = 1;
-        for (int64_t d = 0; d < ndim; ++d) {
-            const int64_t n = x.shape(d);
-            (axis < 0 || d > axis ? inner : d < axis ? outer : c) *= n;
-        }
-        if (scale.size() != c || zp.size() != c) {
-            throw std::invalid_argument(
-                "fake_quantize: scale and zero_point must have " + std::to_string(c) +
-                " values (" + (axis < 0 ? "per tensor" : "x.shape[" + std::to_string(axis) + "]") +
-                " of x " + shape_str(x) + "), got " + std::to_string(scale.size()) + " and " +
-                std::to_string(zp.size()));
-        }
-        for (int64_t i = 0; i < c; ++i) {
-            if (!(scale.data()[i] > 0.0f) || !std::isfinite(scale.data()[i]))
-                throw std::invalid_argument("fake_quantize: scales must be positive and finite");
-        }
-        std::vector<py::ssize_t> shape(x.shape(), x.shape() + ndim);
-        py::array_t<float> y(shape);
-        py::array_t<bool> inside(shape);
-        const int8::FakeQuantRows f{x.data(), outer, c, inner, scale.data(), zp.data(),
-                                    out_signed ? -128 : 0, out_signed ? 127 : 255};
-        float* yd = y.mutable_data();
-        auto* id = reinterpret_cast<uint8_t*>(inside.mutable_data());
-        {
-            py::gil_scoped_release unlocked;
-            int8::fake_quantize(f, yd, id);
-        }
-        return py::make_tuple(y, inside);
-    }, "float32 x -> (dequantize(quantize(x)), inside mask): per tensor (axis -1, one scale) "
-       "or per channel along axis");
-    m.def("lsq_scale_grad", [](const Array<float>& g, const Array<float>& x,
-                               const Array<float>& y, const py::array_t<bool>& inside,
-                               const Array<float>& scale, int axis) {
-        const int64_t ndim = x.ndim();
-        if (axis < -1 || axis >= ndim)
-            throw std::invalid_argument("lsq_scale_grad: axis must be -1 or in [0, " +
-                                        std::to_string(ndim) + "), got " + std::to_string(axis));
-        for (const py::array* a : {static_cast<const py::array*>(&g),
-                                   static_cast<const py::array*>(&y),
-                                   static_cast<const py::array*>(&inside)}) {
-            if (shape_str(*a) != shape_str(x) || !(a->flags() & py::array::c_style))
-                throw std::invalid_argument("lsq_scale_grad: g, y and inside must be contiguous "
-                                            "and of x's shape " + shape_str(x) + ", got " +
-                                            shape_str(*a));
-        }
-        int64_t outer = 1, c = 1, inner = 1;
-        for (int64_t d = 0; d < ndim; ++d)
-            (axis < 0 || d > axis ? inner : d < axis ? outer : c) *= x.shape(d);
-        if (scale.size() != c)
-            throw std::invalid_argument("lsq_scale_grad: scale must have " + std::to_string(c) +
-                                        " values, got " + std::to_string(scale.size()));
-        const int8::FakeQuantRows f{x.data(), outer, c, inner, scale.data(), nullptr, 0, 0};
-        Array<double> ds(c);
-        const auto* in = reinterpret_cast<const uint8_t*>(inside.data());
-        double* out = ds.mutable_data();
-        {
-            py::gil_scoped_release unlocked;
-            int8::lsq_scale_grad(f, g.data(), y.data(), in, out);
-        }
-        return ds;
-    }, "LSQ's scale gradient per channel (before its gradient scale): float32 in, float64 sums");
     m.def("int8_add", [](const py::array& a, int za, const py::array& b, int zb, int32_t ma,
                          int32_t mb, int shift, int out_zp, bool relu, bool out_signed) {
         const int8::QIn qa = int8_input(a, za, "int8_add"), qb = int8_input(b, zb, "int8_add");
@@ -400,6 +332,7 @@ void bind_int8(py::module_& m) {
     bind_int8_gemm(m);
     bind_int8_conv(m);
     bind_int8_eltwise(m);
+    bind_fake_quant(m);
 }
 
 }  // namespace bind
