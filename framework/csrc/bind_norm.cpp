@@ -136,15 +136,24 @@ py::array clamp(const py::array& x_any, float lo, float hi) {
     return std::move(y);
 }
 
+// Two float32 arrays of one shape, contiguous (copied where not); `names` ("a and b") and
+// op in the errors.
+std::pair<Array<float>, Array<float>> float_pair(const char* op, const char* names,
+                                                 const py::array& a_any,
+                                                 const py::array& b_any) {
+    if (!a_any.dtype().is(py::dtype::of<float>()) || !b_any.dtype().is(py::dtype::of<float>()))
+        throw py::value_error(std::string(op) + ": " + names + " must be float32, got " +
+                              std::string(py::str(a_any.dtype())) + " and " +
+                              std::string(py::str(b_any.dtype())));
+    Array<float> a = Array<float>::ensure(a_any), b = Array<float>::ensure(b_any);
+    if (shape_of(a) != shape_of(b))
+        throw py::value_error(std::string(op) + ": " + names + " must have the same shape, got " +
+                              shape_str(a) + " and " + shape_str(b));
+    return {a, b};
+}
+
 py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, float hi) {
-    if (!g_any.dtype().is(py::dtype::of<float>()) || !y_any.dtype().is(py::dtype::of<float>()))
-        throw py::value_error("clamp_backward: g and y must be float32, got " +
-                              std::string(py::str(g_any.dtype())) + " and " +
-                              std::string(py::str(y_any.dtype())));
-    Array<float> g = Array<float>::ensure(g_any), y = Array<float>::ensure(y_any);
-    if (shape_of(g) != shape_of(y))
-        throw py::value_error("clamp_backward: g and y must have the same shape, got " +
-                              shape_str(g) + " and " + shape_str(y));
+    const auto [g, y] = float_pair("clamp_backward", "g and y", g_any, y_any);
     Array<float> gx(shape_of(y));
     py::gil_scoped_release release;
     clamp_backward(g.data(), y.data(), y.size(), lo, hi, gx.mutable_data());
@@ -226,14 +235,7 @@ void bind_norm(py::module_& m) {
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
     m.def("add_clamp", [](const py::array& a_any, const py::array& b_any, float lo, float hi) {
-        if (!a_any.dtype().is(py::dtype::of<float>()) || !b_any.dtype().is(py::dtype::of<float>()))
-            throw py::value_error("add_clamp: a and b must be float32, got " +
-                                  std::string(py::str(a_any.dtype())) + " and " +
-                                  std::string(py::str(b_any.dtype())));
-        Array<float> a = Array<float>::ensure(a_any), b = Array<float>::ensure(b_any);
-        if (shape_of(a) != shape_of(b))
-            throw py::value_error("add_clamp: a and b must have the same shape, got " +
-                                  shape_str(a) + " and " + shape_str(b));
+        const auto [a, b] = float_pair("add_clamp", "a and b", a_any, b_any);
         if (!(lo <= hi))
             throw py::value_error("add_clamp: need lo <= hi, got " + std::to_string(lo) +
                                   " and " + std::to_string(hi));
