@@ -166,6 +166,7 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
 void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 
 struct ConvGeom;
+struct QIn;
 
 // x's quad planes (C/groups % 4 == 0), as the direct algorithm reads them and the packed one
 // copies from for kernels of 2 or more taps: image n, group gi starts group_quads * (n * groups
@@ -215,6 +216,11 @@ bool depthwise_avx2_takes(const ConvGeom& g);
 void depthwise_plane_avx2(const uint8_t* xp, int64_t wp, const int8_t* w, const ConvGeom& g,
                           const RowParams& q, const Requant& r, uint8_t* out,
                           uint8_t* scratch);
+// The AVX2 kernel with channels in the lanes (int8_depthwise_lanes_avx2.cpp): the whole
+// convolution, any stride and dilation, windows of up to 26 taps, channel multiplier 1.
+bool depthwise_lanes_avx2_takes(const ConvGeom& g);
+void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
+                          const int32_t* bias, const Requant& r, uint8_t* out);
 // AVX-VNNI (vpdpbusd on ymm; column dilation 1, strides 1 and 2, kernels up to 8x8:
 // depthwise_avxvnni_takes).
 bool depthwise_avxvnni_takes(const ConvGeom& g);

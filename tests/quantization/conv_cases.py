@@ -4,6 +4,20 @@ import numpy as np
 from tianyuan.quantization import reference as R
 
 # (N, C, H, W, OC, kh, kw, stride, padding, dilation, groups)
+# Depthwise with 16 channels or more, which AVX2 runs with the channels in the lanes, blocks
+# of 16 (int8_depthwise_lanes_avx2.cpp) where there are as many (image, block) pairs as
+# threads: a part-filled last block, stride 2, 5x5 (no fixed pair count), dilation with
+# asymmetric padding, a map of fewer than 32 positions, one of 33 (the input's 32-position
+# transposes and the output's, each with a tail), 1x1 with stride 3.
+LANES_CASES = [
+    (2, 20, 7, 7, 20, 3, 3, 1, 1, 1, 20),
+    (1, 37, 14, 13, 37, 3, 3, 2, 1, 1, 37),
+    (2, 16, 9, 11, 16, 5, 5, 1, 2, 1, 16),
+    (2, 18, 10, 9, 18, 3, 3, 1, (2, 1, 0, 2), (2, 1), 18),
+    (3, 16, 5, 6, 16, 3, 3, 1, 1, 1, 16),
+    (2, 17, 3, 11, 17, 1, 1, 1, 0, 1, 17),
+    (2, 32, 8, 8, 32, 1, 1, 3, 0, 1, 32),
+]
 CASES = [
     (1, 3, 5, 5, 4, 1, 1, 1, 0, 1, 1),            # 1x1: straight to the GEMM
     (2, 17, 6, 7, 33, 1, 1, 1, 0, 1, 1),
@@ -47,6 +61,7 @@ CASES = [
     (2, 64, 16, 16, 9, 3, 3, 1, 1, 1, 1),
     (1, 128, 20, 20, 8, 3, 3, 1, 1, 1, 2),
 ]
+
 
 
 def conv_case(rng, case, in_dtype, scales=None):
