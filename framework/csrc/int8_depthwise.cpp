@@ -138,11 +138,14 @@ const uint64_t* masks_for(const ConvGeom& g, int nd, std::vector<uint64_t>& loca
 }
 
 // Whether the AVX2 kernel with channels in the lanes runs g: where its blocks of 16
-// channels fill the lanes and give every thread work. On Zen 3 (2 threads, batch 16) it took
-// 0.19-0.37x the plane kernel's time on MobileNetV2's 7x7 and 14x14 layers, 0.5-0.8x on
-// 28x28 to 112x112 at stride 2, 0.8-1.1x at 56x56 and 112x112 at stride 1.
+// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28.
+// On Zen 3 (2 threads, batch 16) it took 0.19-0.37x the plane kernel's time on MobileNetV2's
+// 7x7 and 14x14 layers, 0.5-0.8x at 28x28 and at stride 2 from 112x112 down; at stride 1 on
+// 56x56 and 112x112 maps the plane kernel's rows fill its lanes, and it was level or
+// faster (batch 1: 141 against 150-198 us, 116-148 against 142-190).
 bool lanes_wins(const ConvGeom& g) {
-    return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads();
+    return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
+           (g.sw >= 2 || g.oh * g.ow <= 28 * 28);
 }
 
 }  // namespace
