@@ -208,19 +208,19 @@ void positions(const uint8_t* xt, const ConvGeom& g, int64_t wp, const Window& w
     }
 }
 
-// 16 planes of hw bytes (rows[i], flipped by fv) into the position-major plane xt: input
-// position q at byte at[q], its 16 channels in order. Reads stop at `end`.
-void to_lanes(const uint8_t* const* rows, int64_t hw, const int64_t* at, __m256i fv,
-              const uint8_t* end, uint8_t* xt) {
+// 16 planes of hw bytes (x + rows[i], flipped by fv) into the position-major plane xt: input
+// position q at byte at[q], its 16 channels in order. Reads stop at x's byte `size`.
+void to_lanes(const uint8_t* x, const int64_t* rows, int64_t size, int64_t hw,
+              const int64_t* at, __m256i fv, uint8_t* xt) {
     for (int64_t q = 0; q < hw; q += 32) {
         __m256i v[16];
         for (int i = 0; i < 16; ++i) {
-            const uint8_t* src = rows[i] + q;
-            if (src + 32 <= end) {
-                v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+            const int64_t from = rows[i] + q;
+            if (from + 32 <= size) {
+                v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + from));
             } else {  // the tensor's last bytes: no read past them
                 alignas(32) uint8_t tmp[32] = {};
-                std::memcpy(tmp, src, static_cast<size_t>(end - src));
+                std::memcpy(tmp, x + from, static_cast<size_t>(size - from));
                 v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
             }
             v[i] = _mm256_xor_si256(v[i], fv);
@@ -272,7 +272,7 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
     int64_t off[2 * kMaxPairs];
     for (int64_t t = 0; t < taps; ++t) off[t] = (t / g.kw * g.dh * wp + t % g.kw * g.dw) * 16;
     const int64_t xt_bytes = (hp * wp * 16 + 63) / 64 * 64, ot_bytes = (p + 32) * 16;
-    const uint8_t* end = x.data + g.n * g.c * hw;
+    const int64_t size = g.n * g.c * hw;
     const __m256i fv = _mm256_set1_epi8(static_cast<char>(flip));
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
     const Bounds bd{_mm256_set1_epi32(lo), _mm256_set1_epi32(hi), _mm256_set1_epi64x(lo),
@@ -286,11 +286,9 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
         for (int64_t task = 0; task < g.n * blocks; ++task) {
             const int64_t n = task / blocks, c0 = task % blocks * 16;
             const int nc = static_cast<int>(std::min<int64_t>(16, g.c - c0));
-            const uint8_t* rows[16];
-            for (int i = 0; i < 16; ++i) {
-                rows[i] = x.data + (n * g.c + c0 + std::min(i, nc - 1)) * hw;
-            }
-            to_lanes(rows, hw, at.data(), fv, end, xt);
+            int64_t rows[16];  // a part-filled block repeats its last plane
+            for (int i = 0; i < 16; ++i) rows[i] = (n * g.c + c0 + std::min(i, nc - 1)) * hw;
+            to_lanes(x.data, rows, size, hw, at.data(), fv, xt);
             alignas(32) int32_t b[16];
             for (int c = 0; c < nc; ++c) {  // the zero point's term folded into the bias
                 int32_t sum = 0;
