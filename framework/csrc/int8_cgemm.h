@@ -218,9 +218,12 @@ void depthwise_plane_avx2(const uint8_t* xp, int64_t wp, const int8_t* w, const 
                           uint8_t* scratch);
 // The AVX2 kernel with channels in the lanes (int8_depthwise_lanes_avx2.cpp): the whole
 // convolution, any stride and dilation, windows of up to 26 taps, channel multiplier 1.
+// at (h * w): input position (y, x)'s byte in the padded position-major plane,
+// ((y + pt) * (w + pl + pr) + x + pl) * 16.
 bool depthwise_lanes_avx2_takes(const ConvGeom& g);
 void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
-                          const int32_t* bias, const Requant& r, uint8_t* out);
+                          const int32_t* bias, const Requant& r, const int64_t* at,
+                          uint8_t* out);
 // AVX-VNNI (vpdpbusd on ymm; column dilation 1, strides 1 and 2, kernels up to 8x8:
 // depthwise_avxvnni_takes).
 bool depthwise_avxvnni_takes(const ConvGeom& g);

@@ -1,7 +1,7 @@
 // int8 depthwise convolution (groups == C): the dispatch between the VNNI kernel, the AVX-512,
-// AVX-VNNI and AVX2 ones and the generic direct loops (one channel's K is tiny, so no GEMM),
-// and the lane masks of the VNNI kernel's unpadded path, worked out once per geometry and
-// kept.
+// AVX-VNNI and AVX2 ones (AVX2's two: per plane, and with the channels in the lanes) and the
+// generic direct loops (one channel's K is tiny, so no GEMM), and the lane masks of the VNNI
+// kernel's unpadded path, worked out once per geometry and kept.
 #include <array>
 #include <cstring>
 #include <map>
@@ -189,7 +189,12 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
         return;
     }
     if (current_isa() >= Isa::avx2 && depthwise_lanes_avx2_takes(g) && lanes_wins(g)) {
-        depthwise_lanes_avx2(x, g, w, bias, r, out);
+        const int64_t wp = g.w + g.pl + g.pr;
+        std::vector<int64_t> at(static_cast<size_t>(g.h * g.w));
+        for (int64_t y = 0; y < g.h; ++y) {
+            for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
+        }
+        depthwise_lanes_avx2(x, g, w, bias, r, at.data(), out);
         return;
     }
     if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {

@@ -10,10 +10,8 @@
 // lanes were most of its time. Channel multiplier 1 only.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "int8_cgemm.h"
 #include "int8_ops.h"
@@ -22,7 +20,11 @@ namespace tianyuan {
 namespace int8 {
 namespace {
 
+// No STL in an ISA translation unit (setup.py): an instance compiled with AVX2 flags could be
+// the one the linker keeps for generic code.
 constexpr int kMaxPairs = 13;  // windows up to 26 taps (5x5)
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Lane j of the low accumulator holds channel kLo[j] of the block, of the high one kHi[j]
 // (vpunpck{l,h}wd work within 128-bit lanes).
@@ -226,7 +228,7 @@ void to_lanes(const uint8_t* x, const int64_t* rows, int64_t size, int64_t hw,
             v[i] = _mm256_xor_si256(v[i], fv);
         }
         transpose16x2(v);  // v[k]: positions q + k (low lane) and q + 16 + k (high lane)
-        const int64_t m = std::min<int64_t>(32, hw - q);
+        const int64_t m = min64(32, hw - q);
         for (int k = 0; k < 16 && k < m; ++k) {
             _mm_storeu_si128(reinterpret_cast<__m128i*>(xt + at[q + k]),
                              _mm256_castsi256_si128(v[k]));
@@ -259,16 +261,13 @@ bool depthwise_lanes_avx2_takes(const ConvGeom& g) {
 }
 
 void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
-                          const int32_t* bias, const Requant& r, uint8_t* out) {
+                          const int32_t* bias, const Requant& r, const int64_t* at,
+                          uint8_t* out) {
     const int64_t hw = g.h * g.w, p = g.oh * g.ow, taps = g.kh * g.kw;
     const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
     const int64_t blocks = (g.c + 15) / 16;
     const uint8_t flip = flip_of(x);
     const int32_t z = zero_of(x);
-    std::vector<int64_t> at(static_cast<size_t>(hw));  // input position -> padded plane byte
-    for (int64_t y = 0; y < g.h; ++y) {
-        for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
-    }
     int64_t off[2 * kMaxPairs];
     for (int64_t t = 0; t < taps; ++t) off[t] = (t / g.kw * g.dh * wp + t % g.kw * g.dw) * 16;
     const int64_t xt_bytes = (hp * wp * 16 + 63) / 64 * 64, ot_bytes = (p + 32) * 16;
@@ -285,10 +284,10 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < g.n * blocks; ++task) {
             const int64_t n = task / blocks, c0 = task % blocks * 16;
-            const int nc = static_cast<int>(std::min<int64_t>(16, g.c - c0));
+            const int nc = static_cast<int>(min64(16, g.c - c0));
             int64_t rows[16];  // a part-filled block repeats its last plane
-            for (int i = 0; i < 16; ++i) rows[i] = (n * g.c + c0 + std::min(i, nc - 1)) * hw;
-            to_lanes(x.data, rows, size, hw, at.data(), fv, xt);
+            for (int i = 0; i < 16; ++i) rows[i] = (n * g.c + c0 + min64(i, nc - 1)) * hw;
+            to_lanes(x.data, rows, size, hw, at, fv, xt);
             alignas(32) int32_t b[16];
             for (int c = 0; c < nc; ++c) {  // the zero point's term folded into the bias
                 int32_t sum = 0;

@@ -63,7 +63,6 @@ CASES = [
 ]
 
 
-
 def conv_case(rng, case, in_dtype, scales=None):
     n, c, h, w, oc, kh, kw, stride, padding, dilation, groups = case
     lo, hi = R.qrange(in_dtype)
