@@ -33,6 +33,11 @@ void depthwise_backward_input_avx512(const float* gy, const float* w, const Conv
                                      float* gx);
 void depthwise_backward_weight_avx512(const float* x, const float* gy, const Conv2dGeometry& g,
                                       float* gw);
+// AVX2's forward with the channels in the lanes (depthwise_lanes_avx2.cpp): false, doing
+// nothing, where it does not pay (fewer than 8 channels, fewer (image, block of 8) pairs than
+// threads, stride 1 on maps past 28x28, kernels past 25 taps).
+bool depthwise_lanes_forward_avx2(const float* x, const float* w, const float* bias,
+                                  const Conv2dGeometry& g, float* out);
 // The flat-plan kernels (depthwise_flat_avx512.cpp): false, doing nothing, for shapes they
 // do not take.
 bool depthwise_flat_forward_avx512(const float* x, const float* w, const float* bias,

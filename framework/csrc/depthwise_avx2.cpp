@@ -140,6 +140,7 @@ void forward_plane(const float* xp, const float* w, float b, const Conv2dGeometr
 
 void depthwise_forward_avx2(const float* x, const float* w, const float* bias,
                             const Conv2dGeometry& g, float* out) {
+    if (depthwise_lanes_forward_avx2(x, w, bias, g, out)) return;
     const Padded p = padded_size(g);
     if (p.oh <= 0 || p.ow <= 0) return;
     const int64_t in_plane = g.h * g.w, out_plane = p.oh * p.ow, k = g.kh * g.kw;

@@ -40,6 +40,18 @@ DEPTHWISE = [
     ((1, 3, 8, 8), (3, 3), (2, 2), (0, 1, 0, 1), (1, 1)),
     ((1, 2, 9, 10), (3, 3), (2, 2), (1, 1, 2, 0), (1, 1)),
 ]
+# AVX2's forward with 8 channels in the lanes (depthwise_lanes_avx2.cpp; also the stride-1
+# input gradient, the forward of gy): 8 channels or more, as many (image, block of 8) pairs
+# as threads, stride 2 or maps up to 28x28. A part-filled last block, 5x5, dilation with
+# asymmetric padding, a 1x1 kernel on 33 positions (transposes with tails), stride 2 on a
+# 56x56 map.
+DEPTHWISE_LANES = [
+    ((2, 20, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 16, 9, 11), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    ((2, 9, 10, 9), (3, 3), (1, 1), (2, 1, 0, 2), (2, 1)),
+    ((2, 12, 3, 11), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((1, 24, 56, 56), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+]
 
 
 def close(got, want, what):
@@ -50,6 +62,22 @@ def close(got, want, what):
 @pytest.mark.parametrize("shape,kernel,stride,padding,dilation", DEPTHWISE)
 def test_depthwise_kernels_match_numpy_twins_on_every_isa(shape, kernel, stride, padding,
                                                           dilation):
+    check_depthwise(shape, kernel, stride, padding, dilation)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation", DEPTHWISE_LANES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_lanes_match_numpy_twins(shape, kernel, stride, padding, dilation, threads):
+    before = ty.get_num_threads()
+    try:
+        ty.set_num_threads(threads)
+        check_depthwise(shape, kernel, stride, padding, dilation)
+    finally:
+        ty.set_num_threads(before)
+
+
+def check_depthwise(shape, kernel, stride, padding, dilation):
+    """The three depthwise kernels against their numpy twins on every ISA path here."""
     rng = np.random.default_rng(1)
     c = shape[1]
     x = rng.standard_normal(shape).astype(np.float32)

@@ -1,0 +1,151 @@
+// AVX2 depthwise forward, float32, with the channels in the lanes, for small maps (the int8
+// kernel's scheme, int8_depthwise_lanes_avx2.cpp): per image and block of 8 channels, 8 x 8
+// transposes turn the 8 input planes into one zero-padded position-major plane (8 floats, the
+// block's channels, per position); each output position's 8 channels are one vector, the
+// bias and then every tap's FMA in row-major order, as the plane kernel's lanes add them (the
+// same bits); 8 x 8 transposes put the outputs back into the NCHW rows. The plane kernel
+// (depthwise_avx2.cpp) pads every (image, channel) plane and runs a step of 8 lanes per output
+// row: on 7x7 and 14x14 maps set-up and idle lanes. No STL in an ISA translation unit.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#include <omp.h>
+
+#include "depthwise.h"
+#include "depthwise_impl.h"
+#include "transpose_avx2.h"
+
+namespace tianyuan {
+namespace {
+
+constexpr int64_t kMaxTaps = 25;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Grow-only per-thread scratch (64-byte aligned).
+float* lane_scratch(int64_t n) {
+    static thread_local float* buf = nullptr;
+    static thread_local int64_t size = 0;
+    if (size < n) {
+        ::operator delete[](buf, std::align_val_t(64));
+        buf = static_cast<float*>(::operator new[](static_cast<size_t>(n) * sizeof(float),
+                                                   std::align_val_t(64)));
+        size = n;
+    }
+    return buf;
+}
+
+// 8 planes of hw floats (x + rows[i]) into the position-major plane xt: input position
+// (y, c) at float ((y + pt) * wp + c + pl) * 8, its 8 channels in order. Reads stop at x's
+// float `size`.
+void to_lanes(const float* x, const int64_t* rows, int64_t size, const Conv2dGeometry& g,
+              int64_t wp, float* xt) {
+    const int64_t hw = g.h * g.w;
+    int64_t y = 0, c = 0;  // position q's row and column
+    for (int64_t q = 0; q < hw; q += 8) {
+        __m256 v[8];
+        for (int i = 0; i < 8; ++i) {
+            const int64_t from = rows[i] + q;
+            if (from + 8 <= size) {
+                v[i] = _mm256_loadu_ps(x + from);
+            } else {  // the tensor's last floats: no read past them
+                alignas(32) float tmp[8] = {};
+                std::memcpy(tmp, x + from, static_cast<size_t>(size - from) * sizeof(float));
+                v[i] = _mm256_load_ps(tmp);
+            }
+        }
+        transpose8(v);  // v[k]: position q + k
+        for (int k = 0; k < 8 && q + k < hw; ++k) {
+            _mm256_storeu_ps(xt + ((y + g.pt) * wp + c + g.pl) * 8, v[k]);
+            if (++c == g.w) c = 0, ++y;
+        }
+    }
+}
+
+// The position-major outputs ot (p, 8), readable 8 positions past p, into the first nc of
+// 8 NCHW rows of p floats from out.
+void from_lanes(const float* ot, int64_t p, int64_t nc, float* out) {
+    for (int64_t o = 0; o < p; o += 8) {
+        __m256 v[8];
+        for (int i = 0; i < 8; ++i) v[i] = _mm256_load_ps(ot + (o + i) * 8);
+        transpose8(v);  // v[k]: channel k's positions o .. o + 7
+        const int64_t n = min64(8, p - o);
+        for (int64_t k = 0; k < nc; ++k) {
+            if (n == 8) {
+                _mm256_storeu_ps(out + k * p + o, v[k]);
+                continue;
+            }
+            alignas(32) float tmp[8];
+            _mm256_store_ps(tmp, v[k]);
+            for (int64_t l = 0; l < n; ++l) out[k * p + o + l] = tmp[l];
+        }
+    }
+}
+
+template <int Taps>
+void positions(const float* xt, const Conv2dGeometry& g, int64_t wp, const int64_t* off,
+               int64_t taps, const __m256* wv, __m256 bias, float* ot) {
+    const int64_t n = Taps ? Taps : taps, oh = g.out_h(), ow = g.out_w();
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        const float* row = xt + oy * g.sh * wp * 8;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+            const float* base = row + ox * g.sw * 8;
+            __m256 acc = bias;
+#pragma GCC unroll 25
+            for (int64_t t = 0; t < n; ++t) {
+                acc = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(base + off[t]), acc);
+            }
+            _mm256_store_ps(ot + (oy * ow + ox) * 8, acc);
+        }
+    }
+}
+
+}  // namespace
+
+bool depthwise_lanes_forward_avx2(const float* x, const float* w, const float* bias,
+                                  const Conv2dGeometry& g, float* out) {
+    const int64_t oh = g.out_h(), ow = g.out_w(), p = oh * ow, taps = g.kh * g.kw;
+    const int64_t blocks = (g.c + 7) / 8;
+    if (g.c < 8 || taps > kMaxTaps || g.n * blocks < omp_get_max_threads() ||
+        (g.sw < 2 && p > 28 * 28)) {
+        return false;
+    }
+    const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb, hw = g.h * g.w;
+    int64_t off[kMaxTaps];
+    for (int64_t t = 0; t < taps; ++t) off[t] = (t / g.kw * g.dh * wp + t % g.kw * g.dw) * 8;
+    const int64_t xt_floats = hp * wp * 8, size = g.n * g.c * hw;
+#pragma omp parallel if (g.n * g.c * p * taps >= kDwParallelMin)
+    {
+        float* xt = lane_scratch(xt_floats + (p + 8) * 8);
+        float* ot = xt + xt_floats;  // xt_floats is a multiple of 8: ot stays 32-byte aligned
+        for (int64_t k = 0; k < xt_floats; ++k) xt[k] = 0.0f;  // the border, kept by all
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < g.n * blocks; ++task) {
+            const int64_t n = task / blocks, c0 = task % blocks * 8, nc = min64(8, g.c - c0);
+            int64_t rows[8];  // a part-filled block repeats its last plane
+            for (int i = 0; i < 8; ++i) rows[i] = (n * g.c + c0 + min64(i, nc - 1)) * hw;
+            to_lanes(x, rows, size, g, wp, xt);
+            alignas(32) float wt[kMaxTaps][8], b[8];
+            for (int i = 0; i < 8; ++i) {
+                const int64_t c = c0 + min64(i, nc - 1);
+                for (int64_t t = 0; t < taps; ++t) wt[t][i] = w[c * taps + t];
+                b[i] = bias ? bias[c] : 0.0f;
+            }
+            __m256 wv[kMaxTaps];
+            for (int64_t t = 0; t < taps; ++t) wv[t] = _mm256_load_ps(wt[t]);
+            const __m256 bv = _mm256_load_ps(b);
+            if (taps == 9) {
+                positions<9>(xt, g, wp, off, taps, wv, bv, ot);
+            } else {
+                positions<0>(xt, g, wp, off, taps, wv, bv, ot);
+            }
+            from_lanes(ot, p, nc, out + (n * g.c + c0) * p);
+        }
+    }
+    return true;
+}
+
+}  // namespace tianyuan
