@@ -178,6 +178,7 @@ void depthwise_backward_input_avx2(const float* gy, const float* w, const Conv2d
 
 void depthwise_backward_weight_avx2(const float* x, const float* gy, const Conv2dGeometry& g,
                                     float* gw) {
+    if (depthwise_lanes_backward_weight_avx2(x, gy, g, gw)) return;
     dw_backward_weight<float, Avx2Rows>(x, gy, g, gw);
 }
 

@@ -103,16 +103,83 @@ void positions(const float* xt, const Conv2dGeometry& g, int64_t wp, const int64
     }
 }
 
+// Block of 8 channels: the weight gradient's sums over one image's output positions,
+// acc[t] += gy * x at tap t, gy position-major at gt.
+template <int Taps>
+void weight_sums(const float* xt, const float* gt, const Conv2dGeometry& g, int64_t wp,
+                 const int64_t* off, int64_t taps, __m256* acc) {
+    const int64_t n = Taps ? Taps : taps, oh = g.out_h(), ow = g.out_w();
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        const float* row = xt + oy * g.sh * wp * 8;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+            const float* base = row + ox * g.sw * 8;
+            const __m256 gv = _mm256_load_ps(gt + (oy * ow + ox) * 8);
+#pragma GCC unroll 25
+            for (int64_t t = 0; t < n; ++t) {
+                acc[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(base + off[t]), acc[t]);
+            }
+        }
+    }
+}
+
+// Where the channels-in-lanes kernels pay: blocks of 8 channels, small maps or stride 2.
+bool lanes_pay(const Conv2dGeometry& g) {
+    return g.c >= 8 && g.kh * g.kw <= kMaxTaps && (g.sw >= 2 || g.out_h() * g.out_w() <= 28 * 28);
+}
+
 }  // namespace
+
+bool depthwise_lanes_backward_weight_avx2(const float* x, const float* gy,
+                                          const Conv2dGeometry& g, float* gw) {
+    if (!lanes_pay(g)) return false;
+    const int64_t oh = g.out_h(), ow = g.out_w(), p = oh * ow, taps = g.kh * g.kw;
+    const int64_t blocks = (g.c + 7) / 8;
+    const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb, hw = g.h * g.w;
+    int64_t off[kMaxTaps];
+    for (int64_t t = 0; t < taps; ++t) off[t] = (t / g.kw * g.dh * wp + t % g.kw * g.dw) * 8;
+    Conv2dGeometry go = g;  // gy's planes as an unpadded input: position o at float o * 8
+    go.h = oh, go.w = ow, go.pt = go.pb = go.pl = go.pr = 0;
+    const int64_t xt_floats = hp * wp * 8, size = g.n * g.c * hw, gsize = g.n * g.c * p;
+#pragma omp parallel if (g.n * g.c * p * taps >= kDwParallelMin)
+    {
+        float* xt = lane_scratch(xt_floats + (p + 8) * 8);
+        float* gt = xt + xt_floats;
+        for (int64_t k = 0; k < xt_floats; ++k) xt[k] = 0.0f;  // the border, kept by all
+#pragma omp for schedule(static)
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t c0 = block * 8, nc = min64(8, g.c - c0);
+            __m256 acc[kMaxTaps];
+            for (int64_t t = 0; t < taps; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t n = 0; n < g.n; ++n) {  // images in order: bits whatever the threads
+                int64_t rows[8], grows[8];
+                for (int i = 0; i < 8; ++i) {
+                    const int64_t plane = n * g.c + c0 + min64(i, nc - 1);
+                    rows[i] = plane * hw;
+                    grows[i] = plane * p;
+                }
+                to_lanes(x, rows, size, g, wp, xt);
+                to_lanes(gy, grows, gsize, go, ow, gt);
+                if (taps == 9) {
+                    weight_sums<9>(xt, gt, g, wp, off, taps, acc);
+                } else {
+                    weight_sums<0>(xt, gt, g, wp, off, taps, acc);
+                }
+            }
+            for (int64_t t = 0; t < taps; ++t) {
+                alignas(32) float sums[8];
+                _mm256_store_ps(sums, acc[t]);
+                for (int64_t i = 0; i < nc; ++i) gw[(c0 + i) * taps + t] = sums[i];
+            }
+        }
+    }
+    return true;
+}
 
 bool depthwise_lanes_forward_avx2(const float* x, const float* w, const float* bias,
                                   const Conv2dGeometry& g, float* out) {
     const int64_t oh = g.out_h(), ow = g.out_w(), p = oh * ow, taps = g.kh * g.kw;
     const int64_t blocks = (g.c + 7) / 8;
-    if (g.c < 8 || taps > kMaxTaps || g.n * blocks < omp_get_max_threads() ||
-        (g.sw < 2 && p > 28 * 28)) {
-        return false;
-    }
+    if (!lanes_pay(g) || g.n * blocks < omp_get_max_threads()) return false;
     const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb, hw = g.h * g.w;
     int64_t off[kMaxTaps];
     for (int64_t t = 0; t < taps; ++t) off[t] = (t / g.kw * g.dh * wp + t % g.kw * g.dw) * 8;

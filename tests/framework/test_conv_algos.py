@@ -76,6 +76,26 @@ def test_depthwise_lanes_match_numpy_twins(shape, kernel, stride, padding, dilat
         ty.set_num_threads(before)
 
 
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation", DEPTHWISE_LANES[:2])
+def test_depthwise_weight_gradient_bits_whatever_the_threads(shape, kernel, stride, padding,
+                                                             dilation):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    geo = (stride, padding, dilation)
+    gy = rng.standard_normal(depthwise_conv2d_ref(x, rng.standard_normal(
+        (shape[1], 1) + kernel).astype(np.float32), None, *geo).shape).astype(np.float32)
+    before = ty.get_num_threads()
+    try:
+        for isa in each_isa():
+            got = []
+            for threads in (1, 2):
+                ty.set_num_threads(threads)
+                got.append(_C.depthwise_conv2d_backward_weight(x, gy, kernel, *geo))
+            np.testing.assert_array_equal(got[0], got[1], err_msg=isa)
+    finally:
+        ty.set_num_threads(before)
+
+
 def check_depthwise(shape, kernel, stride, padding, dilation):
     """The three depthwise kernels against their numpy twins on every ISA path here."""
     rng = np.random.default_rng(1)
