@@ -40,7 +40,7 @@ void depthwise_backward_weight_avx512(const float* x, const float* gy, const Con
 bool depthwise_lanes_forward_avx2(const float* x, const float* w, const float* bias,
                                   const Conv2dGeometry& g, float* out);
 // Its weight gradient: a block's sums over the images in order (the same bits on any number of
-// threads); taken on the same shapes, whatever the threads.
+// threads); taken with 8 channels or more and kernels up to 25 taps, whatever the threads.
 bool depthwise_lanes_backward_weight_avx2(const float* x, const float* gy,
                                           const Conv2dGeometry& g, float* gw);
 // The flat-plan kernels (depthwise_flat_avx512.cpp): false, doing nothing, for shapes they

@@ -42,15 +42,16 @@ DEPTHWISE = [
 ]
 # AVX2's forward with 8 channels in the lanes (depthwise_lanes_avx2.cpp; also the stride-1
 # input gradient, the forward of gy): 8 channels or more, as many (image, block of 8) pairs
-# as threads, stride 2 or maps up to 28x28. A part-filled last block, 5x5, dilation with
-# asymmetric padding, a 1x1 kernel on 33 positions (transposes with tails), stride 2 on a
-# 56x56 map.
+# as threads, stride 2 or maps up to 28x28; its weight gradient from 8 channels on. A
+# part-filled last block, 5x5, dilation with asymmetric padding, a 1x1 kernel on 33 positions
+# (transposes with tails), stride 2 on a 56x56 map, stride 1 on one (the weight gradient).
 DEPTHWISE_LANES = [
     ((2, 20, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((2, 16, 9, 11), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     ((2, 9, 10, 9), (3, 3), (1, 1), (2, 1, 0, 2), (2, 1)),
     ((2, 12, 3, 11), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
     ((1, 24, 56, 56), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 10, 40, 33), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 ]
 
 
