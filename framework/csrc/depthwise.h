@@ -39,6 +39,10 @@ void depthwise_backward_weight_avx512(const float* x, const float* gy, const Con
 // threads, stride 1 on maps past 28x28, kernels past 25 taps).
 bool depthwise_lanes_forward_avx2(const float* x, const float* w, const float* bias,
                                   const Conv2dGeometry& g, float* out);
+// Its input gradient at stride 2 or more, each input position summing the taps that reach it
+// (stride 1 is the forward of gy with the kernel flipped); the forward's rule.
+bool depthwise_lanes_backward_input_avx2(const float* gy, const float* w,
+                                         const Conv2dGeometry& g, float* gx);
 // Its weight gradient: a block's sums over the images in order (the same bits on any number of
 // threads); taken with 8 channels or more and kernels up to 25 taps, whatever the threads.
 bool depthwise_lanes_backward_weight_avx2(const float* x, const float* gy,

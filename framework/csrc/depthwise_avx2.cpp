@@ -160,6 +160,7 @@ void depthwise_forward_avx2(const float* x, const float* w, const float* bias,
 // Padding past a kernel's reach (pt > (kh - 1) * dh) would need a negative padding: rows.
 void depthwise_backward_input_avx2(const float* gy, const float* w, const Conv2dGeometry& g,
                                    float* gx) {
+    if (depthwise_lanes_backward_input_avx2(gy, w, g, gx)) return;
     const int64_t reach_h = (g.kh - 1) * g.dh, reach_w = (g.kw - 1) * g.dw;
     if (g.sh != 1 || g.sw != 1 || g.pt > reach_h || g.pb > reach_h || g.pl > reach_w ||
         g.pr > reach_w) {

@@ -24,6 +24,7 @@ namespace {
 constexpr int64_t kMaxTaps = 25;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Grow-only per-thread scratch (64-byte aligned).
 float* lane_scratch(int64_t n) {
@@ -131,7 +132,86 @@ bool lanes_pay(const Conv2dGeometry& g, bool forward) {
            (!forward || g.sw >= 2 || g.out_h() * g.out_w() <= 28 * 28);
 }
 
+// The taps of one input row (or column) v that a strided output reaches: kernel index k
+// with (v + pad - k * dil) divisible by the stride, and the output index it comes from,
+// offset by the border of the padded gy plane. At most kMaxTaps per index.
+struct Reach {
+    int64_t count;
+    int64_t k[kMaxTaps], from[kMaxTaps];
+};
+
+void reach_of(int64_t v, int64_t pad, int64_t kn, int64_t dil, int64_t stride, int64_t border,
+              Reach* r) {
+    r->count = 0;
+    for (int64_t k = 0; k < kn; ++k) {
+        const int64_t u = v + pad - k * dil;
+        if (u >= 0 ? u % stride != 0 : (-u) % stride != 0) continue;
+        r->k[r->count] = k;
+        r->from[r->count++] = (u >= 0 ? u / stride : -((-u) / stride)) + border;
+    }
+}
+
 }  // namespace
+
+bool depthwise_lanes_backward_input_avx2(const float* gy, const float* w,
+                                         const Conv2dGeometry& g, float* gx) {
+    if (g.sh < 2 && g.sw < 2) return false;  // stride 1: the forward of gy (flipped kernel)
+    if (!lanes_pay(g, true) || g.n * ((g.c + 7) / 8) < omp_get_max_threads()) return false;
+    const int64_t oh = g.out_h(), ow = g.out_w(), p = oh * ow, taps = g.kh * g.kw;
+    const int64_t blocks = (g.c + 7) / 8, hw = g.h * g.w;
+    // gy's planes padded with zeros so that every reaching tap reads inside: output rows
+    // (y + pt - i * dh) / sh from -bt to oh - 1 + bb, columns likewise
+    const int64_t bt = ((g.kh - 1) * g.dh + g.sh - 1) / g.sh;
+    const int64_t bl = ((g.kw - 1) * g.dw + g.sw - 1) / g.sw;
+    const int64_t bb = max64(0, (g.h - 1 + g.pt) / g.sh - (oh - 1));
+    const int64_t br = max64(0, (g.w - 1 + g.pl) / g.sw - (ow - 1));
+    const int64_t gh = bt + oh + bb, gwp = bl + ow + br;
+    Reach* rows_of = new Reach[g.h];
+    Reach* cols_of = new Reach[g.w];
+    for (int64_t y = 0; y < g.h; ++y) reach_of(y, g.pt, g.kh, g.dh, g.sh, bt, rows_of + y);
+    for (int64_t x = 0; x < g.w; ++x) reach_of(x, g.pl, g.kw, g.dw, g.sw, bl, cols_of + x);
+    Conv2dGeometry go = g;  // gy as an input padded by the border
+    go.h = oh, go.w = ow, go.pt = bt, go.pl = bl;
+    const int64_t gt_floats = gh * gwp * 8, gsize = g.n * g.c * p;
+#pragma omp parallel if (g.n * g.c * p * taps >= kDwParallelMin)
+    {
+        float* gt = lane_scratch(gt_floats + (hw + 8) * 8);
+        float* xt = gt + gt_floats;
+        for (int64_t k = 0; k < gt_floats; ++k) gt[k] = 0.0f;  // the border, kept by all
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < g.n * blocks; ++task) {
+            const int64_t n = task / blocks, c0 = task % blocks * 8, nc = min64(8, g.c - c0);
+            int64_t grows[8];
+            for (int i = 0; i < 8; ++i) grows[i] = (n * g.c + c0 + min64(i, nc - 1)) * p;
+            to_lanes(gy, grows, gsize, go, gwp, gt);
+            alignas(32) float wt[kMaxTaps][8];
+            for (int i = 0; i < 8; ++i) {
+                const int64_t c = c0 + min64(i, nc - 1);
+                for (int64_t t = 0; t < taps; ++t) wt[t][i] = w[c * taps + t];
+            }
+            for (int64_t y = 0; y < g.h; ++y) {
+                const Reach& ry = rows_of[y];
+                for (int64_t x = 0; x < g.w; ++x) {
+                    const Reach& rx = cols_of[x];
+                    __m256 acc = _mm256_setzero_ps();
+                    for (int64_t a = 0; a < ry.count; ++a) {
+                        const float* src = gt + ry.from[a] * gwp * 8;
+                        const float* wr = wt[ry.k[a] * g.kw];
+                        for (int64_t b = 0; b < rx.count; ++b) {
+                            acc = _mm256_fmadd_ps(_mm256_load_ps(wr + rx.k[b] * 8),
+                                                  _mm256_loadu_ps(src + rx.from[b] * 8), acc);
+                        }
+                    }
+                    _mm256_store_ps(xt + (y * g.w + x) * 8, acc);
+                }
+            }
+            from_lanes(xt, hw, nc, gx + (n * g.c + c0) * hw);
+        }
+    }
+    delete[] rows_of;
+    delete[] cols_of;
+    return true;
+}
 
 bool depthwise_lanes_backward_weight_avx2(const float* x, const float* gy,
                                           const Conv2dGeometry& g, float* gw) {
