@@ -1,11 +1,13 @@
-// AVX2 depthwise forward, float32, with the channels in the lanes, for small maps (the int8
-// kernel's scheme, int8_depthwise_lanes_avx2.cpp): per image and block of 8 channels, 8 x 8
-// transposes turn the 8 input planes into one zero-padded position-major plane (8 floats, the
-// block's channels, per position); each output position's 8 channels are one vector, the
-// bias and then every tap's FMA in row-major order, as the plane kernel's lanes add them (the
-// same bits); 8 x 8 transposes put the outputs back into the NCHW rows. The plane kernel
-// (depthwise_avx2.cpp) pads every (image, channel) plane and runs a step of 8 lanes per output
-// row: on 7x7 and 14x14 maps set-up and idle lanes. No STL in an ISA translation unit.
+// AVX2 depthwise kernels, float32, with the channels in the lanes (the int8 kernel's scheme,
+// int8_depthwise_lanes_avx2.cpp): per image and block of 8 channels, 8 x 8 transposes turn the
+// 8 input planes into one zero-padded position-major plane (8 floats, the block's channels,
+// per position). The forward: each output position's 8 channels are one vector, the bias and
+// then every tap's FMA in row-major order, as the plane kernel's lanes add them (the same
+// bits), transposed back into the NCHW rows. The weight gradient: one FMA per tap and output
+// position into a block's 8-channel sums. The strided input gradient: each input position
+// sums the taps that reach it. The plane and row kernels (depthwise_avx2.cpp) pad every
+// (image, channel) plane and run a step of 8 lanes per row: on 7x7 and 14x14 maps set-up
+// and idle lanes. No STL in an ISA translation unit.
 #include <immintrin.h>
 
 #include <cstdint>
