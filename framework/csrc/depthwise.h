@@ -2,7 +2,7 @@
 // no GEMM. out[n, c, oy, ox] = bias[c] + sum_ij w[c, i, j] * x[n, c, oy*sh - pt + i*dh,
 // ox*sw - pl + j*dw] (0 outside the image). Geometry as in im2col.h (asymmetric padding,
 // dilation, any stride). Each (n, c) plane is one OpenMP work item (weight gradient: each
-// channel; AVX2's forward on small maps: each image and block of 8 channels). float32 runs
+// channel; AVX2's lanes kernels: each image and block of 8 channels, or each block). float32 runs
 // the AVX-512 / AVX2 row kernels (depthwise_avx512.cpp, depthwise_avx2.cpp) when the ISA
 // allows; float64 (gradient checks) and generic run plain loops. Numpy twins:
 // framework/ops/conv_ref.py (depthwise_*_ref).

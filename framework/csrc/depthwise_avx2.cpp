@@ -1,7 +1,8 @@
-// AVX2 depthwise kernels, float32: the forward on zero-padded planes (below), or with the
-// channels in the lanes on small maps and at stride 2 (depthwise_lanes_avx2.cpp); the
-// gradients on the row kernels of the shared drivers (depthwise_impl.h), 8 lanes a step for
-// unit stride, scalar tails and scalar strided rows.
+// AVX2 depthwise kernels, float32: the forward on zero-padded planes (below); the gradients
+// on the row kernels of the shared drivers (depthwise_impl.h), 8 lanes a step for unit
+// stride, scalar tails and scalar strided rows. Where they pay, the kernels with the channels
+// in the lanes run instead (depthwise_lanes_avx2.cpp: the forward on small maps and at
+// stride 2, the strided input gradient likewise, the weight gradient from 8 channels).
 #include <immintrin.h>
 
 #include <cstdint>

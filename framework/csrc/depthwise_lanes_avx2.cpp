@@ -130,7 +130,7 @@ void weight_sums(const float* xt, const float* gt, const Conv2dGeometry& g, int6
 // gradient everywhere (Zen 3, batch 16: 144 at 56x56 stride 1 5.3-8.7 -> 2.4-2.5 ms, 32 at
 // 112x112 3.8-4.7 -> 2.1-2.8; batch 1 level or faster).
 bool lanes_pay(const Conv2dGeometry& g, bool forward) {
-    return g.c >= 8 && g.kh * g.kw <= kMaxTaps &&
+    return g.c >= 8 && g.kh * g.kw <= kMaxTaps && g.out_h() > 0 && g.out_w() > 0 &&
            (!forward || g.sw >= 2 || g.out_h() * g.out_w() <= 28 * 28);
 }
 
