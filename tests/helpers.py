@@ -69,6 +69,12 @@ def check_op(fn, ref, shapes, *, low=-2.0, high=2.0, seed=0, fwd_rtol=1e-5, fwd_
         gradcheck(fn, arrays, atol=grad_atol, rtol=grad_rtol, seed=seed)
 
 
+def close(got, want, what):
+    """got == want to 1e-4, relative and against want's largest magnitude (at least 1)."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=what)
+
+
 def each_isa():
     """Yields every ISA path this machine runs, switched on; restores the original after."""
     original = ty.current_isa()
