@@ -44,8 +44,7 @@ namespace {
         }
 #define TY_T6_STORE(i)                                                                 \
     if (R > i && npos > 0) {                                                           \
-        const Chan cq = chan(q.bias[i], q.multiplier[i], q.shift[i], r);               \
-        store_first(pack16(requant8(c##i##0, cq), P > 1 ? requant8(c##i##1, cq) : z,   \
+        store_first(pack16(requant8(c##i##0, cs[i]), P > 1 ? requant8(c##i##1, cs[i]) : z, \
                            r.out_signed),                                              \
                     out + i * ldo, npos);                                              \
     }
@@ -55,11 +54,12 @@ namespace {
 // time at batch 1 on AVX-VNNI and on AVX2 (Zen 5, alternating forwards).
 constexpr int64_t kWeightAhead = 2048;
 
-// R channels (the rows of the packed block w) x 8P positions from acts.
+// R channels (the rows of the packed block w; cs: their requantization) x 8P positions from
+// acts.
 template <class Dot, int R, int P>
 void tile6_sub(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t rows,
-               int64_t nq, int64_t npos, const RowParams& q, const Requant& r, uint8_t* out,
-               int64_t ldo) {
+               int64_t nq, int64_t npos, const RowParams& q, const Chan* cs, const Requant& r,
+               uint8_t* out, int64_t ldo) {
     const __m256i z = _mm256_setzero_si256();
     __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     __m256i c40 = z, c41 = z, c50 = z, c51 = z;
@@ -84,7 +84,8 @@ void tile6_sub(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_
 #undef TY_T6_STORE
 
 using Tile6Fn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
-                         int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
+                         int64_t, const RowParams&, const Chan*, const Requant&, uint8_t*,
+                         int64_t);
 
 // N (<= kFewMax) positions the other way round, for the last few of a block: per k-quad, the
 // block's rows' weights as one vector (lane i: channel i's 4 bytes; past `rows`, the next
@@ -174,18 +175,22 @@ void tile6(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp
            int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
     int64_t p0 = 0;
+    Chan cs[kOcBlock];  // once per call, not per 16 positions
+    for (int64_t i = 0; i < rows && npos > kFewMax; ++i)
+        cs[i] = chan(q.bias[i], q.multiplier[i], q.shift[i], r);
     for (; npos - p0 >= 16; p0 += 16) {
-        tile6_pick<Dot, 2>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, 16, q, r, out + p0, ldo);
+        tile6_pick<Dot, 2>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, 16, q, cs, r, out + p0,
+                                 ldo);
     }
     int64_t left = npos - p0;
     if (left > 8 + kFewMax) {
-        tile6_pick<Dot, 2>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, left, q, r, out + p0,
-                                 ldo);
+        tile6_pick<Dot, 2>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, left, q, cs, r,
+                                 out + p0, ldo);
         return;
     }
     if (left > kFewMax) {
         tile6_pick<Dot, 1>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, left < 8 ? left : 8, q,
-                                 r, out + p0, ldo);
+                                 cs, r, out + p0, ldo);
         p0 += 8;
         left -= 8;
     }
