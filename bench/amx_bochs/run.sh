@@ -38,19 +38,22 @@ KVER=$(ls "$ROOT/lib/modules" | head -1)
 rm -rf "$WORK" && mkdir -p "$WORK/obj" "$WORK/mod" "$WORK/initrd/bin" "$WORK/initrd/proc" \
     "$WORK/iso/isolinux"
 
-# the checker: every kernel unit but the Python bindings, each with its ISA's flags (setup.py)
+# the checker: every kernel unit but the Python bindings, each with its ISA's flags as
+# setup.py gives them (its ISA_FLAGS, by the file name's last suffix; a list kept here had
+# missed the *_vbmi unit)
+isa_flags() {
+    python3 - "$HERE/../../setup.py" "$1" <<'PY'
+import ast, sys
+tree = ast.parse(open(sys.argv[1]).read())
+flags = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+             and getattr(n.targets[0], "id", "") == "ISA_FLAGS")
+print(" ".join(flags.get(sys.argv[2].rsplit("_", 1)[-1], [])))
+PY
+}
 for src in "$CSRC"/*.cpp "$HERE/${CHECK}_check.cpp"; do
     name=$(basename "$src" .cpp)
     case "$name" in bind*) continue ;; esac
-    case "$name" in
-        *_avx2) isa="-mavx2 -mfma -mf16c" ;;
-        *_avxvnni) isa="-mavx2 -mfma -mf16c -mavxvnni" ;;
-        *_avx512) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma" ;;
-        *_vnni) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma" ;;
-        *_amx) isa="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma \
-                    -mavx512vbmi -mamx-tile -mamx-int8" ;;
-        *) isa="" ;;
-    esac
+    isa=$(isa_flags "$name")
     echo "g++ -std=c++17 -O2 -fopenmp -fno-math-errno $isa -I$CSRC -c $src -o $WORK/obj/$name.o"
 done | xargs -P "$(nproc)" -I{} sh -c "{}"
 g++ -static -fopenmp "$WORK"/obj/*.o -o "$WORK/initrd/check" 2>/dev/null
