@@ -37,7 +37,7 @@ def _update_running(stat, value, momentum):
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5, clamp=None):
+               momentum=0.1, eps=1e-5, clamp=None, input_scale=None):
     """Normalise (N, C) or (N, C, H, W) per channel C.
 
     training: batch mean and biased variance normalise; running_var takes the unbiased
@@ -46,19 +46,30 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     clamp = (lo, hi): then clamp the result, a ReLU (0, inf) or ReLU6 (0, 6) after the batch
     norm; in training both run in the same native passes (`nn.Sequential` does this for a
     BatchNorm2d followed by ReLU / ReLU6), the same bits as `relu(batch_norm(...))`.
+    input_scale (C,), a Tensor: normalise x * input_scale[c] instead, without forming the
+    product (training: x's statistics, rescaled; ops.norm.ScaledBatchNormTrain), the same up
+    to rounding, with its gradient. QAT's ConvBn2d divides its conv output by the folding
+    factor this way.
     """
     op = "batch_norm"
     x = _check_input(x, running_mean, running_var, weight, bias, op)
+    _check_vector(input_scale, x.shape[1], op, "input_scale", x.shape)
     channels = x.shape[1]
     if not training:
         scale, shift = _eval_affine(x, running_mean, running_var, weight, bias, eps, op)
+        if input_scale is not None:
+            scale = scale * as_tensor(input_scale)
         y = N.ChannelAffine.apply(x, scale, shift)
         return y if clamp is None else E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
     count = x.data.size // channels
     if count < 2:
         raise ValueError(f"{op}: training needs more than one value per channel, got input "
                          f"shape {x.shape}")
-    mean, var = N.batch_stats(x.data)
+    x_mean, var = N.batch_stats(x.data)
+    mean = x_mean
+    if input_scale is not None:  # the statistics of x * s
+        s = as_tensor(input_scale).data.astype(np.float64)
+        mean, var = x_mean * s, var * s * s
     if running_mean is not None:
         _update_running(running_mean, mean, momentum)
     if running_var is not None:
@@ -66,12 +77,20 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     ones = Tensor(np.ones(channels, x.dtype))
     w = ones if weight is None else as_tensor(weight)
     b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
-    invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(x.dtype)
-    if clamp is not None and x.dtype != np.float32:  # the native clamp's domain (clamp.h)
-        y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd)
+    invstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    bounds = None if clamp is None or x.dtype != np.float32 else tuple(map(float, clamp))
+    if input_scale is None:
+        y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd.astype(x.dtype),
+                                   clamp=bounds)
+    else:  # x's own mean; (x * s)'s invstd times s
+        coef = (w.data * eps * invstd * invstd / s).astype(x.dtype)
+        y = N.ScaledBatchNormTrain.apply(x, w, b, as_tensor(input_scale),
+                                         mean=x_mean,
+                                         invstd=(invstd * s).astype(x.dtype), coef=coef,
+                                         clamp=bounds)
+    if clamp is not None and bounds is None:  # the native clamp's domain (clamp.h)
         return E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
-    return N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd,
-                                  clamp=None if clamp is None else tuple(map(float, clamp)))
+    return y
 
 
 def _check_input(x, running_mean, running_var, weight, bias, op):

@@ -47,6 +47,24 @@ class BatchNormTrain(Function):
         return gx, gw, gb
 
 
+class ScaledBatchNormTrain(BatchNormTrain):
+    """BatchNormTrain of x * scale[c] (scale (C,), a differentiable input) without the
+    product: given x's own mean and invstd = scale / sqrt(scale^2 var(x) + eps), which
+    normalise x * scale the same way (up to rounding). The normalised value does not depend on
+    scale but through eps, so its gradient is sum(g * xhat) * weight * eps * invstd_z^2 / scale
+    per channel (invstd_z = 1 / sqrt(scale^2 var(x) + eps)): the weight's gradient times
+    `coef`, the rest of that factor, which the caller computes with the statistics. QAT's
+    ConvBn (the conv output / f, then the batch norm) in the batch norm's passes."""
+
+    def forward(self, x, weight, bias, scale, mean=None, invstd=None, coef=None, clamp=None):
+        self.coef = coef
+        return super().forward(x, weight, bias, mean, invstd, clamp)
+
+    def backward(self, g):
+        gx, gw, gb = super().backward(g)
+        return gx, gw, gb, (gw * self.coef).astype(self.coef.dtype)
+
+
 class ChannelAffine(Function):
     """y = x * scale[c] + shift[c] (eval-mode batch norm once its statistics are folded; QAT's
     conv output rescaled per channel). The backward runs on the batch-norm kernels, in

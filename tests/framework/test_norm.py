@@ -33,6 +33,33 @@ def test_batch_norm_train_gradient_through_batch_stats(shape):
 
 
 @pytest.mark.parametrize("shape", [(6, 3), (3, 2, 3, 3)])
+@pytest.mark.parametrize("offset", [3.0, -3.0])
+def test_batch_norm_train_input_scale(shape, offset):
+    # x * s normalised without forming it; s of either sign, a large eps (the gradient to s
+    # runs through it)
+    c = shape[1]
+    check_op(lambda x, w, b, s: F.batch_norm(x, None, None, w, b, training=True, eps=0.5,
+                                             input_scale=s + offset),
+             lambda x, w, b, s: bn_train_ref(x * _bcast(s + offset, x), w, b, eps=0.5),
+             [shape, (c,), (c,), (c,)], fwd_rtol=1e-4, fwd_atol=1e-5)
+
+
+def test_batch_norm_input_scale_running_stats_and_eval():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 3, 5, 5)).astype(np.float32) * 3 + 1
+    s = np.array([0.5, -2.0, 1.5], np.float32)
+    stats = [(np.zeros(3, np.float32), np.ones(3, np.float32)) for _ in range(2)]
+    F.batch_norm(ty.tensor(x), *stats[0], training=True, input_scale=ty.tensor(s))
+    F.batch_norm(ty.tensor(x * s[None, :, None, None]), *stats[1], training=True)
+    for a, b in zip(*stats):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    out = F.batch_norm(ty.tensor(x), *stats[0], input_scale=ty.tensor(s))
+    np.testing.assert_allclose(out.numpy(), bn_eval_ref(x * s[None, :, None, None], *stats[1],
+                                                        np.ones(3), np.zeros(3)),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (3, 2, 3, 3)])
 def test_batch_norm_train_without_affine(shape):
     c = shape[1]
     check_op(lambda x: F.batch_norm(x, None, None, training=True),

@@ -50,6 +50,42 @@ def test_conv_bn_folding_matches_conv_then_bn(training):
                                rtol=1e-6)
 
 
+def conv_bn_step(kind, fused, fake_quant):
+    """One training forward and backward of a QAT `kind` (ConvBn2d, ConvBnReLU62d) whose BN
+    has a negative gamma and a large eps (the fused form's gradient to gamma through f runs
+    through eps): (output, gradients of x, W, gamma, beta, running stats). fused:
+    the conv output / f in the batch norm's passes; else the separate division (a no-op hook
+    on the BN keeps the module on that path)."""
+    ty.manual_seed(5)
+    conv, bn = nn.Conv2d(5, 7, 3, padding=1, bias=False), nn.BatchNorm2d(7, eps=0.5)
+    bn.running_var.data[:] = np.linspace(0.3, 3, 7)
+    bn.weight.data[:] = np.linspace(-1.5, 1.2, 7)
+    bn.bias.data[:] = np.linspace(-0.2, 0.4, 7)
+    fused_float = {nn.qat.ConvBn2d: nn.ConvBn2d, nn.qat.ConvBnReLU62d: nn.ConvBnReLU62d}[kind]
+    parts = (conv, bn) if kind is nn.qat.ConvBn2d else (conv, bn, nn.ReLU6())
+    qat = kind.from_float(fused_float(*parts), Q.ema_fakequant_qconfig).train()
+    if not fake_quant:
+        Q.disable_fake_quant(qat)
+    if not fused:
+        qat.bn.register_forward_hook(lambda *args: None)
+    x = ty.tensor(np.random.default_rng(2).standard_normal((3, 5, 6, 6)).astype(np.float32),
+                  requires_grad=True)
+    y = qat(x)
+    (y * ty.tensor(np.linspace(-1, 1, y.numel()).reshape(y.shape).astype(np.float32))).sum() \
+        .backward()
+    return [y.numpy(), x.grad.numpy(), qat.weight.grad.numpy(), qat.bn.weight.grad.numpy(),
+            qat.bn.bias.grad.numpy(), qat.bn.running_mean.numpy(), qat.bn.running_var.numpy()]
+
+
+@pytest.mark.parametrize("kind", [nn.qat.ConvBn2d, nn.qat.ConvBnReLU62d])
+@pytest.mark.parametrize("fake_quant", [True, False])
+def test_conv_bn_training_division_in_the_batch_norm(kind, fake_quant):
+    # the gradient that reaches gamma through f (the folded weights and the division, which
+    # the fused form takes through the batch norm's eps) must match the separate ops'
+    for a, b in zip(conv_bn_step(kind, True, fake_quant), conv_bn_step(kind, False, fake_quant)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
 def test_conv_bn_eval_is_the_folded_conv():
     _, qat = conv_bn(False)
     w, b = qat.folded()
