@@ -1,14 +1,25 @@
-"""Matrix product with numpy's batching rules (1-D operands promoted and squeezed)."""
+"""Matrix product with numpy's batching rules (1-D operands promoted and squeezed); small
+products run numpy's OpenBLAS on the calling thread (blas.small_product)."""
 import numpy as np
 
 from ..autograd import Function
+from .blas import small_product
 from .elementwise import unbroadcast
+
+
+def _flops(a, b):
+    """2 * the multiply-adds of a @ b (batch dimensions broadcast)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 1 and b.ndim > 1 else ()
+    m = a.shape[-2] if a.ndim > 1 else 1
+    n = b.shape[-1] if b.ndim > 1 else 1
+    return 2 * int(np.prod(batch)) * m * n * a.shape[-1]
 
 
 class Matmul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
-        return np.matmul(a, b)
+        with small_product(_flops(a, b)):
+            return np.matmul(a, b)
 
     def backward(self, g):
         a, b = self.a, self.b
@@ -18,6 +29,10 @@ class Matmul(Function):
             g = np.expand_dims(g, -2)
         if b.ndim == 1:
             g = np.expand_dims(g, -1)
+        with small_product(_flops(a, b)):  # each gradient costs what the product did
+            return self._grads(a, b, a2, b2, g)
+
+    def _grads(self, a, b, a2, b2, g):
         ga = gb = None
         if self.needs_input_grad[0]:
             ga = np.matmul(g, np.swapaxes(b2, -1, -2))

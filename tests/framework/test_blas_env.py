@@ -41,3 +41,36 @@ def test_a_timeout_the_user_set_is_kept():
     if out == "no OpenBLAS":
         pytest.skip("numpy's BLAS here is not OpenBLAS")
     assert out == "7"
+
+
+def test_small_products_run_openblas_on_the_calling_thread():
+    import numpy as np
+
+    import tianyuan as ty
+    from tianyuan.ops import blas
+
+    with blas.small_product(1):
+        pass
+    if not blas._setters:
+        pytest.skip("numpy's BLAS has no openblas_set_num_threads_local")
+    set_local = blas._setters[0]
+
+    def threads():
+        now = set_local(2)
+        set_local(now)
+        return now
+
+    outside = threads()
+    with blas.small_product(blas.SMALL_FLOPS):
+        assert threads() == 1
+    assert threads() == outside
+    with pytest.raises(RuntimeError):
+        with blas.small_product(1):
+            raise RuntimeError("restored on the way out")
+    assert threads() == outside
+    with blas.small_product(blas.SMALL_FLOPS + 1):
+        assert threads() == outside
+    a = ty.tensor(np.ones((3, 4), np.float32), requires_grad=True)
+    (a @ ty.tensor(np.ones((4, 5), np.float32))).sum().backward()   # the op's own uses
+    np.testing.assert_array_equal(a.grad.numpy(), np.full((3, 4), 5.0))
+    assert threads() == outside
