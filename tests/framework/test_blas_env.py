@@ -49,11 +49,10 @@ def test_small_products_run_openblas_on_the_calling_thread():
     import tianyuan as ty
     from tianyuan.ops import blas
 
-    with blas.small_product(1):
-        pass
-    if not blas._setters:
+    setters = blas._find_setters()
+    if not setters:
         pytest.skip("numpy's BLAS has no openblas_set_num_threads_local")
-    set_local = blas._setters[0]
+    set_local = setters[0]
 
     def threads():
         now = set_local(2)
@@ -61,6 +60,8 @@ def test_small_products_run_openblas_on_the_calling_thread():
         return now
 
     outside = threads()
+    if outside < 2:
+        pytest.skip("numpy's OpenBLAS runs one thread here")
     with blas.small_product(blas.SMALL_FLOPS):
         assert threads() == 1
     assert threads() == outside
