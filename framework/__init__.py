@@ -47,19 +47,12 @@ def _openblas_read_timeout():
 
     if "OPENBLAS_THREAD_TIMEOUT" not in ENV_DEFAULTS or "numpy" not in sys.modules:
         return
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split(None, 5)[5].strip() for line in maps
-                     if "openblas" in line.lower() and len(line.split(None, 5)) == 6}
-    except OSError:
-        return
-    import ctypes
+    from .ops.blas import loaded_openblas
 
-    for path in sorted(paths):
+    for lib in loaded_openblas():
         try:
-            lib = ctypes.CDLL(path)
             read_env, stop_pool = lib.openblas_read_env, lib.blas_thread_shutdown_
-        except (OSError, AttributeError):
+        except AttributeError:
             continue
         read_env()
         stop_pool()

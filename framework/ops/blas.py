@@ -17,22 +17,32 @@ SMALL_FLOPS = 1 << 28
 _setters = None
 
 
-def _find_setters():
-    """openblas_set_num_threads_local of every OpenBLAS loaded in this process."""
+def loaded_openblas():
+    """ctypes handles of every OpenBLAS loaded in this process, from /proc/self/maps (Linux);
+    [] where it cannot be read."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split(None, 5)[5].strip() for line in maps
                      if "openblas" in line.lower() and len(line.split(None, 5)) == 6}
     except OSError:
         return []
-    found = []
+    libs = []
     for path in sorted(paths):
         try:
-            fn = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
+            libs.append(ctypes.CDLL(path))
+        except OSError:
             continue
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-        found.append(fn)
+    return libs
+
+
+def _find_setters():
+    """openblas_set_num_threads_local of every OpenBLAS loaded in this process."""
+    found = []
+    for lib in loaded_openblas():
+        fn = getattr(lib, "openblas_set_num_threads_local", None)
+        if fn is not None:
+            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+            found.append(fn)
     return found
 
 
