@@ -84,8 +84,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                                    clamp=bounds)
     else:  # x's own mean; (x * s)'s invstd times s
         coef = (w.data * eps * invstd * invstd / s).astype(x.dtype)
-        y = N.ScaledBatchNormTrain.apply(x, w, b, as_tensor(input_scale),
-                                         mean=x_mean,
+        y = N.ScaledBatchNormTrain.apply(x, w, b, as_tensor(input_scale), mean=x_mean,
                                          invstd=(invstd * s).astype(x.dtype), coef=coef,
                                          clamp=bounds)
     if clamp is not None and bounds is None:  # the native clamp's domain (clamp.h)

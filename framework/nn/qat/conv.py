@@ -6,10 +6,10 @@ BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
 
 - training: ``y = conv(x, fq(W * f)) * (1 / f) (+ b)``, then BN with the *batch* statistics
   (which also updates the running ones); without a conv bias the division runs inside the
-  batch norm's passes (``F.batch_norm``'s ``input_scale``). The conv sees the weights the int8 model will
-  use; dividing by f and re-normalising with batch stats equals multiplying the folded
-  output by ``sqrt(running_var + eps) / sqrt(batch_var + eps)`` plus the batch shift,
-  so training is stable while the weight quantization is the deployed one;
+  batch norm's passes (``F.batch_norm``'s ``input_scale``). The conv sees the weights the
+  int8 model will use; dividing by f and re-normalising with batch stats equals multiplying
+  the folded output by ``sqrt(running_var + eps) / sqrt(batch_var + eps)`` plus the batch
+  shift, so training is stable while the weight quantization is the deployed one;
 - eval: ``y = conv(x, fq(W * f)) + beta + (b - running_mean) * f``, exactly what
   `nn.quantized.ConvBn2d` computes in int8 (weights ``W * f``, bias folded).
 """
