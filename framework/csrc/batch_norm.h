@@ -20,12 +20,15 @@ void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var);
 
 // The activation fused after a batch norm in training, a clamp to [lo, hi] (ReLU: 0, +inf;
 // ReLU6: 0, 6) as clamp.h's: the affine pass clamps what it writes, and the backward takes gy
-// only where lo < y < hi, y being that clamped output - the same bits as the batch norm, the
-// clamp and their gradients run one after the other, in two passes fewer.
+// only where lo < v < hi, v = x * scale[c] + shift[c] being the value the clamp saw, worked
+// out again the same way (not read back from the output: one stream fewer in each backward
+// pass) - the same bits as the batch norm, the clamp and their gradients run one after the
+// other, in two passes fewer.
 template <typename T>
 struct BnClamp {
     T lo, hi;
-    const T* y;  // the forward's output (the backward's mask); unused by the forward
+    const T* scale;  // the forward's affine (C,), for the backward's mask; unused by the
+    const T* shift;  // forward, which takes them as arguments
 };
 
 // y = x * scale[c] + shift[c] (the normalisation folded into one multiply-add per value),
@@ -38,7 +41,7 @@ void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape
 //   gbias = sum gy, gweight = sum gy * xhat,
 //   gx = weight * invstd * (gy - gbias / M - xhat * gweight / M).
 // weight may be nullptr (1); gx may be nullptr (only the parameter gradients); with act, gy
-// is 0 where the clamp's output lay on or past its bounds.
+// is 0 where the clamp's input lay on or past its bounds.
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
                          const BnShape& b, T* gx, T* gweight, T* gbias,

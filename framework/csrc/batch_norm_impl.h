@@ -60,10 +60,11 @@ void bn_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* 
     }
 }
 
-// gy where the fused clamp passed its value (clamp_backward_run's test), else 0
+// gy where the fused clamp passed its input v (clamp_backward_run's test on the clamped
+// output, which lies strictly inside exactly where v does), else 0
 template <typename T>
-inline T bn_masked(T g, T y, T lo, T hi) {
-    return (y > lo && y < hi) ? g : T(0);
+inline T bn_masked(T g, T v, T lo, T hi) {
+    return (v > lo && v < hi) ? g : T(0);
 }
 
 template <typename T>
@@ -74,6 +75,7 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t c = 0; c < b.c; ++c) {
         const T m = mean[c];
+        const T va = act ? act->scale[c] : T(0), vd = act ? act->shift[c] : T(0);
         double sum_g = 0.0, sum_gx = 0.0;  // sum gy, sum gy * (x - mean)
         for (int64_t n = 0; n < b.n; ++n) {
             const T* g = gy + (n * b.c + c) * b.s;
@@ -81,11 +83,10 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
             // per plane in T, in vector lanes (omp simd; the scalar chain had made the backward
             // 2-3x slower), then into double
             T sg = T(0), sgx = T(0);
-            if (act) {
-                const T* ys = act->y + (n * b.c + c) * b.s;
+            if (act) {  // v as bn_affine computed it
 #pragma omp simd reduction(+ : sg, sgx)
                 for (int64_t k = 0; k < b.s; ++k) {
-                    const T gk = bn_masked(g[k], ys[k], lo, hi);
+                    const T gk = bn_masked(g[k], xs[k] * va + vd, lo, hi);
                     sg += gk;
                     sgx += gk * (xs[k] - m);
                 }
@@ -112,9 +113,8 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
             const T* xs = x + (n * b.c + c) * b.s;
             T* out = gx + (n * b.c + c) * b.s;
             if (act) {
-                const T* ys = act->y + (n * b.c + c) * b.s;
                 for (int64_t q = 0; q < b.s; ++q)
-                    out[q] = a * bn_masked(g[q], ys[q], lo, hi) + k * (xs[q] - m) + d;
+                    out[q] = a * bn_masked(g[q], xs[q] * va + vd, lo, hi) + k * (xs[q] - m) + d;
             } else {
                 for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
             }

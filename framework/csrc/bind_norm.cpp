@@ -64,7 +64,7 @@ py::array affine_typed(const py::array& x_any, const py::array& scale_any,
     const BnShape b = bn_shape(op, x);
     check_vector(op, "scale", scale, b.c);
     check_vector(op, "shift", shift, b.c);
-    BnClamp<T> act{T(0), T(0), nullptr};
+    BnClamp<T> act{T(0), T(0), nullptr, nullptr};
     const bool fused = clamp_bounds(op, clamp, &act);
     Array<T> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
     py::gil_scoped_release release;
@@ -76,23 +76,27 @@ py::array affine_typed(const py::array& x_any, const py::array& scale_any,
 template <typename T>
 py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const py::array& m_any,
                          const py::array& inv_any, const py::object& w_any, bool need_x,
-                         const py::object& y_any, const py::object& clamp) {
+                         const py::object& clamp, const py::object& affine) {
     const char* op = "batch_norm_backward";
     Array<T> gy = Array<T>::ensure(gy_any), x = Array<T>::ensure(x_any);
     Array<T> mean = Array<T>::ensure(m_any), inv = Array<T>::ensure(inv_any);
     const BnShape b = bn_shape(op, x);
     if (gy.size() != x.size() || gy.ndim() != x.ndim())
         throw py::value_error(std::string(op) + ": grad must have the input's shape");
-    BnClamp<T> act{T(0), T(0), nullptr};
+    BnClamp<T> act{T(0), T(0), nullptr, nullptr};
     const bool fused = clamp_bounds(op, clamp, &act);
-    Array<T> y;
+    Array<T> scale, shift;
     if (fused) {
-        if (y_any.is_none())
-            throw py::value_error(std::string(op) + ": a clamp needs y, the forward's output");
-        y = Array<T>::ensure(y_any);
-        if (y.size() != x.size() || y.ndim() != x.ndim())
-            throw py::value_error(std::string(op) + ": y must have the input's shape");
-        act.y = y.data();
+        if (affine.is_none())
+            throw py::value_error(std::string(op) + ": a clamp needs affine, the forward's "
+                                  "(scale, shift)");
+        const auto pair = affine.cast<std::pair<py::array, py::array>>();
+        scale = Array<T>::ensure(pair.first);
+        shift = Array<T>::ensure(pair.second);
+        check_vector(op, "scale", scale, b.c);
+        check_vector(op, "shift", shift, b.c);
+        act.scale = scale.data();
+        act.shift = shift.data();
     }
     check_vector(op, "mean", mean, b.c);
     check_vector(op, "invstd", inv, b.c);
@@ -278,17 +282,18 @@ void bind_norm(py::module_& m) {
        "x * scale[c] + shift[c], clamped to clamp = (lo, hi) if given");
     m.def("batch_norm_backward", [](const py::array& gy, const py::array& x,
                                     const py::array& mean, const py::array& invstd,
-                                    const py::object& weight, bool need_x, const py::object& y,
-                                    const py::object& clamp) -> py::tuple {
+                                    const py::object& weight, bool need_x,
+                                    const py::object& clamp,
+                                    const py::object& affine) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>()))
-            return backward_typed<double>(gy, x, mean, invstd, weight, need_x, y, clamp);
+            return backward_typed<double>(gy, x, mean, invstd, weight, need_x, clamp, affine);
         if (x.dtype().is(py::dtype::of<float>()))
-            return backward_typed<float>(gy, x, mean, invstd, weight, need_x, y, clamp);
+            return backward_typed<float>(gy, x, mean, invstd, weight, need_x, clamp, affine);
         throw py::value_error("batch_norm_backward: x must be float32 or float64");
     }, py::arg("grad"), py::arg("x"), py::arg("mean"), py::arg("invstd"), py::arg("weight"),
-       py::arg("need_x"), py::arg("y") = py::none(), py::arg("clamp") = py::none(),
-       "training-mode gradient -> (gx or None, gweight, gbias); with clamp = (lo, hi), grad "
-       "only where lo < y < hi (y: the clamped forward output)");
+       py::arg("need_x"), py::arg("clamp") = py::none(), py::arg("affine") = py::none(),
+       "training-mode gradient -> (gx or None, gweight, gbias); with clamp = (lo, hi) and "
+       "affine = the forward's (scale, shift), grad only where lo < x * scale + shift < hi");
 }
 
 }  // namespace bind

@@ -36,14 +36,15 @@ class BatchNormTrain(Function):
     def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None):
         self.x, self.weight, self.mean, self.invstd = x, weight, mean, invstd
         scale = (invstd * weight).astype(x.dtype)
-        y = _C.batch_norm_affine(x, scale, (bias - mean * scale).astype(x.dtype), clamp)
-        self.y, self.clamp = (y, clamp) if clamp is not None else (None, None)
-        return y
+        shift = (bias - mean * scale).astype(x.dtype)
+        # the backward's clamp mask comes from x and this affine, as the forward's values
+        self.clamp, self.affine = (clamp, (scale, shift)) if clamp is not None else (None, None)
+        return _C.batch_norm_affine(x, scale, shift, clamp)
 
     def backward(self, g):
         gx, gw, gb = _C.batch_norm_backward(np.ascontiguousarray(g, self.x.dtype), self.x,
                                             self.mean, self.invstd, self.weight,
-                                            self.needs_input_grad[0], self.y, self.clamp)
+                                            self.needs_input_grad[0], self.clamp, self.affine)
         return gx, gw, gb
 
 

@@ -168,11 +168,13 @@ def test_batch_norm_clamp_native_bits_and_checks():
     inv = (1 / np.sqrt(var + 1e-5)).astype(np.float32)
     g = rng.standard_normal(x.shape).astype(np.float32)
     want = _C.batch_norm_backward(_C.clamp_backward(g, y, 0.0, 6.0), x, mean, inv, scale, True)
-    got = _C.batch_norm_backward(g, x, mean, inv, scale, True, y, (0.0, 6.0))
+    got = _C.batch_norm_backward(g, x, mean, inv, scale, True, (0.0, 6.0), (scale, shift))
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match="a clamp needs y"):
-        _C.batch_norm_backward(g, x, mean, inv, scale, True, None, (0.0, 6.0))
+    with pytest.raises(ValueError, match="a clamp needs affine"):
+        _C.batch_norm_backward(g, x, mean, inv, scale, True, (0.0, 6.0))
+    with pytest.raises(ValueError, match=r"shift.*\(4,\)"):
+        _C.batch_norm_backward(g, x, mean, inv, scale, True, (0.0, 6.0), (scale, shift[:3]))
     with pytest.raises(ValueError, match=r"clamp needs lo <= hi"):
         _C.batch_norm_affine(x, scale, shift, (6.0, 0.0))
 
