@@ -5,7 +5,8 @@
 // requantizes and writes NCHW bytes directly (through a staging tile where the block spans
 // images).
 // The weight packer, the generic pack and tile and the per-thread scratch are in
-// int8_cgemm_generic.cpp; SIMD twins in int8_cgemm_avx2.cpp / _avx512.cpp / _vnni.cpp.
+// int8_cgemm_generic.cpp; SIMD twins in int8_cgemm_avx2.cpp (the AVX2 packing in
+// int8_pack_avx2.cpp) / _avx512.cpp / _vnni.cpp.
 #include <omp.h>
 
 #include <cstring>

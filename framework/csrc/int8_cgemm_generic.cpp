@@ -1,8 +1,9 @@
 // int8 convolution (layouts in int8_cgemm.h), the parts every ISA shares: the weight packer
 // (run once, at quantize() time), the generic activation pack, pad and register tile (the
-// reference the SIMD twins in int8_cgemm_avx2.cpp / _avx512.cpp / _vnni.cpp match bit for
-// bit), the tile dispatch, and the per-thread scratch (here, in a generic unit, because ISA
-// units must not instantiate STL templates). The driver is int8_cgemm.cpp.
+// reference the SIMD twins in int8_cgemm_avx2.cpp, int8_pack_avx2.cpp, int8_cgemm_avx512.cpp
+// and int8_cgemm_vnni.cpp match bit for bit), the tile dispatch, and the per-thread scratch
+// (here, in a generic unit, because ISA units must not instantiate STL templates). The driver
+// is int8_cgemm.cpp.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
