@@ -68,7 +68,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     x_mean, var = N.batch_stats(x.data)
     mean = x_mean
     if input_scale is not None:  # the statistics of x * s
-        s = as_tensor(input_scale).data.astype(np.float64)
+        input_scale = as_tensor(input_scale)
+        s = input_scale.data.astype(np.float64)
         mean, var = x_mean * s, var * s * s
     if running_mean is not None:
         _update_running(running_mean, mean, momentum)
@@ -84,7 +85,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                                    clamp=bounds)
     else:  # x's own mean; (x * s)'s invstd times s
         coef = (w.data * eps * invstd * invstd / s).astype(x.dtype)
-        y = N.ScaledBatchNormTrain.apply(x, w, b, as_tensor(input_scale), mean=x_mean,
+        y = N.ScaledBatchNormTrain.apply(x, w, b, input_scale, mean=x_mean,
                                          invstd=(invstd * s).astype(x.dtype), coef=coef,
                                          clamp=bounds)
     if clamp is not None and bounds is None:  # the native clamp's domain (clamp.h)
