@@ -38,21 +38,24 @@ void batch_norm_affine(const float* x, const float* scale, const float* shift, c
 
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
-                         const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act) {
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
+                         const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act,
+                         const uint8_t* pass) {
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
 }
 
 template <>
 void batch_norm_backward(const float* gy, const float* x, const float* mean,
                          const float* invstd, const float* weight, const BnShape& b, float* gx,
-                         float* gweight, float* gbias, const BnClamp<float>* act) {
+                         float* gweight, float* gbias, const BnClamp<float>* act,
+                         const uint8_t* pass) {
     const Isa isa = current_isa();
     if (isa >= Isa::avx512)
         return batch_norm_backward_avx512(gy, x, mean, invstd, weight, b, gx, gweight, gbias,
-                                          act);
+                                          act, pass);
     if (isa >= Isa::avx2)
-        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
+        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
+                                        pass);
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
 }
 
 template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*);
@@ -60,6 +63,7 @@ template void batch_norm_affine<double>(const double*, const double*, const doub
                                         const BnShape&, double*, const BnClamp<double>*);
 template void batch_norm_backward<double>(const double*, const double*, const double*,
                                           const double*, const double*, const BnShape&, double*,
-                                          double*, double*, const BnClamp<double>*);
+                                          double*, double*, const BnClamp<double>*,
+                                          const uint8_t*);
 
 }  // namespace tianyuan

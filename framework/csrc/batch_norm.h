@@ -41,11 +41,13 @@ void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape
 //   gbias = sum gy, gweight = sum gy * xhat,
 //   gx = weight * invstd * (gy - gbias / M - xhat * gweight / M).
 // weight may be nullptr (1); gx may be nullptr (only the parameter gradients); with act, gy
-// is 0 where the clamp's input lay on or past its bounds.
+// is 0 where the clamp's input lay on or past its bounds; with pass (bytes of x's shape), 0
+// where pass is 0: a straight-through estimator after the batch norm (and its clamp), such as
+// QAT's activation fake quantization, whose own backward pass this saves.
 template <typename T>
 void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
                          const BnShape& b, T* gx, T* gweight, T* gbias,
-                         const BnClamp<T>* act = nullptr);
+                         const BnClamp<T>* act = nullptr, const uint8_t* pass = nullptr);
 
 // float32 builds of the drivers with the ISA's flags (batch_norm_avx2.cpp, _avx512.cpp).
 #define TY_BN_ISA(isa)                                                                       \
@@ -55,7 +57,7 @@ void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd
     void batch_norm_backward_##isa(const float* gy, const float* x, const float* mean,       \
                                    const float* invstd, const float* weight,                 \
                                    const BnShape& b, float* gx, float* gweight, float* gbias, \
-                                   const BnClamp<float>* act);
+                                   const BnClamp<float>* act, const uint8_t* pass);
 TY_BN_ISA(avx2)
 TY_BN_ISA(avx512)
 #undef TY_BN_ISA

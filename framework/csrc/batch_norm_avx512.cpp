@@ -18,8 +18,8 @@ void batch_norm_affine_avx512(const float* x, const float* scale, const float* s
 void batch_norm_backward_avx512(const float* gy, const float* x, const float* mean,
                                 const float* invstd, const float* weight, const BnShape& b,
                                 float* gx, float* gweight, float* gbias,
-                                const BnClamp<float>* act) {
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act);
+                                const BnClamp<float>* act, const uint8_t* pass) {
+    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
 }
 
 }  // namespace tianyuan

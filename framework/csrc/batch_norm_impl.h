@@ -3,6 +3,8 @@
 // anonymous namespace and compiles it with its own flags; see batch_norm.h. No STL.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "batch_norm.h"
@@ -11,6 +13,58 @@ namespace tianyuan {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // values below which threads cost more than they save
+
+// The backward's sums run in vectors of the unit's width (GCC vector types), in an order the
+// source fixes (bn_plane_sums). omp simd had left it to the vectoriser, which summed the
+// variant with a byte mask in other partial sums (16 lanes for the bytes on SSE2), so that its
+// bits differed from the separate ops'.
+#if defined(__AVX512F__)
+constexpr int kBnBytes = 64;
+#elif defined(__AVX2__)
+constexpr int kBnBytes = 32;
+#else
+constexpr int kBnBytes = 16;
+#endif
+
+// V: the lanes; I: integers of the lanes' width; pass(p): the bytes p[0..lanes) widened to I
+// (__builtin_convertvector had extracted and inserted them one by one).
+template <typename T>
+struct BnLanes;
+template <>
+struct BnLanes<float> {
+    typedef float V __attribute__((vector_size(kBnBytes)));
+    typedef int32_t I __attribute__((vector_size(kBnBytes)));
+    static I pass(const uint8_t* p) {
+#if defined(__AVX512F__)
+        return (I)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#elif defined(__AVX2__)
+        return (I)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#else
+        int32_t word;
+        __builtin_memcpy(&word, p, sizeof(word));
+        const __m128i z = _mm_setzero_si128();
+        return (I)_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), z), z);
+#endif
+    }
+};
+template <>
+struct BnLanes<double> {
+    typedef double V __attribute__((vector_size(kBnBytes)));
+    typedef int64_t I __attribute__((vector_size(kBnBytes)));
+    static I pass(const uint8_t* p) {
+#if defined(__AVX512F__)
+        return (I)_mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#elif defined(__AVX2__)
+        int32_t word;
+        __builtin_memcpy(&word, p, sizeof(word));
+        return (I)_mm256_cvtepu8_epi64(_mm_cvtsi32_si128(word));
+#else
+        const __m128i z = _mm_setzero_si128();
+        const __m128i b = _mm_cvtsi32_si128(p[0] | (p[1] << 8));
+        return (I)_mm_unpacklo_epi32(_mm_unpacklo_epi16(_mm_unpacklo_epi8(b, z), z), z);
+#endif
+    }
+};
 
 template <typename T>
 void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
@@ -67,36 +121,114 @@ inline T bn_masked(T g, T v, T lo, T hi) {
     return (v > lo && v < hi) ? g : T(0);
 }
 
-template <typename T>
-void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
-                 const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act) {
+// The gradient that reaches the batch norm's output at value k of a plane: gy, then the fused
+// clamp's mask (v as bn_affine computed it, from x), then the pass mask's (a straight-through
+// estimator's after the clamp), each a select as the separate ops' backward passes.
+template <typename T, bool Clamp, bool Pass>
+inline T bn_grad_at(const T* g, const T* xs, const uint8_t* ps, int64_t k, T va, T vd, T lo,
+                    T hi) {
+    T gk = g[k];
+    if (Clamp) gk = bn_masked(gk, xs[k] * va + vd, lo, hi);
+    if (Pass) gk = ps[k] ? gk : T(0);
+    return gk;
+}
+
+// bn_grad_at for a vector of values from k (xv: x there)
+template <typename T, bool Clamp, bool Pass>
+inline typename BnLanes<T>::V bn_lanes_grad(const T* g, const typename BnLanes<T>::V& xv,
+                                            const uint8_t* ps, T va, T vd, T lo, T hi) {
+    typedef typename BnLanes<T>::V V;
+    const V zero = V{};
+    V gv;
+    __builtin_memcpy(&gv, g, sizeof(gv));
+    if (Clamp) {  // bn_masked's test
+        const V v = xv * va + vd;
+        gv = (v > lo) & (v < hi) ? gv : zero;
+    }
+    if (Pass) gv = BnLanes<T>::pass(ps) != 0 ? gv : zero;
+    return gv;
+}
+
+// One vector of bn_plane_sums: gk into vs, gk * (x - m) into vx.
+template <typename T, bool Clamp, bool Pass>
+inline void bn_lanes_step(const T* g, const T* xs, const uint8_t* ps, T m, T va, T vd, T lo,
+                          T hi, typename BnLanes<T>::V* vs, typename BnLanes<T>::V* vx) {
+    typename BnLanes<T>::V xv;
+    __builtin_memcpy(&xv, xs, sizeof(xv));
+    const typename BnLanes<T>::V gv = bn_lanes_grad<T, Clamp, Pass>(g, xv, ps, va, vd, lo, hi);
+    *vs += gv;
+    *vx += gv * (xv - m);
+}
+
+// sum gk and sum gk * (x - m) over a plane of s values, gk = bn_grad_at: in lanes, the last
+// few as one more vector padded with zeros (a scalar tail, which the vectoriser took in part,
+// had multiply-added in one variant and not in another), then the lanes in turn.
+template <typename T, bool Clamp, bool Pass>
+inline void bn_plane_sums(const T* g, const T* xs, const uint8_t* ps, int64_t s, T m, T va, T vd,
+                          T lo, T hi, T* sg_out, T* sgx_out) {
+    typedef typename BnLanes<T>::V V;
+    constexpr int64_t kLanes = kBnBytes / sizeof(T);
+    V vs = V{}, vx = V{};
+    int64_t k = 0;
+    for (; k + kLanes <= s; k += kLanes)
+        bn_lanes_step<T, Clamp, Pass>(g + k, xs + k, Pass ? ps + k : nullptr, m, va, vd, lo, hi,
+                                      &vs, &vx);
+    if (k < s) {
+        T gt[kLanes] = {}, xt[kLanes] = {};
+        uint8_t pt[kLanes] = {};
+        for (int64_t j = 0; j < s - k; ++j) {
+            gt[j] = g[k + j];
+            xt[j] = xs[k + j];
+            if (Pass) pt[j] = ps[k + j];
+        }
+        bn_lanes_step<T, Clamp, Pass>(gt, xt, pt, m, va, vd, lo, hi, &vs, &vx);
+    }
+    T sg = T(0), sgx = T(0);
+    for (int64_t j = 0; j < kLanes; ++j) {
+        sg += vs[j];
+        sgx += vx[j];
+    }
+    *sg_out = sg;
+    *sgx_out = sgx;
+}
+
+// gx over a plane of s values: a * gk + k * (x - m) + d, in lanes, then the last few
+template <typename T, bool Clamp, bool Pass>
+inline void bn_plane_grad(const T* g, const T* xs, const uint8_t* ps, int64_t s, T m, T va, T vd,
+                          T lo, T hi, T a, T k, T d, T* out) {
+    typedef typename BnLanes<T>::V V;
+    constexpr int64_t kLanes = kBnBytes / sizeof(T);
+    int64_t q = 0;
+    for (; q + kLanes <= s; q += kLanes) {
+        V xv;
+        __builtin_memcpy(&xv, xs + q, sizeof(xv));
+        const V gv = bn_lanes_grad<T, Clamp, Pass>(g + q, xv, Pass ? ps + q : nullptr, va, vd,
+                                                   lo, hi);
+        const V o = a * gv + k * (xv - m) + d;
+        __builtin_memcpy(out + q, &o, sizeof(o));
+    }
+    for (; q < s; ++q)
+        out[q] = a * bn_grad_at<T, Clamp, Pass>(g, xs, ps, q, va, vd, lo, hi) + k * (xs[q] - m) + d;
+}
+
+template <typename T, bool Clamp, bool Pass>
+void bn_backward_as(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
+                    const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act,
+                    const uint8_t* pass) {
     const double count = double(b.n * b.s);
-    const T lo = act ? act->lo : T(0), hi = act ? act->hi : T(0);
+    const T lo = Clamp ? act->lo : T(0), hi = Clamp ? act->hi : T(0);
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t c = 0; c < b.c; ++c) {
         const T m = mean[c];
-        const T va = act ? act->scale[c] : T(0), vd = act ? act->shift[c] : T(0);
+        const T va = Clamp ? act->scale[c] : T(0), vd = Clamp ? act->shift[c] : T(0);
         double sum_g = 0.0, sum_gx = 0.0;  // sum gy, sum gy * (x - mean)
         for (int64_t n = 0; n < b.n; ++n) {
-            const T* g = gy + (n * b.c + c) * b.s;
-            const T* xs = x + (n * b.c + c) * b.s;
-            // per plane in T, in vector lanes (omp simd; the scalar chain had made the backward
-            // 2-3x slower), then into double
+            const int64_t at = (n * b.c + c) * b.s;
+            // per plane in T, in vector lanes (a scalar chain had made the backward 2-3x
+            // slower), then into double
             T sg = T(0), sgx = T(0);
-            if (act) {  // v as bn_affine computed it
-#pragma omp simd reduction(+ : sg, sgx)
-                for (int64_t k = 0; k < b.s; ++k) {
-                    const T gk = bn_masked(g[k], xs[k] * va + vd, lo, hi);
-                    sg += gk;
-                    sgx += gk * (xs[k] - m);
-                }
-            } else {
-#pragma omp simd reduction(+ : sg, sgx)
-                for (int64_t k = 0; k < b.s; ++k) {
-                    sg += g[k];
-                    sgx += g[k] * (xs[k] - m);
-                }
-            }
+            bn_plane_sums<T, Clamp, Pass>(gy + at, x + at, Pass ? pass + at : nullptr, b.s, m, va,
+                                          vd, lo, hi, &sg, &sgx);
             sum_g += sg;
             sum_gx += sgx;
         }
@@ -109,17 +241,29 @@ void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const 
         const T a = T(w * inv), k = T(-w * inv * inv * inv * sum_gx / count);
         const T d = T(-w * inv * sum_g / count);
         for (int64_t n = 0; n < b.n; ++n) {
-            const T* g = gy + (n * b.c + c) * b.s;
-            const T* xs = x + (n * b.c + c) * b.s;
-            T* out = gx + (n * b.c + c) * b.s;
-            if (act) {
-                for (int64_t q = 0; q < b.s; ++q)
-                    out[q] = a * bn_masked(g[q], xs[q] * va + vd, lo, hi) + k * (xs[q] - m) + d;
-            } else {
-                for (int64_t q = 0; q < b.s; ++q) out[q] = a * g[q] + k * (xs[q] - m) + d;
-            }
+            const int64_t at = (n * b.c + c) * b.s;
+            bn_plane_grad<T, Clamp, Pass>(gy + at, x + at, Pass ? pass + at : nullptr, b.s, m, va,
+                                          vd, lo, hi, a, k, d, gx + at);
         }
     }
+}
+
+template <typename T>
+void bn_backward(const T* gy, const T* x, const T* mean, const T* invstd, const T* weight,
+                 const BnShape& b, T* gx, T* gweight, T* gbias, const BnClamp<T>* act,
+                 const uint8_t* pass) {
+    if (act && pass)
+        bn_backward_as<T, true, true>(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
+                                      pass);
+    else if (act)
+        bn_backward_as<T, true, false>(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
+                                       pass);
+    else if (pass)
+        bn_backward_as<T, false, true>(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
+                                       pass);
+    else
+        bn_backward_as<T, false, false>(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
+                                        pass);
 }
 
 }  // namespace

@@ -73,10 +73,15 @@ py::array affine_typed(const py::array& x_any, const py::array& scale_any,
     return std::move(y);
 }
 
+std::vector<py::ssize_t> shape_of(const py::array& a) {
+    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
+
 template <typename T>
 py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const py::array& m_any,
                          const py::array& inv_any, const py::object& w_any, bool need_x,
-                         const py::object& clamp, const py::object& affine) {
+                         const py::object& clamp, const py::object& affine,
+                         const py::object& pass_any) {
     const char* op = "batch_norm_backward";
     Array<T> gy = Array<T>::ensure(gy_any), x = Array<T>::ensure(x_any);
     Array<T> mean = Array<T>::ensure(m_any), inv = Array<T>::ensure(inv_any);
@@ -105,6 +110,19 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
         w = Array<T>::ensure(w_any);
         check_vector(op, "weight", w, b.c);
     }
+    const uint8_t* pass_ptr = nullptr;
+    py::array pass;  // holds pass_ptr's array
+    if (!pass_any.is_none()) {
+        pass = py::array::ensure(pass_any, py::array::c_style);
+        if (!pass || pass.dtype().itemsize() != 1 || pass.dtype().kind() == 'f' ||
+            shape_of(pass) != shape_of(x))
+            throw py::value_error(std::string(op) + ": pass_mask must be a bool or byte array of "
+                                  "x's shape " + shape_str(x) + ", got " +
+                                  (pass ? std::string(py::str(pass.dtype())) + " of shape " +
+                                              shape_str(pass)
+                                        : std::string("a non-array")));
+        pass_ptr = static_cast<const uint8_t*>(pass.data());
+    }
     py::object gx = py::none();
     T* gx_ptr = nullptr;
     if (need_x) {
@@ -117,13 +135,10 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
     {
         py::gil_scoped_release release;
         batch_norm_backward<T>(gy.data(), x.data(), mean.data(), inv.data(), w_ptr, b, gx_ptr,
-                               gw.mutable_data(), gb.mutable_data(), fused ? &act : nullptr);
+                               gw.mutable_data(), gb.mutable_data(), fused ? &act : nullptr,
+                               pass_ptr);
     }
     return py::make_tuple(gx, gw, gb);
-}
-
-std::vector<py::ssize_t> shape_of(const py::array& a) {
-    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
 }
 
 py::array clamp(const py::array& x_any, float lo, float hi) {
@@ -284,16 +299,21 @@ void bind_norm(py::module_& m) {
                                     const py::array& mean, const py::array& invstd,
                                     const py::object& weight, bool need_x,
                                     const py::object& clamp,
-                                    const py::object& affine) -> py::tuple {
+                                    const py::object& affine,
+                                    const py::object& pass) -> py::tuple {
         if (x.dtype().is(py::dtype::of<double>()))
-            return backward_typed<double>(gy, x, mean, invstd, weight, need_x, clamp, affine);
+            return backward_typed<double>(gy, x, mean, invstd, weight, need_x, clamp, affine,
+                                          pass);
         if (x.dtype().is(py::dtype::of<float>()))
-            return backward_typed<float>(gy, x, mean, invstd, weight, need_x, clamp, affine);
+            return backward_typed<float>(gy, x, mean, invstd, weight, need_x, clamp, affine,
+                                         pass);
         throw py::value_error("batch_norm_backward: x must be float32 or float64");
     }, py::arg("grad"), py::arg("x"), py::arg("mean"), py::arg("invstd"), py::arg("weight"),
        py::arg("need_x"), py::arg("clamp") = py::none(), py::arg("affine") = py::none(),
+       py::arg("pass_mask") = py::none(),
        "training-mode gradient -> (gx or None, gweight, gbias); with clamp = (lo, hi) and "
-       "affine = the forward's (scale, shift), grad only where lo < x * scale + shift < hi");
+       "affine = the forward's (scale, shift), grad only where lo < x * scale + shift < hi; "
+       "with pass_mask (bool or bytes of x's shape), only where it is set");
 }
 
 }  // namespace bind

@@ -37,7 +37,7 @@ def _update_running(stat, value, momentum):
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5, clamp=None, input_scale=None):
+               momentum=0.1, eps=1e-5, clamp=None, input_scale=None, ste=None):
     """Normalise (N, C) or (N, C, H, W) per channel C.
 
     training: batch mean and biased variance normalise; running_var takes the unbiased
@@ -50,6 +50,10 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     product (training: x's statistics, rescaled; ops.norm.ScaledBatchNormTrain), the same up
     to rounding, with its gradient. QAT's ConvBn2d divides its conv output by the folding
     factor this way.
+    ste: fn(array) -> (array, mask), a straight-through estimator applied last
+    (ops.elementwise.StraightThrough: the gradient passes where mask); in training its mask
+    is applied in the batch norm's backward passes, the same bits as the separate node. QAT's
+    ConvBn2d runs its activation's fake quantization this way.
     """
     op = "batch_norm"
     x = _check_input(x, running_mean, running_var, weight, bias, op)
@@ -60,7 +64,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         if input_scale is not None:
             scale = scale * as_tensor(input_scale)
         y = N.ChannelAffine.apply(x, scale, shift)
-        return y if clamp is None else E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
+        y = y if clamp is None else E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
+        return y if ste is None else E.StraightThrough.apply(y, fn=ste)
     count = x.data.size // channels
     if count < 2:
         raise ValueError(f"{op}: training needs more than one value per channel, got input "
@@ -80,16 +85,19 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
     invstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
     bounds = None if clamp is None or x.dtype != np.float32 else tuple(map(float, clamp))
+    separate = clamp is not None and bounds is None  # the native clamp's domain (clamp.h)
+    inner = None if separate else ste
     if input_scale is None:
         y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd.astype(x.dtype),
-                                   clamp=bounds)
+                                   clamp=bounds, ste=inner)
     else:  # x's own mean; (x * s)'s invstd times s
         coef = (w.data * eps * invstd * invstd / s).astype(x.dtype)
         y = N.ScaledBatchNormTrain.apply(x, w, b, input_scale, mean=x_mean,
                                          invstd=(invstd * s).astype(x.dtype), coef=coef,
-                                         clamp=bounds)
-    if clamp is not None and bounds is None:  # the native clamp's domain (clamp.h)
-        return E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
+                                         clamp=bounds, ste=inner)
+    if separate:
+        y = E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
+        return y if ste is None else E.StraightThrough.apply(y, fn=ste)
     return y
 
 

@@ -55,10 +55,11 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: input has {x.shape[1]} channels (shape "
                              f"{tuple(x.shape)}), num_features is {self.num_features}")
 
-    def forward(self, x, clamp=None, input_scale=None):
+    def forward(self, x, clamp=None, input_scale=None, ste=None):
         """clamp = (lo, hi): the ReLU / ReLU6 after this layer in the same passes
         (F.batch_norm's clamp; nn.Sequential passes it in training). input_scale (C,): normalise
-        x * input_scale without forming it (F.batch_norm's; QAT's ConvBn2d)."""
+        x * input_scale without forming it; ste: a straight-through estimator after it, in the
+        same node (F.batch_norm's; QAT's ConvBn2d)."""
         self._check_input(x)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
@@ -70,7 +71,7 @@ class _BatchNorm(Module):
         track = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if track else None,
                             self.running_var if track else None, self.weight, self.bias,
-                            use_batch_stats, factor, self.eps, clamp, input_scale)
+                            use_batch_stats, factor, self.eps, clamp, input_scale, ste)
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "

@@ -31,20 +31,27 @@ class BatchNormTrain(Function):
     """y = (x - mean) * invstd * weight + bias with the batch's mean and invstd (given, from
     batch_stats); the gradient flows through the statistics (one native pass per channel).
     clamp = (lo, hi): the ReLU / ReLU6 after it in the same passes (batch_norm.h's BnClamp),
-    the same bits as the two ops one after the other."""
+    the same bits as the two ops one after the other. ste: fn(y) -> (out, mask), a
+    straight-through estimator after that (elementwise.StraightThrough's fn) as the node's last
+    step, its mask applied in the backward's passes (the same bits as the separate node)."""
 
-    def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None):
+    def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None, ste=None):
         self.x, self.weight, self.mean, self.invstd = x, weight, mean, invstd
         scale = (invstd * weight).astype(x.dtype)
         shift = (bias - mean * scale).astype(x.dtype)
         # the backward's clamp mask comes from x and this affine, as the forward's values
         self.clamp, self.affine = (clamp, (scale, shift)) if clamp is not None else (None, None)
-        return _C.batch_norm_affine(x, scale, shift, clamp)
+        y = _C.batch_norm_affine(x, scale, shift, clamp)
+        self.mask = None
+        if ste is not None:
+            y, self.mask = ste(y)
+        return y
 
     def backward(self, g):
         gx, gw, gb = _C.batch_norm_backward(np.ascontiguousarray(g, self.x.dtype), self.x,
                                             self.mean, self.invstd, self.weight,
-                                            self.needs_input_grad[0], self.clamp, self.affine)
+                                            self.needs_input_grad[0], self.clamp, self.affine,
+                                            self.mask)
         return gx, gw, gb
 
 
@@ -57,9 +64,10 @@ class ScaledBatchNormTrain(BatchNormTrain):
     `coef`, the rest of that factor, which the caller computes with the statistics. QAT's
     ConvBn (the conv output / f, then the batch norm) in the batch norm's passes."""
 
-    def forward(self, x, weight, bias, scale, mean=None, invstd=None, coef=None, clamp=None):
+    def forward(self, x, weight, bias, scale, mean=None, invstd=None, coef=None, clamp=None,
+                ste=None):
         self.coef = coef
-        return super().forward(x, weight, bias, mean, invstd, clamp)
+        return super().forward(x, weight, bias, mean, invstd, clamp, ste)
 
     def backward(self, g):
         gx, gw, gb = super().backward(g)

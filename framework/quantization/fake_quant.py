@@ -19,6 +19,8 @@ from .. import _C
 from ..autograd import Function
 from ..nn.module import Module
 from ..nn.parameter import Parameter
+from ..ops.elementwise import StraightThrough, pass_grad
+from ..tensor import Tensor
 from . import reference as R
 from .observer import QParams
 
@@ -51,20 +53,20 @@ def _fake_quant_native(x, scale, zero_point, dtype, axis):
                             np.dtype(dtype) == np.int8)
 
 
-class FakeQuantizeSTE(Function):
+def fake_quant_arrays(x, scale, zero_point, dtype, axis=None):
+    """(dequantize(quantize(x)), inside mask) of the array x: the STE's forward."""
+    if x.dtype == np.float32:
+        return _fake_quant_native(x, scale, zero_point, dtype, axis)
+    y, _, inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
+    return y, inside
+
+
+class FakeQuantizeSTE(StraightThrough):
     """x (...) -> dequantize(quantize(x)); scale, zero_point scalars or (C,) on `axis`."""
 
     def forward(self, x, scale=None, zero_point=None, dtype=None, axis=None):
-        if x.dtype == np.float32:
-            y, self.inside = _fake_quant_native(x, scale, zero_point, dtype, axis)
-        else:
-            y, _, self.inside, _ = _fake_quant(x, scale, zero_point, dtype, axis)
+        y, self.mask = fake_quant_arrays(x, scale, zero_point, dtype, axis)
         return y
-
-    def backward(self, g):
-        if g.dtype == np.float32:
-            return _C.masked_grad(g, self.inside)  # in parallel: numpy's g * mask is one core
-        return g * self.inside
 
 
 class LSQFunction(Function):
@@ -88,7 +90,7 @@ class LSQFunction(Function):
             g = np.ascontiguousarray(g, np.float32)
         dx = None
         if self.needs_input_grad[0]:
-            dx = _C.masked_grad(g, self.inside) if native else g * self.inside
+            dx = pass_grad(g, self.inside)
         if not self.needs_input_grad[1]:
             return dx, None
         if native:  # sums in double, as the numpy below; in another order
@@ -119,6 +121,20 @@ class FakeQuantize(Module):
         return FakeQuantizeSTE.apply(x, scale=p.scale, zero_point=p.zero_point, dtype=p.dtype,
                                      axis=p.axis)
 
+    def straight_through(self, observer):
+        """forward(x, observer(x)) as fn(array) -> (array, gradient mask), for an op that runs
+        it as the last step of its own autograd node (F.batch_norm's `ste`); None where
+        disabled. The observer sees the array first, as in ``fq(observer(x), observer)``."""
+        if not self.enabled:
+            return None
+
+        def run(x):
+            seen = observer(Tensor(x))
+            x = seen.data if isinstance(seen, Tensor) else np.asarray(seen)
+            p = self.qparams(observer)
+            return fake_quant_arrays(x, p.scale, p.zero_point, p.dtype, p.axis)
+        return run
+
     def extra_repr(self):
         return f"enabled={self.enabled}"
 
@@ -146,6 +162,9 @@ class LSQFakeQuantize(FakeQuantize):
         zp = self.zero_point.data
         return QParams(scale if per_channel else scale.reshape(()),
                        zp if per_channel else zp.reshape(()), observer.dtype, observer.ch_axis)
+
+    def straight_through(self, observer):
+        return None  # the scale learns: its gradient is more than a mask
 
     def forward(self, x, observer):
         if not self.enabled:

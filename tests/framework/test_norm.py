@@ -192,3 +192,79 @@ def test_batch_norm_act_fuses_only_a_hook_free_training_pair():
     assert nn.batch_norm_act(bn, act, x)._ctx.name == "Clamp" and seen == [1]
     assert nn.norm.fused_clamp(bn.eval(), nn.ReLU()) is None
     assert nn.norm.fused_clamp(nn.BatchNorm2d(4), nn.LeakyReLU()) is None
+
+
+@pytest.mark.parametrize("isa", ty.available_isas())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("clamp", [None, (0.0, 6.0)])
+def test_batch_norm_backward_pass_mask_bits(isa, dtype, clamp):
+    # the pass mask (a straight-through estimator after the batch norm) in the backward's
+    # passes: the same bits as the masked gradient through the plain backward, planes of
+    # whole vectors and with a tail (7 x 9, 5 x 1), an odd offset per channel
+    before = ty.current_isa()
+    ty.set_isa(isa)
+    try:
+        rng = np.random.default_rng(11)
+        for shape in ((3, 5, 7, 9), (2, 3, 4, 8), (6, 4, 5, 1)):
+            x = (rng.standard_normal(shape) * 3).astype(dtype)
+            g = rng.standard_normal(shape).astype(dtype)
+            keep = rng.random(shape) > 0.3
+            scale = rng.standard_normal(shape[1]).astype(dtype)
+            shift = rng.standard_normal(shape[1]).astype(dtype)
+            mean, var = _C.batch_norm_stats(x)
+            inv = (1 / np.sqrt(var + 1e-5)).astype(dtype)
+            affine = None if clamp is None else (scale, shift)
+            want = _C.batch_norm_backward(np.where(keep, g, 0).astype(dtype), x, mean, inv,
+                                          scale, True, clamp, affine)
+            got = _C.batch_norm_backward(g, x, mean, inv, scale, True, clamp, affine, keep)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+            assert np.abs(got[0] - _C.batch_norm_backward(g, x, mean, inv, scale, True, clamp,
+                                                          affine)[0]).max() > 0.01
+    finally:
+        ty.set_isa(before)
+
+
+def test_batch_norm_backward_pass_mask_checks():
+    x = np.ones((2, 3, 4, 4), np.float32)
+    v = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"pass_mask must be a bool or byte array of x's shape "
+                                         r"\(2, 3, 4, 4\), got bool of shape \(2, 3, 4\)"):
+        _C.batch_norm_backward(x, x, v, v, v, True, None, None, np.ones((2, 3, 4), bool))
+    with pytest.raises(ValueError, match="pass_mask must be a bool or byte array"):
+        _C.batch_norm_backward(x, x, v, v, v, True, None, None, x)
+
+
+def _halves(y):
+    """A straight-through map for the tests: y rounded to halves, passing where |y| < 1."""
+    return (np.round(y * 2) / 2).astype(y.dtype), np.abs(y) < 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("clamp", [None, (0.0, 6.0)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_ste_is_the_straight_through_node_after_it(dtype, clamp, training):
+    # F.batch_norm's ste in its own node (training, native clamp) or after it: the same bits
+    # as StraightThrough applied to its output, forward and every gradient
+    from tianyuan.ops.elementwise import StraightThrough
+    rng = np.random.default_rng(12)
+    x0 = (rng.standard_normal((4, 3, 5, 7)) * 2).astype(dtype)
+    g = rng.standard_normal(x0.shape).astype(dtype)
+    runs = []
+    for inside in (True, False, None):  # None: no ste, for the mask's effect
+        x = ty.tensor(x0, requires_grad=True)
+        w = ty.tensor(np.array([1.5, -0.7, 0.9], dtype), requires_grad=True)
+        b = ty.tensor(np.array([0.2, 0.1, -0.3], dtype), requires_grad=True)
+        rm, rv = np.zeros(3, dtype), np.ones(3, dtype)
+        if inside:
+            y = F.batch_norm(x, rm, rv, w, b, training, clamp=clamp, ste=_halves)
+        elif inside is None:
+            y = F.batch_norm(x, rm, rv, w, b, training, clamp=clamp)
+        else:
+            y = StraightThrough.apply(F.batch_norm(x, rm, rv, w, b, training, clamp=clamp),
+                                      fn=_halves)
+        y.backward(ty.tensor(g))
+        runs.append([y.numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()])
+    for got, want in zip(runs[0], runs[1]):
+        np.testing.assert_array_equal(got, want)
+    assert np.abs(runs[0][1] - runs[2][1]).max() > 0.01

@@ -50,14 +50,17 @@ def test_conv_bn_folding_matches_conv_then_bn(training):
                                rtol=1e-6)
 
 
-def conv_bn_step(kind, fused, fake_quant):
+def conv_bn_step(kind, fused, fake_quant, ste=True, bias=False):
     """One training forward and backward of a QAT `kind` (ConvBn2d, ConvBnReLU62d) whose BN
     has a negative gamma and a large eps (the fused form's gradient to gamma through f runs
-    through eps): (output, gradients of x, W, gamma, beta, running stats). fused:
-    the conv output / f in the batch norm's passes; else the separate division (a no-op hook
-    on the BN keeps the module on that path)."""
+    through eps): (output, gradients of x, W, gamma, beta, running stats, the activation
+    observer's range, the output's qparams). fused: the conv output / f in the batch norm's
+    passes; else the separate division (a no-op hook on the BN keeps the module on that path).
+    ste: the activation's fake quantization in the batch norm's node where it can; else its
+    own (a no-op hook on the fake quantizer). bias: a conv bias (the division and the bias
+    add before the batch norm)."""
     ty.manual_seed(5)
-    conv, bn = nn.Conv2d(5, 7, 3, padding=1, bias=False), nn.BatchNorm2d(7, eps=0.5)
+    conv, bn = nn.Conv2d(5, 7, 3, padding=1, bias=bias), nn.BatchNorm2d(7, eps=0.5)
     bn.running_var.data[:] = np.linspace(0.3, 3, 7)
     bn.weight.data[:] = np.linspace(-1.5, 1.2, 7)
     bn.bias.data[:] = np.linspace(-0.2, 0.4, 7)
@@ -68,13 +71,21 @@ def conv_bn_step(kind, fused, fake_quant):
         Q.disable_fake_quant(qat)
     if not fused:
         qat.bn.register_forward_hook(lambda *args: None)
+    if not ste:
+        qat.act_fake_quant.register_forward_hook(lambda *args: None)
     x = ty.tensor(np.random.default_rng(2).standard_normal((3, 5, 6, 6)).astype(np.float32),
                   requires_grad=True)
     y = qat(x)
+    if fake_quant:  # in the batch norm's node where that has the activation's clamp
+        in_bn = ste and fused and (not bias or kind is nn.qat.ConvBnReLU62d)
+        assert y._ctx.name == ("FakeQuantizeSTE" if not in_bn else
+                               "BatchNormTrain" if bias else "ScaledBatchNormTrain")
     (y * ty.tensor(np.linspace(-1, 1, y.numel()).reshape(y.shape).astype(np.float32))).sum() \
         .backward()
     return [y.numpy(), x.grad.numpy(), qat.weight.grad.numpy(), qat.bn.weight.grad.numpy(),
-            qat.bn.bias.grad.numpy(), qat.bn.running_mean.numpy(), qat.bn.running_var.numpy()]
+            qat.bn.bias.grad.numpy(), qat.bn.running_mean.numpy(), qat.bn.running_var.numpy(),
+            qat.act_observer.min_val.numpy(), qat.act_observer.max_val.numpy(),
+            np.float32(getattr(y, "qparams", QParams(0.0, 0, None, None)).scale)]
 
 
 @pytest.mark.parametrize("kind", [nn.qat.ConvBn2d, nn.qat.ConvBnReLU62d])
@@ -84,6 +95,19 @@ def test_conv_bn_training_division_in_the_batch_norm(kind, fake_quant):
     # the fused form takes through the batch norm's eps) must match the separate ops'
     for a, b in zip(conv_bn_step(kind, True, fake_quant), conv_bn_step(kind, False, fake_quant)):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", [nn.qat.ConvBn2d, nn.qat.ConvBnReLU62d])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_bn_activation_fake_quant_in_the_batch_norm_node(kind, bias):
+    # the activation's observer and STE fake quantization as the batch norm node's last step
+    # (its mask in the batch norm's backward): the same bits as their own node
+    ste = conv_bn_step(kind, True, True, bias=bias)
+    alone = conv_bn_step(kind, True, True, ste=False, bias=bias)
+    for a, b in zip(ste, alone):
+        np.testing.assert_array_equal(a, b)
+    assert ste[-1] > 0
+    assert (ste[0] != conv_bn_step(kind, True, False, bias=bias)[0]).any()
 
 
 def test_conv_bn_eval_is_the_folded_conv():

@@ -48,6 +48,23 @@ class QATModule:
             out.qparams = self.act_qparams()   # lets QAT average pooling round as int8 does
         return out
 
+    def act_straight_through(self):
+        """fake_quant_act as fn(array) -> (array, gradient mask), for an op that runs it as the
+        last step of its own autograd node (F.batch_norm's ste; mark its output with
+        `fake_quantized`), or None: where the fake quantizer has no such form (LSQ's scale
+        learns) or is off, or hooks watch it or the observer."""
+        observer, fq = self.act_observer, self.act_fake_quant
+        make = getattr(fq, "straight_through", None)
+        if make is None or any(getattr(m, h) for m in (observer, fq) for h in _HOOKS):
+            return None
+        return make(observer)
+
+    def fake_quantized(self, out):
+        """out, the output of an op that ran act_straight_through's fn, marked as
+        fake_quant_act marks its own."""
+        out.qparams = self.act_qparams()
+        return out
+
     def weight_qparams(self):
         return self.weight_fake_quant.qparams(self.weight_observer)
 
