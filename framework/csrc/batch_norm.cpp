@@ -9,31 +9,32 @@
 namespace tianyuan {
 
 template <typename T>
-void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var) {
-    bn_stats(x, b, mean, var);
+void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax) {
+    bn_stats(x, b, mean, var, xmin, xmax);
 }
 
 template <>
-void batch_norm_stats(const float* x, const BnShape& b, float* mean, float* var) {
+void batch_norm_stats(const float* x, const BnShape& b, float* mean, float* var, float* xmin,
+                      float* xmax) {
     const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return batch_norm_stats_avx512(x, b, mean, var);
-    if (isa >= Isa::avx2) return batch_norm_stats_avx2(x, b, mean, var);
-    bn_stats(x, b, mean, var);
+    if (isa >= Isa::avx512) return batch_norm_stats_avx512(x, b, mean, var, xmin, xmax);
+    if (isa >= Isa::avx2) return batch_norm_stats_avx2(x, b, mean, var, xmin, xmax);
+    bn_stats(x, b, mean, var, xmin, xmax);
 }
 
 template <typename T>
 void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
-                       const BnClamp<T>* act) {
-    bn_affine(x, scale, shift, b, y, act);
+                       const BnClamp<T>* act, const BnFakeQuant* fq) {
+    bn_affine(x, scale, shift, b, y, act, fq);
 }
 
 template <>
 void batch_norm_affine(const float* x, const float* scale, const float* shift, const BnShape& b,
-                       float* y, const BnClamp<float>* act) {
+                       float* y, const BnClamp<float>* act, const BnFakeQuant* fq) {
     const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y, act);
-    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y, act);
-    bn_affine(x, scale, shift, b, y, act);
+    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y, act, fq);
+    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y, act, fq);
+    bn_affine(x, scale, shift, b, y, act, fq);
 }
 
 template <typename T>
@@ -58,9 +59,11 @@ void batch_norm_backward(const float* gy, const float* x, const float* mean,
     bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
 }
 
-template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*);
+template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*, double*,
+                                       double*);
 template void batch_norm_affine<double>(const double*, const double*, const double*,
-                                        const BnShape&, double*, const BnClamp<double>*);
+                                        const BnShape&, double*, const BnClamp<double>*,
+                                        const BnFakeQuant*);
 template void batch_norm_backward<double>(const double*, const double*, const double*,
                                           const double*, const double*, const BnShape&, double*,
                                           double*, double*, const BnClamp<double>*,

@@ -14,9 +14,11 @@ struct BnShape {
 };
 
 // mean (C,), biased variance (C,) of x (N, C, S): one pass over each channel (sum and sum of
-// squares in double).
+// squares in double); with xmin and xmax (C,), each channel's extremes too (NaN where the
+// channel has a NaN), in the same pass.
 template <typename T>
-void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var);
+void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var, T* xmin = nullptr,
+                      T* xmax = nullptr);
 
 // The activation fused after a batch norm in training, a clamp to [lo, hi] (ReLU: 0, +inf;
 // ReLU6: 0, 6) as clamp.h's: the affine pass clamps what it writes, and the backward takes gy
@@ -31,11 +33,21 @@ struct BnClamp {
     const T* shift;  // forward, which takes them as arguments
 };
 
+// A fake quantization after the batch norm (and its clamp), per tensor, with fake_quantize's
+// steps (int8_ops.h): r = round half to even of v / scale, y = clamp(r, lo, hi) * scale and
+// inside = lo <= r <= hi (lo, hi: the integer range less the zero point). The affine pass
+// writes y and inside in place of v: two passes fewer (QAT's activation fake quantization,
+// whose range the observer takes from the channels' extremes, batch_norm_stats').
+struct BnFakeQuant {
+    float scale, lo, hi;
+    uint8_t* inside;  // x's shape
+};
+
 // y = x * scale[c] + shift[c] (the normalisation folded into one multiply-add per value),
-// clamped where act is given.
+// clamped where act is given, fake-quantized where fq is.
 template <typename T>
 void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
-                       const BnClamp<T>* act = nullptr);
+                       const BnClamp<T>* act = nullptr, const BnFakeQuant* fq = nullptr);
 
 // Training-mode gradient, with xhat = (x - mean) * invstd and M = N*S per channel:
 //   gbias = sum gy, gweight = sum gy * xhat,
@@ -51,9 +63,11 @@ void batch_norm_backward(const T* gy, const T* x, const T* mean, const T* invstd
 
 // float32 builds of the drivers with the ISA's flags (batch_norm_avx2.cpp, _avx512.cpp).
 #define TY_BN_ISA(isa)                                                                       \
-    void batch_norm_stats_##isa(const float* x, const BnShape& b, float* mean, float* var);  \
+    void batch_norm_stats_##isa(const float* x, const BnShape& b, float* mean, float* var,   \
+                                float* xmin, float* xmax);                                  \
     void batch_norm_affine_##isa(const float* x, const float* scale, const float* shift,     \
-                                 const BnShape& b, float* y, const BnClamp<float>* act);     \
+                                 const BnShape& b, float* y, const BnClamp<float>* act,      \
+                                 const BnFakeQuant* fq);                                     \
     void batch_norm_backward_##isa(const float* gy, const float* x, const float* mean,       \
                                    const float* invstd, const float* weight,                 \
                                    const BnShape& b, float* gx, float* gweight, float* gbias, \

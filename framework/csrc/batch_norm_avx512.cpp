@@ -6,13 +6,15 @@
 
 namespace tianyuan {
 
-void batch_norm_stats_avx512(const float* x, const BnShape& b, float* mean, float* var) {
-    bn_stats(x, b, mean, var);
+void batch_norm_stats_avx512(const float* x, const BnShape& b, float* mean, float* var,
+                             float* xmin, float* xmax) {
+    bn_stats(x, b, mean, var, xmin, xmax);
 }
 
 void batch_norm_affine_avx512(const float* x, const float* scale, const float* shift,
-                              const BnShape& b, float* y, const BnClamp<float>* act) {
-    bn_affine(x, scale, shift, b, y, act);
+                              const BnShape& b, float* y, const BnClamp<float>* act,
+                              const BnFakeQuant* fq) {
+    bn_affine(x, scale, shift, b, y, act, fq);
 }
 
 void batch_norm_backward_avx512(const float* gy, const float* x, const float* mean,

@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "batch_norm.h"
@@ -66,8 +67,36 @@ struct BnLanes<double> {
     }
 };
 
-template <typename T>
-void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
+// One plane's sum and sum of squares (in double), and where Extremes its min and max.
+template <typename T, bool Extremes>
+inline void bn_plane_stats(const T* p, int64_t s, double* sum, double* squares, T* lo, T* hi) {
+    double a = 0.0, q = 0.0;
+    T l = p[0], h = p[0];
+    if (Extremes) {
+#pragma omp simd reduction(+ : a, q) reduction(min : l) reduction(max : h)
+        for (int64_t k = 0; k < s; ++k) {
+            const double v = p[k];
+            a += v;
+            q += v * v;
+            l = p[k] < l ? p[k] : l;
+            h = p[k] > h ? p[k] : h;
+        }
+        *lo = l < *lo ? l : *lo;
+        *hi = h > *hi ? h : *hi;
+    } else {
+#pragma omp simd reduction(+ : a, q)
+        for (int64_t k = 0; k < s; ++k) {
+            const double v = p[k];
+            a += v;
+            q += v * v;
+        }
+    }
+    *sum += a;
+    *squares += q;
+}
+
+template <typename T, bool Extremes>
+void bn_stats_as(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax) {
     const double count = double(b.n * b.s);
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t c = 0; c < b.c; ++c) {
@@ -76,40 +105,65 @@ void bn_stats(const T* x, const BnShape& b, T* mean, T* var) {
         // in double loses ~1e-16 * E[x^2] / var relative, nothing for float32 data. Two
         // scalar passes took 14-16 ms for (8, 96, 112, 112) at 2 threads, this 1.0-1.8.
         double sum = 0.0, squares = 0.0;
-        for (int64_t n = 0; n < b.n; ++n) {
-            const T* p = x + (n * b.c + c) * b.s;
-            double s = 0.0, q = 0.0;
-#pragma omp simd reduction(+ : s, q)
-            for (int64_t k = 0; k < b.s; ++k) {
-                const double v = p[k];
-                s += v;
-                q += v * v;
-            }
-            sum += s;
-            squares += q;
-        }
+        T lo = x[c * b.s], hi = lo;
+        for (int64_t n = 0; n < b.n; ++n)
+            bn_plane_stats<T, Extremes>(x + (n * b.c + c) * b.s, b.s, &sum, &squares, &lo, &hi);
         const double m = sum / count, v = squares / count - m * m;
         mean[c] = T(m);
         var[c] = T(v > 0.0 ? v : 0.0);
+        if (Extremes) {  // NaN where a value is (then so is the sum of squares): min_max's
+            xmin[c] = squares == squares ? lo : T(squares);
+            xmax[c] = squares == squares ? hi : T(squares);
+        }
+    }
+}
+
+template <typename T>
+void bn_stats(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax) {
+    if (xmin)
+        bn_stats_as<T, true>(x, b, mean, var, xmin, xmax);
+    else
+        bn_stats_as<T, false>(x, b, mean, var, xmin, xmax);
+}
+
+// The clamp's output for v (clamp_run's comparisons: NaN passes through)
+template <typename T>
+inline T bn_clamped(T v, T lo, T hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// One plane of the affine pass with fake_quantize_run's steps on its (clamped) value v
+template <typename T, bool Clamp>
+inline void bn_plane_fake_quant(const T* src, int64_t s, T a, T d, T lo, T hi,
+                                const BnFakeQuant& fq, T* dst, uint8_t* in) {
+    const T sc = T(fq.scale), qlo = T(fq.lo), qhi = T(fq.hi);
+    for (int64_t k = 0; k < s; ++k) {
+        const T v = Clamp ? bn_clamped(src[k] * a + d, lo, hi) : src[k] * a + d;
+        const T q = std::rint(v / sc);  // half to even (nearbyint: a libm call a value)
+        in[k] = (q >= qlo) & (q <= qhi);  // false for NaN
+        T w = q >= qlo ? q : qlo;         // NaN too
+        w = w <= qhi ? w : qhi;
+        dst[k] = (w + T(0)) * sc;  // + 0: -0 as +0, the reference's int zero
     }
 }
 
 template <typename T>
 void bn_affine(const T* x, const T* scale, const T* shift, const BnShape& b, T* y,
-               const BnClamp<T>* act) {
+               const BnClamp<T>* act, const BnFakeQuant* fq) {
 #pragma omp parallel for schedule(static) if (b.n * b.c * b.s >= kParallelMin)
     for (int64_t p = 0; p < b.n * b.c; ++p) {
         const T a = scale[p % b.c], d = shift[p % b.c];
         const T* src = x + p * b.s;
         T* dst = y + p * b.s;
-        if (!act) {
+        const T lo = act ? act->lo : T(0), hi = act ? act->hi : T(0);
+        if (fq && act) {
+            bn_plane_fake_quant<T, true>(src, b.s, a, d, lo, hi, *fq, dst, fq->inside + p * b.s);
+        } else if (fq) {
+            bn_plane_fake_quant<T, false>(src, b.s, a, d, lo, hi, *fq, dst, fq->inside + p * b.s);
+        } else if (act) {
+            for (int64_t k = 0; k < b.s; ++k) dst[k] = bn_clamped(src[k] * a + d, lo, hi);
+        } else {
             for (int64_t k = 0; k < b.s; ++k) dst[k] = src[k] * a + d;
-            continue;
-        }
-        const T lo = act->lo, hi = act->hi;
-        for (int64_t k = 0; k < b.s; ++k) {
-            const T v = src[k] * a + d;  // clamp_run's comparisons: NaN passes through
-            dst[k] = v < lo ? lo : (v > hi ? hi : v);
         }
     }
 }

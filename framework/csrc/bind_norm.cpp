@@ -2,6 +2,8 @@
 // that follow it (clamp.h).
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,10 @@
 namespace tianyuan {
 namespace bind {
 namespace {
+
+std::vector<py::ssize_t> shape_of(const py::array& a) {
+    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
 
 BnShape bn_shape(const char* op, const py::array& x) {
     if (x.ndim() < 2) throw py::value_error(std::string(op) + ": x must be (N, C, ...), got " +
@@ -30,14 +36,20 @@ void check_vector(const char* op, const char* what, const Array<T>& v, int64_t c
 }
 
 template <typename T>
-py::tuple stats_typed(const py::array& x_any) {
+py::tuple stats_typed(const py::array& x_any, bool extremes) {
     Array<T> x = Array<T>::ensure(x_any);
     const BnShape b = bn_shape("batch_norm_stats", x);
-    Array<T> mean(b.c), var(b.c);
+    if (extremes && b.n * b.s == 0)
+        throw py::value_error("batch_norm_stats: extremes need values, got shape " +
+                              shape_str(x));
+    Array<T> mean(b.c), var(b.c), lo(extremes ? b.c : 0), hi(extremes ? b.c : 0);
     {
         py::gil_scoped_release release;
-        batch_norm_stats<T>(x.data(), b, mean.mutable_data(), var.mutable_data());
+        batch_norm_stats<T>(x.data(), b, mean.mutable_data(), var.mutable_data(),
+                            extremes ? lo.mutable_data() : nullptr,
+                            extremes ? hi.mutable_data() : nullptr);
     }
+    if (extremes) return py::make_tuple(mean, var, lo, hi);
     return py::make_tuple(mean, var);
 }
 
@@ -56,8 +68,9 @@ bool clamp_bounds(const char* op, const py::object& bounds, BnClamp<T>* act) {
 }
 
 template <typename T>
-py::array affine_typed(const py::array& x_any, const py::array& scale_any,
-                       const py::array& shift_any, const py::object& clamp) {
+py::object affine_typed(const py::array& x_any, const py::array& scale_any,
+                        const py::array& shift_any, const py::object& clamp,
+                        const py::object& fake_quant) {
     const char* op = "batch_norm_affine";
     Array<T> x = Array<T>::ensure(x_any);
     Array<T> scale = Array<T>::ensure(scale_any), shift = Array<T>::ensure(shift_any);
@@ -66,15 +79,32 @@ py::array affine_typed(const py::array& x_any, const py::array& scale_any,
     check_vector(op, "shift", shift, b.c);
     BnClamp<T> act{T(0), T(0), nullptr, nullptr};
     const bool fused = clamp_bounds(op, clamp, &act);
-    Array<T> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-    py::gil_scoped_release release;
-    batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data(),
-                         fused ? &act : nullptr);
-    return std::move(y);
-}
-
-std::vector<py::ssize_t> shape_of(const py::array& a) {
-    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+    Array<T> y(shape_of(x));
+    if (fake_quant.is_none()) {
+        py::gil_scoped_release release;
+        batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data(),
+                             fused ? &act : nullptr);
+        return std::move(y);
+    }
+    if (!std::is_same<T, float>::value)
+        throw py::value_error(std::string(op) + ": fake_quant needs float32 x, got float64");
+    const auto q = fake_quant.cast<std::tuple<float, float, float>>();
+    if (!(std::get<0>(q) > 0.0f) || !std::isfinite(std::get<0>(q)) ||
+        !(std::get<1>(q) <= std::get<2>(q)))
+        throw py::value_error(std::string(op) + ": fake_quant needs (scale positive and finite, "
+                              "lo <= hi), got (" +
+                              std::to_string(std::get<0>(q)) + ", " +
+                              std::to_string(std::get<1>(q)) + ", " +
+                              std::to_string(std::get<2>(q)) + ")");
+    py::array_t<bool> inside(shape_of(x));
+    BnFakeQuant fq{std::get<0>(q), std::get<1>(q), std::get<2>(q),
+                   reinterpret_cast<uint8_t*>(inside.mutable_data())};
+    {
+        py::gil_scoped_release release;
+        batch_norm_affine<T>(x.data(), scale.data(), shift.data(), b, y.mutable_data(),
+                             fused ? &act : nullptr, &fq);
+    }
+    return py::make_tuple(y, inside);
 }
 
 template <typename T>
@@ -283,18 +313,27 @@ void bind_norm(py::module_& m) {
           py::arg("bias"), py::arg("eps"), py::arg("conv_bias"),
           "frozen BN (+ the conv bias before it) -> (scale, shift) float32 (C,), as numpy "
           "computes them in eval_affine_arrays; None unless every array is float32 (C,)");
-    m.def("batch_norm_stats", [](const py::array& x) -> py::tuple {
-        if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x);
-        if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x);
+    m.def("batch_norm_stats", [](const py::array& x, bool extremes) -> py::tuple {
+        if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x, extremes);
+        if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x, extremes);
         throw py::value_error("batch_norm_stats: x must be float32 or float64");
-    }, py::arg("x"), "x (N, C, ...) -> (mean (C,), biased var (C,))");
+    }, py::arg("x"), py::arg("extremes") = false,
+       "x (N, C, ...) -> (mean (C,), biased var (C,)), and with extremes each channel's (min, "
+       "max) (C,) too (NaN where it has a NaN)");
     m.def("batch_norm_affine", [](const py::array& x, const py::array& scale,
-                                  const py::array& shift, const py::object& clamp) {
-        return dispatch_float("batch_norm_affine", "x", x,
-                              [&] { return affine_typed<float>(x, scale, shift, clamp); },
-                              [&] { return affine_typed<double>(x, scale, shift, clamp); });
+                                  const py::array& shift, const py::object& clamp,
+                                  const py::object& fake_quant) -> py::object {
+        if (x.dtype().is(py::dtype::of<float>()))
+            return affine_typed<float>(x, scale, shift, clamp, fake_quant);
+        if (x.dtype().is(py::dtype::of<double>()))
+            return affine_typed<double>(x, scale, shift, clamp, fake_quant);
+        throw py::value_error("batch_norm_affine: x must be float32 or float64, got " +
+                              std::string(py::str(x.dtype())));
     }, py::arg("x"), py::arg("scale"), py::arg("shift"), py::arg("clamp") = py::none(),
-       "x * scale[c] + shift[c], clamped to clamp = (lo, hi) if given");
+       py::arg("fake_quant") = py::none(),
+       "x * scale[c] + shift[c], clamped to clamp = (lo, hi) if given; with fake_quant = "
+       "(scale, lo, hi) (float32) fake-quantized per tensor as fake_quantize (lo, hi: the "
+       "integer range less the zero point) -> (y, inside)");
     m.def("batch_norm_backward", [](const py::array& gy, const py::array& x,
                                     const py::array& mean, const py::array& invstd,
                                     const py::object& weight, bool need_x,

@@ -53,7 +53,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     ste: fn(array) -> (array, mask), a straight-through estimator applied last
     (ops.elementwise.StraightThrough: the gradient passes where mask); in training its mask
     is applied in the batch norm's backward passes, the same bits as the separate node. QAT's
-    ConvBn2d runs its activation's fake quantization this way.
+    ConvBn2d runs its activation's fake quantization this way; where ste has a `from_range`
+    (per tensor, ops.norm.BatchNormTrain), float32 training writes the fake-quantized output
+    in the affine pass.
     """
     op = "batch_norm"
     x = _check_input(x, running_mean, running_var, weight, bias, op)
@@ -70,7 +72,13 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     if count < 2:
         raise ValueError(f"{op}: training needs more than one value per channel, got input "
                          f"shape {x.shape}")
-    x_mean, var = N.batch_stats(x.data)
+    bounds = None if clamp is None or x.dtype != np.float32 else tuple(map(float, clamp))
+    separate = clamp is not None and bounds is None  # the native clamp's domain (clamp.h)
+    inner = None if separate else ste
+    # a fake quantization that takes its range per tensor: from the channels' extremes
+    by_range = inner is not None and x.dtype == np.float32 and \
+        getattr(inner, "from_range", None) is not None
+    x_mean, var, *extremes = N.batch_stats(x.data, by_range)
     mean = x_mean
     if input_scale is not None:  # the statistics of x * s
         input_scale = as_tensor(input_scale)
@@ -84,17 +92,15 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     w = ones if weight is None else as_tensor(weight)
     b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
     invstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
-    bounds = None if clamp is None or x.dtype != np.float32 else tuple(map(float, clamp))
-    separate = clamp is not None and bounds is None  # the native clamp's domain (clamp.h)
-    inner = None if separate else ste
+    extremes = tuple(extremes) if by_range else None
     if input_scale is None:
         y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd.astype(x.dtype),
-                                   clamp=bounds, ste=inner)
+                                   clamp=bounds, ste=inner, extremes=extremes)
     else:  # x's own mean; (x * s)'s invstd times s
         coef = (w.data * eps * invstd * invstd / s).astype(x.dtype)
         y = N.ScaledBatchNormTrain.apply(x, w, b, input_scale, mean=x_mean,
                                          invstd=(invstd * s).astype(x.dtype), coef=coef,
-                                         clamp=bounds, ste=inner)
+                                         clamp=bounds, ste=inner, extremes=extremes)
     if separate:
         y = E.Clamp.apply(y, lo=clamp[0], hi=clamp[1])
         return y if ste is None else E.StraightThrough.apply(y, fn=ste)

@@ -15,9 +15,10 @@ def channel_view(v, ndim):
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def batch_stats(x):
-    """mean (C,), biased variance (C,) of x (N, C, ...): one native pass per statistic."""
-    return _C.batch_norm_stats(np.ascontiguousarray(x))
+def batch_stats(x, extremes=False):
+    """mean (C,), biased variance (C,) of x (N, C, ...) in one native pass; with extremes,
+    each channel's min and max (C,) too."""
+    return _C.batch_norm_stats(np.ascontiguousarray(x), extremes)
 
 
 def fold_eval_f32(running_mean, running_var, weight, bias, eps, conv_bias):
@@ -33,16 +34,26 @@ class BatchNormTrain(Function):
     clamp = (lo, hi): the ReLU / ReLU6 after it in the same passes (batch_norm.h's BnClamp),
     the same bits as the two ops one after the other. ste: fn(y) -> (out, mask), a
     straight-through estimator after that (elementwise.StraightThrough's fn) as the node's last
-    step, its mask applied in the backward's passes (the same bits as the separate node)."""
+    step, its mask applied in the backward's passes (the same bits as the separate node).
+    extremes = (min, max) of x per channel, given where ste has a `from_range` (a fake
+    quantization per tensor, quantization.fake_quant.ObservedFakeQuant's): y's range follows
+    from them (the affine and the clamp are monotone per channel), and the affine pass writes
+    the fake-quantized y and the mask in place of y, two passes fewer."""
 
-    def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None, ste=None):
+    def forward(self, x, weight, bias, mean=None, invstd=None, clamp=None, ste=None,
+                extremes=None):
         self.x, self.weight, self.mean, self.invstd = x, weight, mean, invstd
         scale = (invstd * weight).astype(x.dtype)
         shift = (bias - mean * scale).astype(x.dtype)
         # the backward's clamp mask comes from x and this affine, as the forward's values
         self.clamp, self.affine = (clamp, (scale, shift)) if clamp is not None else (None, None)
-        y = _C.batch_norm_affine(x, scale, shift, clamp)
         self.mask = None
+        if extremes is not None:  # y at each channel's min and max: y's min and max among them
+            ends = _C.batch_norm_affine(np.stack(extremes, axis=1)[None], scale, shift, clamp)
+            params = ste.from_range(ends.min(), ends.max())
+            y, self.mask = _C.batch_norm_affine(x, scale, shift, clamp, params)
+            return y
+        y = _C.batch_norm_affine(x, scale, shift, clamp)
         if ste is not None:
             y, self.mask = ste(y)
         return y
@@ -65,9 +76,9 @@ class ScaledBatchNormTrain(BatchNormTrain):
     ConvBn (the conv output / f, then the batch norm) in the batch norm's passes."""
 
     def forward(self, x, weight, bias, scale, mean=None, invstd=None, coef=None, clamp=None,
-                ste=None):
+                ste=None, extremes=None):
         self.coef = coef
-        return super().forward(x, weight, bias, mean, invstd, clamp, ste)
+        return super().forward(x, weight, bias, mean, invstd, clamp, ste, extremes)
 
     def backward(self, g):
         gx, gw, gb = super().backward(g)

@@ -122,21 +122,45 @@ class FakeQuantize(Module):
                                      axis=p.axis)
 
     def straight_through(self, observer):
-        """forward(x, observer(x)) as fn(array) -> (array, gradient mask), for an op that runs
-        it as the last step of its own autograd node (F.batch_norm's `ste`); None where
-        disabled. The observer sees the array first, as in ``fq(observer(x), observer)``."""
-        if not self.enabled:
-            return None
-
-        def run(x):
-            seen = observer(Tensor(x))
-            x = seen.data if isinstance(seen, Tensor) else np.asarray(seen)
-            p = self.qparams(observer)
-            return fake_quant_arrays(x, p.scale, p.zero_point, p.dtype, p.axis)
-        return run
+        """forward(observer(x), observer) as an ObservedFakeQuant, for an op that runs it as
+        the last step of its own autograd node (F.batch_norm's ste); None where disabled."""
+        return ObservedFakeQuant(self, observer) if self.enabled else None
 
     def extra_repr(self):
         return f"enabled={self.enabled}"
+
+
+class ObservedFakeQuant:
+    """A FakeQuantize and its observer as functions of arrays, for an op that fake-quantizes
+    its output in its own node: ``self(x) -> (out, gradient mask)``, the observer seeing x
+    first; and, where the observer takes a range per tensor (Observer.observes_range), the
+    `from_range` form, for an op that knows its output's min and max before writing it
+    (F.batch_norm's, from the channels' extremes) and fake-quantizes as it writes."""
+
+    def __init__(self, fake_quant, observer):
+        self.fake_quant, self.observer = fake_quant, observer
+        if not observer.observes_range():
+            self.from_range = None
+
+    def __call__(self, x):
+        seen = self.observer(Tensor(x))
+        x = seen.data if isinstance(seen, Tensor) else np.asarray(seen)
+        p = self.fake_quant.qparams(self.observer)
+        return fake_quant_arrays(x, p.scale, p.zero_point, p.dtype, p.axis)
+
+    def from_range(self, lo, hi):
+        """The observer takes (lo, hi), float32 min and max of the data; then the per-tensor
+        (scale, qmin - zero point, qmax - zero point) of the fake quantization, as floats."""
+        if self.observer.active():
+            self.observer.observe_range(np.float32(lo), np.float32(hi))
+        p = self.fake_quant.qparams(self.observer)
+        if p.axis is not None or np.size(p.scale) != 1:
+            raise ValueError(f"{type(self.observer).__name__}: from_range needs per-tensor "
+                             f"qparams, got axis {p.axis}")
+        qmin, qmax = R.qrange(p.dtype)
+        zp = int(np.asarray(p.zero_point).reshape(()))
+        return float(np.asarray(p.scale, np.float32).reshape(())), float(qmin - zp), \
+            float(qmax - zp)
 
 
 class LSQFakeQuantize(FakeQuantize):

@@ -88,6 +88,16 @@ class Observer(Module):
     def observe(self, x):
         raise NotImplementedError(f"{type(self).__name__}: observe() is not implemented")
 
+    def observes_range(self):
+        """Whether, per tensor, observe(x) is observe_range(min(x), max(x)) (so an op that
+        knows its output's range may call that instead): where the class that defines
+        observe() defines observe_range() beside it, and forward() is this class's."""
+        cls = type(self)
+        if self.ch_axis is not None or cls.forward is not Observer.forward:
+            return False
+        owner = next(k for k in cls.__mro__ if "observe" in k.__dict__)
+        return "observe_range" in owner.__dict__
+
     def _reduce(self, x):
         """x (...) -> (min, max): scalars, or (C,) along ch_axis."""
         if self.ch_axis is None:  # one native pass where numpy takes two, on one core
@@ -130,7 +140,10 @@ class MinMaxObserver(Observer):
         self.memoryless = memoryless
 
     def observe(self, x):
-        lo, hi = self._reduce(x)
+        self.observe_range(*self._reduce(x))
+
+    def observe_range(self, lo, hi):
+        """observe() of data whose min and max (per tensor: float32 scalars) are lo, hi."""
         if self.observed and not self.memoryless:
             lo, hi = np.minimum(lo, self.min_val.data), np.maximum(hi, self.max_val.data)
         self._set_range(lo, hi)
@@ -145,7 +158,10 @@ class MovingAverageMinMaxObserver(Observer):
         self.momentum = float(momentum)
 
     def observe(self, x):
-        lo, hi = self._reduce(x)
+        self.observe_range(*self._reduce(x))
+
+    def observe_range(self, lo, hi):
+        """observe() of data whose min and max (per tensor: float32 scalars) are lo, hi."""
         if self.observed:
             m = self.momentum
             lo = m * self.min_val.data + (1 - m) * lo

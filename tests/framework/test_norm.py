@@ -268,3 +268,24 @@ def test_batch_norm_ste_is_the_straight_through_node_after_it(dtype, clamp, trai
     for got, want in zip(runs[0], runs[1]):
         np.testing.assert_array_equal(got, want)
     assert np.abs(runs[0][1] - runs[2][1]).max() > 0.01
+
+
+def test_batch_norm_stats_extremes_on_every_isa():
+    # each channel's min and max in the statistics' pass (NaN where the channel has one);
+    # mean and variance as without them
+    from helpers import each_isa
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 4, 5, 7)) * 3).astype(np.float32)
+    x[2, 1, 4, 6], x[0, 3, 0, 0] = 50, -50
+    with_nan = x.copy()
+    with_nan[1, 2, 2, 2] = np.nan
+    for isa in each_isa():
+        mean, var, lo, hi = _C.batch_norm_stats(x, True)
+        np.testing.assert_array_equal(lo, x.min((0, 2, 3)), err_msg=isa)
+        np.testing.assert_array_equal(hi, x.max((0, 2, 3)), err_msg=isa)
+        for got, want in zip((mean, var), _C.batch_norm_stats(x)):
+            np.testing.assert_array_equal(got, want, err_msg=isa)
+        lo, hi = _C.batch_norm_stats(with_nan, True)[2:]
+        assert np.isnan(lo[2]) and np.isnan(hi[2]) and not np.isnan(lo[[0, 1, 3]]).any()
+    with pytest.raises(ValueError, match=r"extremes need values, got shape \(0, 4\)"):
+        _C.batch_norm_stats(np.zeros((0, 4), np.float32), True)

@@ -145,3 +145,32 @@ def test_lsq_native_gradients_are_the_numpy_formula(dtype, zp, axis):
     LSQFunction.apply(t, ts, zero_point=zps, dtype=dtype, axis=axis, grad_scale=0.5).backward(g)
     np.testing.assert_array_equal(t.grad.numpy(), np.where(inside, g, 0))
     np.testing.assert_allclose(ts.grad.numpy(), want_ds, rtol=1e-6)
+
+
+@pytest.mark.parametrize("clamp", [None, (0.0, 6.0)])
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 7), (np.int8, 0)])
+def test_batch_norm_affine_fake_quantizes_as_fake_quantize_on_every_isa(clamp, dtype, zp):
+    # the affine pass with fake_quant writes _C.fake_quantize's y and mask of the affine's
+    # output: ties of the rounding (channel 0 passes x through), values past the range, NaN
+    rng = np.random.default_rng(4)
+    s = np.float32(0.05)
+    x = (rng.standard_normal((3, 5, 7, 9)) * 4).astype(np.float32)
+    x[0, 0, 0, :8] = np.array([0.5, 1.5, -2.5, -0.01, 30, -30, 2.5, 3.5], np.float32) * s
+    x[1, 2, 3, :3] = [np.nan, np.inf, -np.inf]
+    a = rng.uniform(-2, 2, 5).astype(np.float32)
+    d = rng.uniform(-1, 1, 5).astype(np.float32)
+    a[0], d[0] = 1, 0
+    qmin, qmax = R.qrange(dtype)
+    for isa in each_isa():
+        y = _C.batch_norm_affine(x, a, d, clamp)
+        want_y, want_in = _C.fake_quantize(y, np.array([s]), np.array([zp], np.int32), -1,
+                                           dtype == np.int8)
+        got_y, got_in = _C.batch_norm_affine(x, a, d, clamp, (s, qmin - zp, qmax - zp))
+        np.testing.assert_array_equal(got_y.view(np.int32), want_y.view(np.int32), err_msg=isa)
+        np.testing.assert_array_equal(got_in, want_in, err_msg=isa)
+        assert got_in.dtype == bool and 0 < got_in.mean() < 1
+    with pytest.raises(ValueError, match="fake_quant needs float32 x"):
+        _C.batch_norm_affine(x.astype(np.float64), a.astype(np.float64), d.astype(np.float64),
+                             None, (0.1, 0.0, 255.0))
+    with pytest.raises(ValueError, match="scale positive and finite, lo <= hi"):
+        _C.batch_norm_affine(x, a, d, None, (0.1, 5.0, 4.0))

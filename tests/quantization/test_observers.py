@@ -140,3 +140,30 @@ def test_native_min_max_is_numpys_on_every_isa():
         assert all(np.isnan(_C.min_max(with_nan))), isa
     with pytest.raises(ValueError, match="non-empty float32"):
         _C.min_max(np.zeros(0, np.float32))
+
+
+def test_observes_range_only_where_observe_is_the_range_of_its_data():
+    # an op that knows its output's min and max may call observe_range in place of
+    # observe(x): only where the class defining observe() defines observe_range() beside it
+    class OwnObserve(Q.MinMaxObserver):
+        def observe(self, x):
+            self._set_range(-1.0, 1.0)
+
+    class OwnForward(Q.MovingAverageMinMaxObserver):
+        def forward(self, x):
+            return x
+
+    assert Q.MinMaxObserver().observes_range()
+    assert Q.MovingAverageMinMaxObserver().observes_range()
+    assert not Q.MinMaxObserver(ch_axis=0, dtype="int8", symmetric=True).observes_range()
+    assert not Q.HistogramObserver().observes_range()
+    assert not FixedObserver().observes_range()
+    assert not OwnObserve().observes_range() and not OwnForward().observes_range()
+    x = np.random.default_rng(9).standard_normal((3, 40)).astype(np.float32)
+    for kind in (Q.MinMaxObserver, Q.MovingAverageMinMaxObserver):
+        by_data, by_range = kind(), kind()
+        for batch in (x, x * 3 + 1):
+            by_data(ty.tensor(batch))
+            by_range.observe_range(batch.min(), batch.max())
+        assert by_data.qparams() == by_range.qparams()
+        assert by_data.min_val.numpy() == by_range.min_val.numpy()
