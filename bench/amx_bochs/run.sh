@@ -5,10 +5,13 @@
 # and with the emulated tiles the test suite checks. Prints the guest's AMXCHECK lines; exit
 # status 0 when they all agree. CHECK=isa runs isa_check.cpp instead (every ISA path of the
 # convolution against the generic one; ISACHECK lines) on MODEL (arrow_lake: AVX2 with
-# AVX-VNNI and no AVX-512; sapphire_rapids, the default: AVX-512 VNNI too).
+# AVX-VNNI and no AVX-512; sapphire_rapids, the default: AVX-512 VNNI too); CHECK=bn runs
+# bn_check.cpp (the batch norm's fused forms against the separate ops on each ISA path;
+# BNCHECK lines).
 #
 #   sudo sh bench/amx_bochs/run.sh          # about 2 minutes of setup, 2 of Bochs
 #   sudo CHECK=isa MODEL=arrow_lake sh bench/amx_bochs/run.sh
+#   sudo CHECK=bn sh bench/amx_bochs/run.sh
 #
 # Needs root (debootstrap, chroot), g++ with -mamx-tile, and the Debian mirror (the guest and
 # Bochs come from Debian trixie, unpacked under $AMX_BOCHS_ROOT, default
