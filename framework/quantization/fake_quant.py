@@ -123,8 +123,11 @@ class FakeQuantize(Module):
 
     def straight_through(self, observer):
         """forward(observer(x), observer) as an ObservedFakeQuant, for an op that runs it as
-        the last step of its own autograd node (F.batch_norm's ste); None where disabled."""
-        return ObservedFakeQuant(self, observer) if self.enabled else None
+        the last step of its own autograd node (F.batch_norm's ste); None where disabled or
+        where a subclass has a forward of its own (LSQ's, whose scale learns)."""
+        if not self.enabled or type(self).forward is not FakeQuantize.forward:
+            return None
+        return ObservedFakeQuant(self, observer)
 
     def extra_repr(self):
         return f"enabled={self.enabled}"
@@ -139,7 +142,8 @@ class ObservedFakeQuant:
 
     def __init__(self, fake_quant, observer):
         self.fake_quant, self.observer = fake_quant, observer
-        if not observer.observes_range():
+        observes_range = getattr(observer, "observes_range", None)
+        if observes_range is None or not observes_range():
             self.from_range = None
 
     def __call__(self, x):
@@ -186,9 +190,6 @@ class LSQFakeQuantize(FakeQuantize):
         zp = self.zero_point.data
         return QParams(scale if per_channel else scale.reshape(()),
                        zp if per_channel else zp.reshape(()), observer.dtype, observer.ch_axis)
-
-    def straight_through(self, observer):
-        return None  # the scale learns: its gradient is more than a mask
 
     def forward(self, x, observer):
         if not self.enabled:

@@ -110,6 +110,28 @@ def test_conv_bn_activation_fake_quant_in_the_batch_norm_node(kind, bias):
     assert (ste[0] != conv_bn_step(kind, True, False, bias=bias)[0]).any()
 
 
+class _HalfStepFakeQuantize(Q.FakeQuantize):
+    """A user's fake quantizer with a forward of its own (half the observer's step)."""
+
+    def forward(self, x, observer):
+        p = observer.qparams()
+        return Q.FakeQuantizeSTE.apply(x, scale=p.scale / 2, zero_point=p.zero_point,
+                                       dtype=p.dtype, axis=p.axis)
+
+
+def test_conv_bn_fake_quant_with_its_own_forward_keeps_its_node():
+    # LSQ (its scale learns) and a subclass with its own forward are not run in the batch
+    # norm's node
+    Q.register_fake_quantizer("half_step_test", _HalfStepFakeQuantize, override=True)
+    conv, bn = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+    x = ty.tensor(np.random.default_rng(3).standard_normal((2, 3, 5, 5)).astype(np.float32))
+    for act, node in (("lsq", "LSQFunction"), ("half_step_test", "FakeQuantizeSTE"),
+                      ("ste", "ScaledBatchNormTrain")):
+        qc = Q.QConfig("weight_minmax", "ema", "ste", act)
+        qat = nn.qat.ConvBnReLU2d.from_float(nn.ConvBnReLU2d(conv, bn, nn.ReLU()), qc).train()
+        assert qat(x)._ctx.name == node, act
+
+
 def test_conv_bn_eval_is_the_folded_conv():
     _, qat = conv_bn(False)
     w, b = qat.folded()
