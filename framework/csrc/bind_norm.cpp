@@ -1,5 +1,6 @@
 // pybind11 glue: batch norm (framework/csrc/batch_norm.h) and the clamp of the activations
 // that follow it (clamp.h).
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -9,6 +10,7 @@
 
 #include "batch_norm.h"
 #include "clamp.h"
+#include "histogram.h"
 
 #include "bind_common.h"
 
@@ -307,6 +309,20 @@ void bind_norm(py::module_& m) {
         }
         return py::make_tuple(lo, hi);
     }, py::arg("x"), "(min, max) of float32 x in one parallel pass; NaN if any value is NaN");
+    m.def("histogram", [](const py::array& x_any, int64_t bins, double lo, double hi) {
+        if (!x_any.dtype().is(py::dtype::of<float>()))
+            throw py::value_error("histogram: x must be float32, got " +
+                                  std::string(py::str(x_any.dtype())) + " of shape " +
+                                  shape_str(x_any));
+        Array<float> x = Array<float>::ensure(x_any);
+        py::array_t<int64_t> counts(bins > 0 ? bins : 0);
+        std::fill(counts.mutable_data(), counts.mutable_data() + counts.size(), int64_t(0));
+        py::gil_scoped_release release;
+        histogram_f32(x.data(), x.size(), bins, lo, hi, counts.mutable_data());
+        return counts;
+    }, py::arg("x"), py::arg("bins"), py::arg("lo"), py::arg("hi"),
+       "int64 counts of float32 x in `bins` equal bins over [lo, hi], as numpy.histogram(x, "
+       "bins, (lo, hi)) counts them under numpy 2 (histogram.h); one parallel pass");
     m.def("masked_grad", &masked_grad_py, py::arg("grad"), py::arg("mask"),
           "g where mask, else 0 (float32 g; bool or byte mask of its shape)");
     m.def("bn_fold", &bn_fold, py::arg("mean"), py::arg("var"), py::arg("weight"),

@@ -16,6 +16,7 @@ the range, the old counts are re-binned (each old bin spread over 4 points).
 """
 import numpy as np
 
+from .. import _C
 from ..tensor import Tensor
 from .observer import Observer
 from .reference import qrange
@@ -36,14 +37,21 @@ class HistogramObserver(Observer):
         self._cached = None
 
     def observe(self, x):
-        lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+        native = x.dtype == np.float32 and x.size > 0
+        x_lo, x_hi = _C.min_max(x) if native else (x.min(), x.max())
+        lo, hi = min(float(x_lo), 0.0), max(float(x_hi), 0.0)
         if self.observed:
             lo, hi = min(lo, float(self.min_val.data)), max(hi, float(self.max_val.data))
             counts = self._rebin(lo, hi)
         else:
             counts = np.zeros(self.bins)
         hi = hi if hi > lo else lo + 1e-8
-        counts += np.histogram(x, self.bins, (lo, hi))[0]
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"HistogramObserver: the data's range [{lo}, {hi}] is not finite")
+        # numpy.histogram's counts (numpy 2), in one parallel pass: calibrating MobileNetV2
+        # had spent 75 % of its time in numpy's
+        counts += _C.histogram(x, self.bins, lo, hi) if native else \
+            np.histogram(x, self.bins, (lo, hi))[0]
         self.histogram = Tensor(counts)
         self._set_range(lo, hi)
         self._cached = None

@@ -75,6 +75,40 @@ def test_histogram_percentile_matches_numpy():
     assert abs(lo - np.percentile(x, 0.1)) < width
 
 
+@pytest.mark.skipif(int(np.__version__.split(".")[0]) < 2, reason="numpy 2's promotion")
+def test_native_histogram_counts_as_numpy_does():
+    # the calibration observer's histogram in one native pass: numpy.histogram's counts for
+    # float32 data and Python-float bounds, values on the edges, past the range and NaN
+    from helpers import each_isa
+    from tianyuan import _C
+    rng = np.random.default_rng(4)
+    cases = []
+    for k in range(12):
+        x = (rng.standard_normal(int(rng.integers(1, 200_000))) * (k + 0.3)).astype(np.float32)
+        lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+        if k % 3 == 1:  # values past the range, NaN
+            lo, hi = lo / 2, hi * 0.7
+            x[:3] = [np.nan, np.inf, -np.inf]
+        if k % 3 == 2:  # every edge itself
+            edges = np.linspace(lo, hi, 2049).astype(np.float32)
+            x[:min(x.size, 2049)] = edges[:min(x.size, 2049)]
+        cases.append((x, lo, hi))
+    cases.append((np.zeros(10, np.float32), 0.0, 1e-8))  # the observer's empty range
+    for _ in each_isa():
+        for x, lo, hi in cases:
+            np.testing.assert_array_equal(_C.histogram(x, 2048, lo, hi),
+                                          np.histogram(x, 2048, (lo, hi))[0])
+    with pytest.raises(ValueError, match=r"finite lo < hi, got 4 bins over \[1.0"):
+        _C.histogram(np.zeros(3, np.float32), 4, 1.0, 1.0)
+    with pytest.raises(ValueError, match="too many bins"):
+        _C.histogram(np.zeros(3, np.float32), 2048, 1.0, 1.0 + 1e-9)
+    with pytest.raises(ValueError, match="x must be float32"):
+        _C.histogram(np.zeros(3), 4, 0.0, 1.0)
+    obs = Q.HistogramObserver(enabled=True)
+    with pytest.raises(ValueError, match=r"HistogramObserver: the data's range \[nan"):
+        observe(obs, np.array([1.0, np.nan], np.float32))
+
+
 def test_histogram_l2_clips_a_heavy_tail_not_the_bulk():
     rng = np.random.default_rng(1)
     x = np.abs(rng.laplace(size=100_000)).astype(np.float32)     # max ~ 13, 99.9% ~ 6.9

@@ -1,0 +1,65 @@
+// Histogram kernel (histogram.h). Built generically only: the edges must be numpy's
+// linspace, i * step + lo rounded twice, which an FMA unit would contract into one rounding.
+#include "histogram.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef __FMA__
+#error "histogram.cpp is built without FMA: numpy's linspace rounds i * step and + lo apart"
+#endif
+
+namespace tianyuan {
+
+void histogram_f32(const float* x, int64_t n, int64_t bins, double lo, double hi,
+                   int64_t* counts) {
+    if (!(bins >= 1) || !std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw std::invalid_argument("histogram: needs bins >= 1 and finite lo < hi, got " +
+                                    std::to_string(bins) + " bins over [" + std::to_string(lo) +
+                                    ", " + std::to_string(hi) + "]");
+    // numpy.linspace(lo, hi, bins + 1) in float64, the last edge hi, then float32
+    std::vector<float> edges(static_cast<size_t>(bins + 1));
+    const double step = (hi - lo) / static_cast<double>(bins);
+    for (int64_t i = 0; i < bins; ++i) {
+        const double at = static_cast<double>(i) * step;
+        edges[i] = static_cast<float>(at + lo);
+    }
+    edges[bins] = static_cast<float>(hi);
+    for (int64_t i = 0; i < bins; ++i)
+        if (!(edges[i] < edges[i + 1]))
+            throw std::invalid_argument("histogram: too many bins (" + std::to_string(bins) +
+                                        ") for the range [" + std::to_string(lo) + ", " +
+                                        std::to_string(hi) + "] in float32");
+    const float first = static_cast<float>(lo), last = static_cast<float>(hi);
+    const double denom = hi - lo, scale = static_cast<double>(bins);
+    constexpr int64_t kBlock = 1 << 16;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const int threads = blocks > 1 ? omp_get_max_threads() : 1;
+    std::vector<int64_t> rows(static_cast<size_t>(threads) * static_cast<size_t>(bins), 0);
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t* row = rows.data() + static_cast<int64_t>(omp_get_thread_num()) * bins;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t end = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
+            for (int64_t i = b * kBlock; i < end; ++i) {
+                const float v = x[i];
+                if (!(v >= first && v <= last)) continue;  // NaN too
+                const double f = static_cast<double>(v - first) / denom * scale;
+                int64_t k = static_cast<int64_t>(f);
+                if (k == bins) --k;
+                if (v < edges[k]) --k;
+                if (k != bins - 1 && v >= edges[k + 1]) ++k;
+                ++row[k];
+            }
+        }
+    }
+    for (int t = 0; t < threads; ++t)
+        for (int64_t k = 0; k < bins; ++k) counts[k] += rows[static_cast<size_t>(t) * bins + k];
+}
+
+}  // namespace tianyuan
