@@ -35,11 +35,15 @@ void histogram_f32(const float* x, int64_t n, int64_t bins, double lo, double hi
                                         ") for the range [" + std::to_string(lo) + ", " +
                                         std::to_string(hi) + "] in float32");
     const float first = static_cast<float>(lo), last = static_cast<float>(hi);
-    const double denom = hi - lo, scale = static_cast<double>(bins);
+    // numpy's bin position, (v - first) / (hi - lo) * bins in double, is within a ten-thousandth
+    // of a bin of the exact one, and so is this float product: each is then moved to the bin
+    // whose float32 edges hold v (numpy's corrections), the same bin
+    const float per = static_cast<float>(static_cast<double>(bins) / (hi - lo));
     constexpr int64_t kBlock = 1 << 16;
-    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const int64_t blocks = (n + kBlock - 1) / kBlock, last_bin = bins - 1;
     const int threads = blocks > 1 ? omp_get_max_threads() : 1;
-    std::vector<int64_t> rows(static_cast<size_t>(threads) * static_cast<size_t>(bins), 0);
+    std::vector<int64_t> rows(static_cast<size_t>(threads * bins), 0);
+    const float* e = edges.data();
 #pragma omp parallel num_threads(threads)
     {
         int64_t* row = rows.data() + static_cast<int64_t>(omp_get_thread_num()) * bins;
@@ -49,17 +53,18 @@ void histogram_f32(const float* x, int64_t n, int64_t bins, double lo, double hi
             for (int64_t i = b * kBlock; i < end; ++i) {
                 const float v = x[i];
                 if (!(v >= first && v <= last)) continue;  // NaN too
-                const double f = static_cast<double>(v - first) / denom * scale;
-                int64_t k = static_cast<int64_t>(f);
-                if (k == bins) --k;
-                if (v < edges[k]) --k;
-                if (k != bins - 1 && v >= edges[k + 1]) ++k;
+                int64_t k = static_cast<int64_t>((v - first) * per);
+                k = k < last_bin ? k : last_bin;
+                // numpy's corrections (after a decrement the increment's test is v >= e[old
+                // k], false); e[bins] exists
+                k -= v < e[k];
+                k += (k != last_bin) & (v >= e[k + 1]);
                 ++row[k];
             }
         }
     }
-    for (int t = 0; t < threads; ++t)
-        for (int64_t k = 0; k < bins; ++k) counts[k] += rows[static_cast<size_t>(t) * bins + k];
+    for (int64_t t = 0; t < threads; ++t)
+        for (int64_t k = 0; k < bins; ++k) counts[k] += rows[static_cast<size_t>(t * bins + k)];
 }
 
 }  // namespace tianyuan
