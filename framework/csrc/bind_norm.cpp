@@ -309,6 +309,21 @@ void bind_norm(py::module_& m) {
         }
         return py::make_tuple(lo, hi);
     }, py::arg("x"), "(min, max) of float32 x in one parallel pass; NaN if any value is NaN");
+    m.def("min_max_rows", [](const py::array& x_any) {
+        if (!x_any.dtype().is(py::dtype::of<float>()) || x_any.ndim() != 2 ||
+            x_any.shape(0) == 0 || x_any.shape(1) == 0)
+            throw py::value_error("min_max_rows: x must be a non-empty 2-D float32 array, got " +
+                                  std::string(py::str(x_any.dtype())) + " of shape " +
+                                  shape_str(x_any));
+        Array<float> x = Array<float>::ensure(x_any);
+        Array<float> lo(x.shape(0)), hi(x.shape(0));
+        {
+            py::gil_scoped_release release;
+            min_max_rows(x.data(), x.shape(0), x.shape(1), lo.mutable_data(), hi.mutable_data());
+        }
+        return py::make_tuple(lo, hi);
+    }, py::arg("x"), "each row's (min, max) of float32 x (rows, cols), rows in parallel; NaN "
+       "for a row with a NaN");
     m.def("histogram", [](const py::array& x_any, int64_t bins, double lo, double hi) {
         if (!x_any.dtype().is(py::dtype::of<float>()))
             throw py::value_error("histogram: x must be float32, got " +

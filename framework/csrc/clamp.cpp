@@ -41,4 +41,11 @@ void min_max(const float* x, int64_t n, float* lo, float* hi) {
     min_max_run(x, n, lo, hi);
 }
 
+void min_max_rows(const float* x, int64_t rows, int64_t cols, float* lo, float* hi) {
+    const Isa isa = current_isa();
+    if (isa >= Isa::avx512) return min_max_rows_avx512(x, rows, cols, lo, hi);
+    if (isa >= Isa::avx2) return min_max_rows_avx2(x, rows, cols, lo, hi);
+    min_max_rows_run(x, rows, cols, lo, hi);
+}
+
 }  // namespace tianyuan

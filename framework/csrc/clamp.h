@@ -19,6 +19,9 @@ void add_clamp(const float* a, const float* b, int64_t n, float lo, float hi, fl
 void masked_grad(const float* g, const uint8_t* mask, int64_t n, float* gx);
 // min and max of x (n >= 1), NaN if any value is: an observer's statistics in one pass.
 void min_max(const float* x, int64_t n, float* lo, float* hi);
+// min_max of each row of x (rows, cols), cols >= 1, into lo, hi (rows,): a weight observer's
+// per-channel statistics in one call.
+void min_max_rows(const float* x, int64_t rows, int64_t cols, float* lo, float* hi);
 
 #define TY_CLAMP_ISA(isa)                                                                   \
     void clamp_forward_##isa(const float* x, int64_t n, float lo, float hi, float* y);     \
@@ -27,7 +30,8 @@ void min_max(const float* x, int64_t n, float* lo, float* hi);
     void add_clamp_##isa(const float* a, const float* b, int64_t n, float lo, float hi,      \
                          float* y);                                                          \
     void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx);      \
-    void min_max_##isa(const float* x, int64_t n, float* lo, float* hi);
+    void min_max_##isa(const float* x, int64_t n, float* lo, float* hi);                    \
+    void min_max_rows_##isa(const float* x, int64_t rows, int64_t cols, float* lo, float* hi);
 TY_CLAMP_ISA(avx2)
 TY_CLAMP_ISA(avx512)
 #undef TY_CLAMP_ISA

@@ -68,8 +68,39 @@ constexpr int kMinMaxBytes = 16;
 typedef float MinMaxF __attribute__((vector_size(kMinMaxBytes)));
 typedef int32_t MinMaxI __attribute__((vector_size(kMinMaxBytes)));
 
-inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out) {
+// The extremes of x[begin, end) (non-empty) and whether any is NaN, in the unit's vectors.
+inline void min_max_span(const float* x, int64_t begin, int64_t end, float* lo, float* hi,
+                         bool* nan) {
     constexpr int64_t kLanes = kMinMaxBytes / 4;
+    MinMaxF l = MinMaxF{} + x[begin], h = l;
+    MinMaxI bad = MinMaxI{};
+    int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes) {
+        MinMaxF v;
+        __builtin_memcpy(&v, x + i, sizeof(v));
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+        bad |= v != v;
+    }
+    float bl = x[begin], bh = bl;
+    bool bb = bl != bl;
+    for (int64_t k = 0; k < kLanes; ++k) {
+        bl = l[k] < bl ? l[k] : bl;
+        bh = h[k] > bh ? h[k] : bh;
+        bb = bb || bad[k] != 0;
+    }
+    for (; i < end; ++i) {
+        const float v = x[i];
+        bl = v < bl ? v : bl;
+        bh = v > bh ? v : bh;
+        bb = bb || v != v;
+    }
+    *lo = bl;
+    *hi = bh;
+    *nan = bb;
+}
+
+inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out) {
     const int64_t blocks = (n + kClampBlock - 1) / kClampBlock;
     float lo = x[0], hi = x[0];
     bool nan = false;
@@ -78,29 +109,9 @@ inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out)
     for (int64_t b = 0; b < blocks; ++b) {
         const int64_t begin = b * kClampBlock;
         const int64_t end = begin + kClampBlock < n ? begin + kClampBlock : n;
-        MinMaxF l = MinMaxF{} + x[begin], h = l;
-        MinMaxI bad = MinMaxI{};
-        int64_t i = begin;
-        for (; i + kLanes <= end; i += kLanes) {
-            MinMaxF v;
-            __builtin_memcpy(&v, x + i, sizeof(v));
-            l = v < l ? v : l;
-            h = v > h ? v : h;
-            bad |= v != v;
-        }
-        float bl = x[begin], bh = bl;
-        bool bb = bl != bl;
-        for (int64_t k = 0; k < kLanes; ++k) {
-            bl = l[k] < bl ? l[k] : bl;
-            bh = h[k] > bh ? h[k] : bh;
-            bb = bb || bad[k] != 0;
-        }
-        for (; i < end; ++i) {
-            const float v = x[i];
-            bl = v < bl ? v : bl;
-            bh = v > bh ? v : bh;
-            bb = bb || v != v;
-        }
+        float bl, bh;
+        bool bb;
+        min_max_span(x, begin, end, &bl, &bh, &bb);
         lo = bl < lo ? bl : lo;
         hi = bh > hi ? bh : hi;
         nan = nan || bb;
@@ -108,6 +119,18 @@ inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out)
     const float q = __builtin_nanf("");
     *lo_out = nan ? q : lo;
     *hi_out = nan ? q : hi;
+}
+
+// Each row's min_max of x (rows, cols), cols >= 1: rows in parallel (the weight observers'
+// per-channel extremes, one call a tensor where numpy took two passes on one core).
+inline void min_max_rows_run(const float* x, int64_t rows, int64_t cols, float* lo, float* hi) {
+    const float q = __builtin_nanf("");
+#pragma omp parallel for schedule(static) if (rows * cols >= kClampParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        bool nan;
+        min_max_span(x, r * cols, (r + 1) * cols, lo + r, hi + r, &nan);
+        if (nan) lo[r] = hi[r] = q;
+    }
 }
 
 }  // namespace
@@ -128,6 +151,10 @@ inline void min_max_run(const float* x, int64_t n, float* lo_out, float* hi_out)
     }                                                                                     \
     void masked_grad_##isa(const float* g, const uint8_t* mask, int64_t n, float* gx) {   \
         masked_grad_run(g, mask, n, gx);                                                  \
+    }                                                                                     \
+    void min_max_rows_##isa(const float* x, int64_t rows, int64_t cols, float* lo,        \
+                            float* hi) {                                                  \
+        min_max_rows_run(x, rows, cols, lo, hi);                                          \
     }                                                                                     \
     void min_max_##isa(const float* x, int64_t n, float* lo, float* hi) {                 \
         min_max_run(x, n, lo, hi);                                                        \

@@ -174,6 +174,22 @@ def test_native_min_max_is_numpys_on_every_isa():
         assert all(np.isnan(_C.min_max(with_nan))), isa
     with pytest.raises(ValueError, match="non-empty float32"):
         _C.min_max(np.zeros(0, np.float32))
+    # the weight observers' per-channel extremes: each row's, rows of 1 to 18,000 values
+    for rows, cols in ((1, 1), (7, 9), (33, 576), (4, 18_000)):
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        w[rows // 2, cols // 2] = np.nan
+        for isa in each_isa():
+            lo, hi = _C.min_max_rows(w)
+            np.testing.assert_array_equal(lo, w.min(axis=1), err_msg=isa)
+            np.testing.assert_array_equal(hi, w.max(axis=1), err_msg=isa)
+    with pytest.raises(ValueError, match=r"non-empty 2-D float32 array, got float32 of shape "
+                                         r"\(3\)"):
+        _C.min_max_rows(np.zeros(3, np.float32))
+    obs = Q.MinMaxObserver(ch_axis=0, dtype="int8", symmetric=True, enabled=True)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    observe(obs, w)
+    np.testing.assert_array_equal(obs.min_val.numpy(), w.min(axis=(1, 2, 3)))
+    np.testing.assert_array_equal(obs.max_val.numpy(), w.max(axis=(1, 2, 3)))
 
 
 def test_observes_range_only_where_observe_is_the_range_of_its_data():
