@@ -5,8 +5,9 @@
 // backward with the clamp and with a pass mask against the plain backward of the masked
 // gradient; the affine pass with a fake quantization against fake_quantize of its output; the
 // statistics' extremes against a scalar loop, their mean and variance against the statistics
-// without them. Planes of whole vectors and with tails. Prints BNCHECK lines; exit status 0
-// when all are equal.
+// without them; and the weight observers' per-row extremes (min_max_rows) against the same
+// loop. Planes of whole vectors and with tails. Prints BNCHECK lines; exit status 0 when all
+// are equal.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -61,8 +62,20 @@ size_t check(Isa isa, int64_t n, int64_t c, int64_t s) {
                 want_hi[j] = v > want_hi[j] ? v : want_hi[j];
             }
     }
-    const size_t stats = differ(mean, mean2) + differ(var, var2) + differ(lo, want_lo) +
-                         differ(hi, want_hi);
+    size_t stats = differ(mean, mean2) + differ(var, var2) + differ(lo, want_lo) +
+                   differ(hi, want_hi);
+    // min_max_rows over the (n * c) planes as rows
+    std::vector<float> row_lo(n * c), row_hi(n * c), want_row_lo(n * c), want_row_hi(n * c);
+    min_max_rows(x.data(), n * c, s, row_lo.data(), row_hi.data());
+    for (int64_t r = 0; r < n * c; ++r) {
+        want_row_lo[r] = want_row_hi[r] = x[r * s];
+        for (int64_t k = 0; k < s; ++k) {
+            const float v = x[r * s + k];
+            want_row_lo[r] = v < want_row_lo[r] ? v : want_row_lo[r];
+            want_row_hi[r] = v > want_row_hi[r] ? v : want_row_hi[r];
+        }
+    }
+    stats += differ(row_lo, want_row_lo) + differ(row_hi, want_row_hi);
     std::vector<float> invstd(c);
     for (int64_t j = 0; j < c; ++j) invstd[j] = 1.0f / std::sqrt(var[j] + 1e-5f);
     // the clamp in the backward, and the pass mask, against the separate ops
