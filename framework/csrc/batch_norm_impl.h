@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "batch_norm.h"
+#include "unit_vector.h"
 
 namespace tianyuan {
 namespace {
@@ -19,13 +20,7 @@ constexpr int64_t kParallelMin = 1 << 15;  // values below which threads cost mo
 // source fixes (bn_plane_sums). omp simd had left it to the vectoriser, which summed the
 // variant with a byte mask in other partial sums (16 lanes for the bytes on SSE2), so that its
 // bits differed from the separate ops'.
-#if defined(__AVX512F__)
-constexpr int kBnBytes = 64;
-#elif defined(__AVX2__)
-constexpr int kBnBytes = 32;
-#else
-constexpr int kBnBytes = 16;
-#endif
+constexpr int kBnBytes = kUnitVectorBytes;
 
 // V: the lanes; I: integers of the lanes' width; pass(p): the bytes p[0..lanes) widened to I
 // (__builtin_convertvector had extracted and inserted them one by one).

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "unit_vector.h"
+
 namespace tianyuan {
 namespace {
 
@@ -58,13 +60,7 @@ inline void masked_grad_run(const float* g, const uint8_t* mask, int64_t n, floa
 // Each block keeps a vector of running extremes and NaN flags in GCC vector types of the
 // unit's width (the compiler would not vectorise a scalar reduction of `v < l ? v : l`, for
 // NaN's sake, nor lanes written as arrays; 64-byte vectors on SSE2 ran 23x slower).
-#if defined(__AVX512F__)
-constexpr int kMinMaxBytes = 64;
-#elif defined(__AVX2__)
-constexpr int kMinMaxBytes = 32;
-#else
-constexpr int kMinMaxBytes = 16;
-#endif
+constexpr int kMinMaxBytes = kUnitVectorBytes;
 typedef float MinMaxF __attribute__((vector_size(kMinMaxBytes)));
 typedef int32_t MinMaxI __attribute__((vector_size(kMinMaxBytes)));
 
