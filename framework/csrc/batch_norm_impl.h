@@ -66,8 +66,8 @@ struct BnLanes<double> {
 template <typename T, bool Extremes>
 inline void bn_plane_stats(const T* p, int64_t s, double* sum, double* squares, T* lo, T* hi) {
     double a = 0.0, q = 0.0;
-    T l = p[0], h = p[0];
-    if (Extremes) {
+    if (Extremes) {  // s >= 1 (the binding's check)
+        T l = p[0], h = p[0];
 #pragma omp simd reduction(+ : a, q) reduction(min : l) reduction(max : h)
         for (int64_t k = 0; k < s; ++k) {
             const double v = p[k];
@@ -100,7 +100,7 @@ void bn_stats_as(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax
         // in double loses ~1e-16 * E[x^2] / var relative, nothing for float32 data. Two
         // scalar passes took 14-16 ms for (8, 96, 112, 112) at 2 threads, this 1.0-1.8.
         double sum = 0.0, squares = 0.0;
-        T lo = x[c * b.s], hi = lo;
+        T lo = Extremes ? x[c * b.s] : T(0), hi = lo;
         for (int64_t n = 0; n < b.n; ++n)
             bn_plane_stats<T, Extremes>(x + (n * b.c + c) * b.s, b.s, &sum, &squares, &lo, &hi);
         const double m = sum / count, v = squares / count - m * m;
