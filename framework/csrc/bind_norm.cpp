@@ -51,8 +51,14 @@ py::tuple stats_typed(const py::array& x_any, bool extremes) {
                             extremes ? lo.mutable_data() : nullptr,
                             extremes ? hi.mutable_data() : nullptr);
     }
-    if (extremes) return py::make_tuple(mean, var, lo, hi);
-    return py::make_tuple(mean, var);
+    if (!extremes) return py::make_tuple(mean, var);
+    Array<T> ends(std::vector<py::ssize_t>{1, static_cast<py::ssize_t>(b.c), 2});
+    T* e = ends.mutable_data();
+    for (int64_t c = 0; c < b.c; ++c) {
+        e[2 * c] = lo.data()[c];
+        e[2 * c + 1] = hi.data()[c];
+    }
+    return py::make_tuple(mean, var, ends);
 }
 
 // The fused clamp's bounds, (lo, hi) or None (check: lo <= hi).
@@ -349,8 +355,8 @@ void bind_norm(py::module_& m) {
         if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x, extremes);
         throw py::value_error("batch_norm_stats: x must be float32 or float64");
     }, py::arg("x"), py::arg("extremes") = false,
-       "x (N, C, ...) -> (mean (C,), biased var (C,)), and with extremes each channel's (min, "
-       "max) (C,) too (NaN where it has a NaN)");
+       "x (N, C, ...) -> (mean (C,), biased var (C,)), and with extremes each channel's min "
+       "and max too, as (1, C, 2) (NaN where it has a NaN): an input for batch_norm_affine");
     m.def("batch_norm_affine", [](const py::array& x, const py::array& scale,
                                   const py::array& shift, const py::object& clamp,
                                   const py::object& fake_quant) -> py::object {

@@ -78,7 +78,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     # a fake quantization that takes its range per tensor: from the channels' extremes
     by_range = inner is not None and x.dtype == np.float32 and \
         getattr(inner, "from_range", None) is not None
-    x_mean, var, *extremes = N.batch_stats(x.data, by_range)
+    x_mean, var, *ends = N.batch_stats(x.data, by_range)
     mean = x_mean
     if input_scale is not None:  # the statistics of x * s
         input_scale = as_tensor(input_scale)
@@ -92,7 +92,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     w = ones if weight is None else as_tensor(weight)
     b = Tensor(np.zeros(channels, x.dtype)) if bias is None else as_tensor(bias)
     invstd = 1.0 / np.sqrt(var.astype(np.float64) + eps)
-    extremes = tuple(extremes) if by_range else None
+    extremes = ends[0] if by_range else None
     if input_scale is None:
         y = N.BatchNormTrain.apply(x, w, b, mean=mean, invstd=invstd.astype(x.dtype),
                                    clamp=bounds, ste=inner, extremes=extremes)

@@ -17,7 +17,7 @@ def channel_view(v, ndim):
 
 def batch_stats(x, extremes=False):
     """mean (C,), biased variance (C,) of x (N, C, ...) in one native pass; with extremes,
-    each channel's min and max (C,) too."""
+    each channel's min and max too, as (1, C, 2)."""
     return _C.batch_norm_stats(np.ascontiguousarray(x), extremes)
 
 
@@ -35,7 +35,8 @@ class BatchNormTrain(Function):
     the same bits as the two ops one after the other. ste: fn(y) -> (out, mask), a
     straight-through estimator after that (elementwise.StraightThrough's fn) as the node's last
     step, its mask applied in the backward's passes (the same bits as the separate node).
-    extremes = (min, max) of x per channel, given where ste has a `from_range` (a fake
+    extremes: (1, C, 2), each channel's min and max of x (batch_stats'), given where ste has
+    a `from_range` (a fake
     quantization per tensor, quantization.fake_quant.ObservedFakeQuant's): y's range follows
     from them (the affine and the clamp are monotone per channel), and the affine pass writes
     the fake-quantized y and the mask in place of y, two passes fewer."""
@@ -49,8 +50,8 @@ class BatchNormTrain(Function):
         self.clamp, self.affine = (clamp, (scale, shift)) if clamp is not None else (None, None)
         self.mask = None
         if extremes is not None:  # y at each channel's min and max: y's min and max among them
-            ends = _C.batch_norm_affine(np.stack(extremes, axis=1)[None], scale, shift, clamp)
-            params = ste.from_range(ends.min(), ends.max())
+            params = ste.from_range(*_C.min_max(_C.batch_norm_affine(extremes, scale, shift,
+                                                                      clamp)))
             y, self.mask = _C.batch_norm_affine(x, scale, shift, clamp, params)
             return y
         y = _C.batch_norm_affine(x, scale, shift, clamp)

@@ -142,6 +142,7 @@ class ObservedFakeQuant:
 
     def __init__(self, fake_quant, observer):
         self.fake_quant, self.observer = fake_quant, observer
+        self.qparams = None  # those of the last call, for the output's mark
         observes_range = getattr(observer, "observes_range", None)
         if observes_range is None or not observes_range():
             self.from_range = None
@@ -149,7 +150,7 @@ class ObservedFakeQuant:
     def __call__(self, x):
         seen = self.observer(Tensor(x))
         x = seen.data if isinstance(seen, Tensor) else np.asarray(seen)
-        p = self.fake_quant.qparams(self.observer)
+        p = self.qparams = self.fake_quant.qparams(self.observer)
         return fake_quant_arrays(x, p.scale, p.zero_point, p.dtype, p.axis)
 
     def from_range(self, lo, hi):
@@ -157,7 +158,7 @@ class ObservedFakeQuant:
         (scale, qmin - zero point, qmax - zero point) of the fake quantization, as floats."""
         if self.observer.active():
             self.observer.observe_range(np.float32(lo), np.float32(hi))
-        p = self.fake_quant.qparams(self.observer)
+        p = self.qparams = self.fake_quant.qparams(self.observer)
         if p.axis is not None or np.size(p.scale) != 1:
             raise ValueError(f"{type(self.observer).__name__}: from_range needs per-tensor "
                              f"qparams, got axis {p.axis}")

@@ -280,12 +280,13 @@ def test_batch_norm_stats_extremes_on_every_isa():
     with_nan = x.copy()
     with_nan[1, 2, 2, 2] = np.nan
     for isa in each_isa():
-        mean, var, lo, hi = _C.batch_norm_stats(x, True)
-        np.testing.assert_array_equal(lo, x.min((0, 2, 3)), err_msg=isa)
-        np.testing.assert_array_equal(hi, x.max((0, 2, 3)), err_msg=isa)
+        mean, var, ends = _C.batch_norm_stats(x, True)
+        assert ends.shape == (1, 4, 2)
+        np.testing.assert_array_equal(ends[0, :, 0], x.min((0, 2, 3)), err_msg=isa)
+        np.testing.assert_array_equal(ends[0, :, 1], x.max((0, 2, 3)), err_msg=isa)
         for got, want in zip((mean, var), _C.batch_norm_stats(x)):
             np.testing.assert_array_equal(got, want, err_msg=isa)
-        lo, hi = _C.batch_norm_stats(with_nan, True)[2:]
-        assert np.isnan(lo[2]) and np.isnan(hi[2]) and not np.isnan(lo[[0, 1, 3]]).any()
+        ends = _C.batch_norm_stats(with_nan, True)[2][0]
+        assert np.isnan(ends[2]).all() and not np.isnan(ends[[0, 1, 3]]).any()
     with pytest.raises(ValueError, match=r"extremes need values, got shape \(0, 4\)"):
         _C.batch_norm_stats(np.zeros((0, 4), np.float32), True)

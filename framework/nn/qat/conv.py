@@ -114,7 +114,7 @@ class ConvBn2d(Conv2d):
         ste = self.act_straight_through()
         if ste is None:
             return self.fake_quant_act(self.bn.forward(y, **kwargs))
-        return self.fake_quantized(self.bn.forward(y, ste=ste, **kwargs))
+        return self.fake_quantized(self.bn.forward(y, ste=ste, **kwargs), ste)
 
 
 class ConvBnReLU2d(ConvBn2d):

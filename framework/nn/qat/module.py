@@ -51,18 +51,18 @@ class QATModule:
     def act_straight_through(self):
         """fake_quant_act as fn(array) -> (array, gradient mask), for an op that runs it as the
         last step of its own autograd node (F.batch_norm's ste; mark its output with
-        `fake_quantized`), or None: where the fake quantizer has no such form (LSQ's scale
-        learns) or is off, or hooks watch it or the observer."""
+        `fake_quantized(out, ste)`), or None: where the fake quantizer has no such form (a
+        forward of its own, as LSQ's) or is off, or hooks watch it or the observer."""
         observer, fq = self.act_observer, self.act_fake_quant
         make = getattr(fq, "straight_through", None)
         if make is None or any(getattr(m, h) for m in (observer, fq) for h in _HOOKS):
             return None
         return make(observer)
 
-    def fake_quantized(self, out):
-        """out, the output of an op that ran act_straight_through's fn, marked as
-        fake_quant_act marks its own."""
-        out.qparams = self.act_qparams()
+    def fake_quantized(self, out, ste):
+        """out, the output of an op that ran ste (act_straight_through's), marked as
+        fake_quant_act marks its own: with the qparams ste used."""
+        out.qparams = ste.qparams
         return out
 
     def weight_qparams(self):
