@@ -53,7 +53,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     ste: fn(array) -> (array, mask), a straight-through estimator applied last
     (ops.elementwise.StraightThrough: the gradient passes where mask); in training its mask
     is applied in the batch norm's backward passes, the same bits as the separate node. QAT's
-    ConvBn2d runs its activation's fake quantization this way; where ste has a `from_range`
+    ConvBn2d runs its activation's fake quantization this way; where ste is `by_range`
     (per tensor, ops.norm.BatchNormTrain), float32 training writes the fake-quantized output
     in the affine pass.
     """
@@ -76,8 +76,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     separate = clamp is not None and bounds is None  # the native clamp's domain (clamp.h)
     inner = None if separate else ste
     # a fake quantization that takes its range per tensor: from the channels' extremes
-    by_range = inner is not None and x.dtype == np.float32 and \
-        getattr(inner, "from_range", None) is not None
+    by_range = inner is not None and x.dtype == np.float32 and getattr(inner, "by_range", False)
     x_mean, var, *ends = N.batch_stats(x.data, by_range)
     mean = x_mean
     if input_scale is not None:  # the statistics of x * s

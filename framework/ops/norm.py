@@ -35,8 +35,8 @@ class BatchNormTrain(Function):
     the same bits as the two ops one after the other. ste: fn(y) -> (out, mask), a
     straight-through estimator after that (elementwise.StraightThrough's fn) as the node's last
     step, its mask applied in the backward's passes (the same bits as the separate node).
-    extremes: (1, C, 2), each channel's min and max of x (batch_stats'), given where ste has
-    a `from_range` (a fake quantization per tensor, quantization.fake_quant.ObservedFakeQuant's):
+    extremes: (1, C, 2), each channel's min and max of x (batch_stats'), given where ste is
+    `by_range` (a fake quantization per tensor, quantization.fake_quant.ObservedFakeQuant's):
     y's range follows from them (the affine and the clamp are monotone per channel), and the
     affine pass writes the fake-quantized y and the mask in place of y, two passes fewer."""
 

@@ -136,16 +136,16 @@ class FakeQuantize(Module):
 class ObservedFakeQuant:
     """A FakeQuantize and its observer as functions of arrays, for an op that fake-quantizes
     its output in its own node: ``self(x) -> (out, gradient mask)``, the observer seeing x
-    first; and, where the observer takes a range per tensor (Observer.observes_range), the
-    `from_range` form, for an op that knows its output's min and max before writing it
-    (F.batch_norm's, from the channels' extremes) and fake-quantizes as it writes."""
+    first; and, where the observer takes a range per tensor (`by_range`, from
+    Observer.observes_range), the `from_range` form, for an op that knows its output's min and
+    max before writing it (F.batch_norm's, from the channels' extremes) and fake-quantizes as
+    it writes."""
 
     def __init__(self, fake_quant, observer):
         self.fake_quant, self.observer = fake_quant, observer
         self.qparams = None  # those of the last call, for the output's mark
         observes_range = getattr(observer, "observes_range", None)
-        if observes_range is None or not observes_range():
-            self.from_range = None
+        self.by_range = observes_range is not None and bool(observes_range())
 
     def __call__(self, x):
         seen = self.observer(Tensor(x))

@@ -102,6 +102,8 @@ def test_conv_bn_training_division_in_the_batch_norm(kind, fake_quant):
 def test_conv_bn_activation_fake_quant_in_the_batch_norm_node(kind, bias):
     # the activation's observer and STE fake quantization as the batch norm node's last step
     # (its mask in the batch norm's backward): the same bits as their own node
+    qconfig = Q.ema_fakequant_qconfig  # its observer takes the range the batch norm knows
+    assert Q.FakeQuantize().straight_through(qconfig.make_act_observer()).by_range
     ste = conv_bn_step(kind, True, True, bias=bias)
     alone = conv_bn_step(kind, True, True, ste=False, bias=bias)
     for a, b in zip(ste, alone):

@@ -92,7 +92,8 @@ class ConvBn2d(Conv2d):
         w = self.fake_quant_weight(self._scaled_weight(f))
         y = self.conv(x, w, None)                                 # (N, OC, H, W), unscaled
         bn = self.bn
-        if self.bias is None and not (bn._forward_pre_hooks or bn._forward_hooks):
+        free = not (bn._forward_pre_hooks or bn._forward_hooks)  # no hook sees its output
+        if self.bias is None and free:
             # y / f normalised in the batch norm's own passes (F.batch_norm's input_scale),
             # with the activation's clamp: MobileNetV2's QAT step at batch 8 had spent 11 % in
             # the division's passes, forward and backward
@@ -101,7 +102,7 @@ class ConvBn2d(Conv2d):
         y = N.ChannelAffine.apply(y, 1.0 / f, Tensor(np.zeros(y.shape[1], y.dtype)))  # / f
         if self.bias is not None:
             y = y + F.reshape(self.bias, (1, -1, 1, 1))
-        if self.activation in _CLAMPS and not (bn._forward_pre_hooks or bn._forward_hooks):
+        if self.activation in _CLAMPS and free:
             # the activation in the batch norm's passes (F.batch_norm's clamp), same bits
             return self._bn_fake_quant(y, clamp=_CLAMPS[self.activation])
         return self.fake_quant_act(activate(bn(y), self.activation))
