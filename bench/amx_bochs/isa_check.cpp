@@ -4,7 +4,8 @@
 // (AVX2 with AVX-VNNI, no AVX-512) it checks that the CPU is detected as avxvnni and that the
 // AVX-VNNI tile is exact; under Sapphire Rapids, the AVX-512 and VNNI paths besides. Full-range
 // weights (-128..127), u8 and s8 inputs, both algorithms, the AVX2 tiles with and without the
-// narrow form (NarrowWeights). Prints ISACHECK lines; exit status 0 when all are equal.
+// narrow form (NarrowWeights); and the add and the concat's rescale (their 16-bit form and
+// the s64 one). Prints ISACHECK lines; exit status 0 when all are equal.
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -70,6 +71,46 @@ size_t check(const int64_t* c, bool is_signed, Isa isa, ConvAlgo algo, bool narr
     return diff;
 }
 
+// The add (+relu) and the concat's rescale on `isa` against the generic loops, for (m_a,
+// m_b, shift) on both sides of the 16-bit form's edges (int8_ops.h, Split16), 1000 values
+// (a partial vector step at the end).
+const int32_t kEltwise[][3] = {{2147450879, 1073754169, 31}, {2147483647, 1073741824, 31},
+                               {40000, -1234, 17},          {70000, 3, 16},
+                               {1073741824, 1073741825, 32}, {1073741824, 536870912, 38},
+                               {2147450879, -1073741824, 47}, {1073741824, 1073741823, 48}};
+
+size_t check_eltwise(const int32_t* e, bool is_signed, Isa isa) {
+    const int64_t n = 1000;
+    std::vector<uint8_t> a(n), b(n), want(3 * n), got(3 * n, 1);
+    for (auto& v : a) v = static_cast<uint8_t>(next());
+    for (auto& v : b) v = static_cast<uint8_t>(next());
+    const QIn qa{a.data(), is_signed, is_signed ? -128 : 255};
+    const QIn qb{b.data(), is_signed, is_signed ? 127 : 0};
+    const int32_t zo = is_signed ? -3 : 7, lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
+    const AddParams p{e[0], e[1], e[2], zo, lo, hi};
+    const PartRows rows{25, 40, 25, 0};  // 25 rows of 40 bytes into rows of 80
+    for (int relu = 0; relu < 2; ++relu) {
+        const AddParams q{p.m_a, p.m_b, p.shift, zo, relu ? zo : lo, hi};
+        set_isa(Isa::generic);
+        add(qa, qb, n, q, want.data());
+        concat_part(qa, rows, e[0], e[2], zo, is_signed, want.data() + n, 80);
+        concat_part(qb, rows, e[1] < 0 ? -e[1] : e[1], e[2], zo, is_signed, want.data() + n + 40,
+                    80);
+        set_isa(isa);
+        add(qa, qb, n, q, got.data());
+        concat_part(qa, rows, e[0], e[2], zo, is_signed, got.data() + n, 80);
+        concat_part(qb, rows, e[1] < 0 ? -e[1] : e[1], e[2], zo, is_signed, got.data() + n + 40,
+                    80);
+        size_t diff = 0;
+        for (int64_t i = 0; i < 3 * n; ++i) diff += got[i] != want[i];
+        std::printf("ISACHECK %s add%s / concat %s m (%d, %d) shift %d: %zu of %ld bytes "
+                    "differ\n", isa_name(isa), relu ? "_relu" : "", is_signed ? "s8" : "u8",
+                    e[0], e[1], e[2], diff, (long)(3 * n));
+        if (diff) return diff;
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main() {
@@ -88,6 +129,12 @@ int main() {
         if (!isa_runs(isa)) {
             std::printf("ISACHECK %s: not on this CPU\n", isa_name(isa));
             continue;
+        }
+        for (const auto& e : kEltwise) {
+            for (bool is_signed : {false, true}) {
+                bad += check_eltwise(e, is_signed, isa);
+                ++runs;
+            }
         }
         for (const auto& c : kCases) {
             for (bool is_signed : {false, true}) {

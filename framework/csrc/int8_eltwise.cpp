@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cpu.h"
@@ -137,6 +138,16 @@ void lsq_scale_grad(const FakeQuantRows& f, const float* g, const float* y,
 
 void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
                  int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    // The rescale is exactly 1 (mult * 2^-shift == 1, the zero points and types equal: a part
+    // already on the output's grid, e.g. ShuffleNetV2's passed-through half): row copies
+    if (x.is_signed == out_signed && x.zero_point == out_zp && shift <= 30 &&
+        mult == (int32_t{1} << shift)) {
+#pragma omp parallel for schedule(static) if (rows.outer * rows.inner > (1 << 18))
+        for (int64_t o = 0; o < rows.outer; ++o)
+            std::memcpy(out + o * out_inner, rows.row(x.data, o),
+                        static_cast<size_t>(rows.inner));
+        return;
+    }
     // VBMI's table lookup from the vnni level up, so that this machine's avx512 level still
     // runs (and the tests check) the arithmetic kernel of AVX-512 CPUs without VBMI
     const bool vbmi = current_isa() >= Isa::vnni && cpu_features().avx512vbmi;

@@ -1,8 +1,9 @@
 // AVX2 int8 add (+relu), concat rescaling, float -> int8 quantization and max pooling
 // (column strides 1, 2),
 // exactly the generic loops of int8_eltwise.cpp (the reference formulas), for CPUs without
-// AVX-512. The add's 64-bit products and shift share the conv store's requantization tail
-// (int8_requant_avx2.h).
+// AVX-512. The add and the concat's rescale run in the 16-bit form of int8_ops.h (Split16)
+// where their shifts and multipliers allow; else in 64-bit products and shift, which share
+// the conv store's requantization tail (int8_requant_avx2.h).
 #include <immintrin.h>
 
 #include <cmath>
@@ -66,6 +67,79 @@ void add_range(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddPara
     }
 }
 
+inline __m256i pair16(int32_t a, int32_t b) {  // int16 lanes a, b, a, b, ...
+    return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(a) & 0xFFFFu) |
+                                                  (static_cast<uint32_t>(b) << 16)));
+}
+
+// The 16-bit form's constants (int8_ops.h, Split16) for multipliers (ma, mb): mb = 0 for a
+// concat part, whose d lanes are s32 (d in the low int16, its sign in the high one).
+struct Form16 {
+    __m256i mh, ml, half, zp;
+    __m128i shift;
+};
+
+inline Form16 form16(const Split16& ma, const Split16& mb, int32_t shift, int32_t zp) {
+    return {pair16(ma.hi, mb.hi), pair16(ma.lo, mb.lo),
+            _mm256_set1_epi32(int32_t{1} << (shift - kSplit16MinShift)),
+            _mm256_set1_epi32(zp), _mm_cvtsi32_si128(shift - 16)};
+}
+
+// 8 lanes of (da, db) int16 pairs -> the 8 requantized values plus the zero point, unclamped
+// (|y| < 2^23: the saturating packs clamp them to the output type's range exactly).
+inline __m256i form16_eight(__m256i d, const Form16& f) {
+    const __m256i l = _mm256_srai_epi32(_mm256_madd_epi16(d, f.ml), 16);
+    const __m256i h = _mm256_add_epi32(_mm256_madd_epi16(d, f.mh), f.half);
+    return _mm256_add_epi32(_mm256_sra_epi32(_mm256_add_epi32(h, l), f.shift), f.zp);
+}
+
+// 16 bytes clamped to [lo, hi] (bytes of the pack's signedness).
+inline __m128i clamp16(__m128i v, __m128i lo, __m128i hi, bool out_signed) {
+    return out_signed ? _mm_min_epi8(_mm_max_epi8(v, lo), hi)
+                      : _mm_min_epu8(_mm_max_epu8(v, lo), hi);
+}
+
+// add_range in the 16-bit form: 16 (a, b) byte pairs a step, interleaved, widened to int16
+// and centred, two vpmaddwd per 8.
+template <bool S>
+void add_range16(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddParams& p,
+                 const Split16& ma, const Split16& mb, uint8_t* out) {
+    const Form16 f = form16(ma, mb, p.shift, p.zero_point);
+    const __m256i z = pair16(a.zero_point, b.zero_point);
+    const bool out_signed = p.lo < 0;  // as add_range's packs
+    const __m128i lo = _mm_set1_epi8(static_cast<char>(p.lo));
+    const __m128i hi = _mm_set1_epi8(static_cast<char>(p.hi));
+    const auto eight = [&](__m128i ab) {
+        return form16_eight(
+            _mm256_sub_epi16(S ? _mm256_cvtepi8_epi16(ab) : _mm256_cvtepu8_epi16(ab), z), f);
+    };
+    int64_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.data + i));
+        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.data + i));
+        const __m128i v = pack16(eight(_mm_unpacklo_epi8(va, vb)),
+                                 eight(_mm_unpackhi_epi8(va, vb)), out_signed);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), clamp16(v, lo, hi, out_signed));
+    }
+    if (i < i1) add_range<S>(a, b, i, i1, p, out);
+}
+
+// One concat row in the 16-bit form, 16 a step.
+template <bool S>
+void rescale_row16(const uint8_t* row, int64_t inner, int32_t z, int32_t mult, const Split16& m,
+                   int32_t shift, const Requant& r, uint8_t* out) {
+    const Form16 f = form16(m, Split16{0, 0}, shift, r.zero_point);
+    const __m256i zv = _mm256_set1_epi32(z);
+    const auto eight = [&](int64_t i) {
+        return form16_eight(_mm256_sub_epi32(widen8<S>(row + i), zv), f);
+    };
+    int64_t i = 0;
+    for (; i + 16 <= inner; i += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         pack16(eight(i), eight(i + 8), r.out_signed));
+    for (; i < inner; ++i) out[i] = requant_one(value<S>(row, i) - z, 0, mult, shift, r);
+}
+
 // One concat row: out[i] = clamp(round_shift((x[i] - z) * m, shift) + out_zp), 16 a step.
 template <bool S>
 void rescale_row(const uint8_t* row, int64_t inner, int32_t z, int32_t mult, int32_t shift,
@@ -119,10 +193,19 @@ void max_plane(const uint8_t* xp, int64_t wp, const PoolGeom& g, uint8_t flip, u
 
 void add_avx2(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
     const int64_t chunks = (size + kChunk - 1) / kChunk;
+    const int32_t mults[2] = {p.m_a, p.m_b}, zps[2] = {a.zero_point, b.zero_point};
+    Split16 m[2]{};
+    const bool narrow = split16_takes(p.shift, mults, zps, 2, a.is_signed, m);
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i0 = c * kChunk, i1 = i0 + kChunk < size ? i0 + kChunk : size;
-        if (a.is_signed) {
+        if (narrow) {
+            if (a.is_signed) {
+                add_range16<true>(a, b, i0, i1, p, m[0], m[1], out);
+            } else {
+                add_range16<false>(a, b, i0, i1, p, m[0], m[1], out);
+            }
+        } else if (a.is_signed) {
             add_range<true>(a, b, i0, i1, p, out);
         } else {
             add_range<false>(a, b, i0, i1, p, out);
@@ -135,15 +218,23 @@ void concat_part_avx2(const QIn& x, const PartRows& rows, int32_t mult, int32_t 
     const Requant r{nullptr, nullptr, nullptr, 0, out_zp, out_signed ? -128 : 0,
                     out_signed ? 127 : 255, out_signed};
     const Chan c = chan(0, 0, shift, r);
-#pragma omp parallel for schedule(static) if (rows.outer * rows.inner > (1 << 16))
+    Split16 m16{};
+    const bool narrow = split16_takes(shift, &mult, &x.zero_point, 1, x.is_signed, &m16);
+    const int32_t z = x.zero_point;
+#pragma omp parallel for schedule(static) if (rows.outer * rows.inner > (1 << 14))
     for (int64_t o = 0; o < rows.outer; ++o) {
         const uint8_t* row = rows.row(x.data, o);
-        if (x.is_signed) {
-            rescale_row<true>(row, rows.inner, x.zero_point, mult, shift, c, r,
-                              out + o * out_inner);
+        uint8_t* dst = out + o * out_inner;
+        if (narrow) {
+            if (x.is_signed) {
+                rescale_row16<true>(row, rows.inner, z, mult, m16, shift, r, dst);
+            } else {
+                rescale_row16<false>(row, rows.inner, z, mult, m16, shift, r, dst);
+            }
+        } else if (x.is_signed) {
+            rescale_row<true>(row, rows.inner, z, mult, shift, c, r, dst);
         } else {
-            rescale_row<false>(row, rows.inner, x.zero_point, mult, shift, c, r,
-                               out + o * out_inner);
+            rescale_row<false>(row, rows.inner, z, mult, shift, c, r, dst);
         }
     }
 }

@@ -1,9 +1,10 @@
 // AVX-512 int8 add (+relu) and concat requantization, 16 elements a step, lane for lane the
 // reference formulas (int8_eltwise.cpp has the scalar loops): the products of the centred
 // inputs and the multipliers as s64 (vpmuldq on even and odd lanes), rounded shift and clamp
-// in s64, narrowed to bytes; the add, where its shift and multipliers allow (all the models'
-// adds), in an exact 16-bit form instead (add_range16: 16-bit products, no s64; with
-// unmasked loads and stores but for the tail, 4-6x faster on a Zen 5 host). Max pooling at
+// in s64, narrowed to bytes; the add and the concat's rescale, where their shifts and
+// multipliers allow (all the models' adds), in the exact 16-bit form of int8_ops.h instead
+// (add_range16, rescale_row16: 16-bit products, no s64; with unmasked loads and stores but
+// for the tail, 4-6x faster on a Zen 5 host). Max pooling at
 // column stride 1 or 2: per output row, per 64 columns, the window's input rows are
 // max-reduced in a register into one padded row, then the kernel columns, 64 (stride 1) or
 // 32 (stride 2) outputs a step.
@@ -71,34 +72,19 @@ void add_range(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddPara
     }
 }
 
-// The add on 16-bit products, for shifts 16..31 and multipliers whose high halves fit int16
-// (every pair add_multipliers makes): with M = Mh * 2^16 + Ml, Ml in [-2^15, 2^15), the s64
-// sum S = da * Ma + db * Mb is H * 2^16 + L for H = da * Mah + db * Mbh and L = da * Mal +
-// db * Mbl, each one vpmaddwd over (da, db) pairs and exact in s32 (|d| <= 255), and
-// floor((S + 2^(s-1)) / 2^s) = (H + ((L + 2^(s-1)) >> 16)) >> (s - 16): the reference's
-// rounding on 16 s32 lanes, where the s64 form takes two halves of 8 and 4 vpmuldq.
-struct Split16 {
-    int32_t hi, lo;
-};
-
-inline bool split16(int32_t m, Split16* out) {
-    const int64_t hi = (static_cast<int64_t>(m) + 32768) >> 16;
-    if (hi < -32768 || hi > 32767) return false;
-    *out = {static_cast<int32_t>(hi), static_cast<int32_t>(m - hi * 65536)};
-    return true;
-}
-
 inline __m512i pair16(int32_t a, int32_t b) {  // int16 lanes a, b, a, b, ...
     return _mm512_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(a) & 0xFFFFu) |
                                                   (static_cast<uint32_t>(b) << 16)));
 }
 
+// The add in 16-bit products (int8_ops.h, Split16): (da, db) pairs, one vpmaddwd each for
+// the multipliers' high and low halves.
 template <bool Signed>
 void add_range16(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddParams& p,
                  const Split16& ma, const Split16& mb, uint8_t* out) {
     const __m512i z = pair16(a.zero_point, b.zero_point);
     const __m512i mh = pair16(ma.hi, mb.hi), ml = pair16(ma.lo, mb.lo);
-    const __m512i half = _mm512_set1_epi32(int32_t{1} << (p.shift - 1));
+    const __m512i half = _mm512_set1_epi32(int32_t{1} << (p.shift - kSplit16MinShift));
     const __m512i lo = _mm512_set1_epi32(p.lo - p.zero_point);
     const __m512i hi = _mm512_set1_epi32(p.hi - p.zero_point);
     const __m512i zp = _mm512_set1_epi32(p.zero_point);
@@ -108,8 +94,9 @@ void add_range16(const QIn& a, const QIn& b, int64_t i0, int64_t i1, const AddPa
             _mm256_castsi128_si256(_mm_unpacklo_epi8(va, vb)), _mm_unpackhi_epi8(va, vb), 1);
         const __m512i d = _mm512_sub_epi16(
             Signed ? _mm512_cvtepi8_epi16(ab) : _mm512_cvtepu8_epi16(ab), z);
-        const __m512i l = _mm512_srai_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, ml), half), 16);
-        const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, mh), l), shift);
+        const __m512i l = _mm512_srai_epi32(_mm512_madd_epi16(d, ml), 16);
+        const __m512i h = _mm512_add_epi32(_mm512_madd_epi16(d, mh), half);
+        const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(h, l), shift);
         return _mm512_cvtepi32_epi8(
             _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp));
     };
@@ -143,15 +130,16 @@ template <bool Signed>
 void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int32_t shift,
                    int32_t out_zp, int32_t out_lo, int32_t out_hi, uint8_t* out) {
     const __m512i mh = pair16(m.hi, 0), ml = pair16(m.lo, 0);
-    const __m512i half = _mm512_set1_epi32(int32_t{1} << (shift - 1));
+    const __m512i half = _mm512_set1_epi32(int32_t{1} << (shift - kSplit16MinShift));
     const __m128i s = _mm_cvtsi32_si128(shift - 16);
     const __m512i lo = _mm512_set1_epi32(out_lo - out_zp), hi = _mm512_set1_epi32(out_hi - out_zp);
     const __m512i zp = _mm512_set1_epi32(out_zp);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = lanes(n - i);
         const __m512i d = centred<Signed>(x + i, k, z);
-        const __m512i l = _mm512_srai_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, ml), half), 16);
-        const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(_mm512_madd_epi16(d, mh), l), s);
+        const __m512i l = _mm512_srai_epi32(_mm512_madd_epi16(d, ml), 16);
+        const __m512i h = _mm512_add_epi32(_mm512_madd_epi16(d, mh), half);
+        const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(h, l), s);
         const __m512i v = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
         if (k == 0xFFFF) {
             _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(v));
@@ -229,19 +217,17 @@ void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
 void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
     constexpr int64_t kChunk = 1 << 14;  // elements per task (a multiple of 16)
     const int64_t chunks = (size + kChunk - 1) / kChunk;
-    const int32_t zlo = a.is_signed ? -128 : 0, zhi = a.is_signed ? 127 : 255;
-    const auto in_range = [&](int32_t z) { return z >= zlo && z <= zhi; };
-    Split16 ma{}, mb{};
-    const bool narrow = p.shift >= 16 && p.shift <= 31 && split16(p.m_a, &ma) &&
-                        split16(p.m_b, &mb) && in_range(a.zero_point) && in_range(b.zero_point);
+    const int32_t mults[2] = {p.m_a, p.m_b}, zps[2] = {a.zero_point, b.zero_point};
+    Split16 m[2]{};
+    const bool narrow = split16_takes(p.shift, mults, zps, 2, a.is_signed, m);
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i0 = c * kChunk, i1 = i0 + kChunk < size ? i0 + kChunk : size;
         if (narrow) {
             if (a.is_signed) {
-                add_range16<true>(a, b, i0, i1, p, ma, mb, out);
+                add_range16<true>(a, b, i0, i1, p, m[0], m[1], out);
             } else {
-                add_range16<false>(a, b, i0, i1, p, ma, mb, out);
+                add_range16<false>(a, b, i0, i1, p, m[0], m[1], out);
             }
         } else if (a.is_signed) {
             add_range<true>(a, b, i0, i1, p, out);
@@ -302,10 +288,8 @@ void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_
     const int32_t out_lo = out_signed ? -128 : 0, out_hi = out_signed ? 127 : 255;
     const Out o = out_params(shift, out_zp, out_lo, out_hi);
     const __m512i z = _mm512_set1_epi32(x.zero_point), m = _mm512_set1_epi32(mult);
-    const int32_t zlo = x.is_signed ? -128 : 0, zhi = x.is_signed ? 127 : 255;
     Split16 m16{};
-    const bool narrow = shift >= 16 && shift <= 31 && split16(mult, &m16) &&
-                        x.zero_point >= zlo && x.zero_point <= zhi;
+    const bool narrow = split16_takes(shift, &mult, &x.zero_point, 1, x.is_signed, &m16);
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t r = 0; r < outer; ++r) {
         const uint8_t* row = rows.row(x.data, r);

@@ -81,6 +81,39 @@ void gemm_s32(const QIn& x, int64_t m, int64_t k, const int8_t* packed, const in
 struct AddParams {
     int32_t m_a, m_b, shift, zero_point, lo, hi;
 };
+
+// The add's and the concat's requantization in 16-bit products (the AVX2 and AVX-512 units'
+// add_range16 / rescale_row16). A multiplier M = Mh * 2^16 + Ml with Ml in [-2^15, 2^15) and
+// Mh within int16 (split16: false where it is not); for centred inputs |d| <= 255 the sum
+// S = da * Ma + db * Mb (db = 0 for a concat part) is H * 2^16 + L with H = da * Mah +
+// db * Mbh and L = da * Mal + db * Mbl, each one vpmaddwd over (da, db) pairs, exact in s32
+// (|H|, |L| < 2^24). For shifts s in [17, 47] the reference's floor((S + 2^(s-1)) / 2^s) is
+// (H + 2^(s-17) + (L >> 16)) >> (s - 16): S + 2^(s-1) = (H + 2^(s-17)) * 2^16 + L, and the
+// floor of a floor is the floor; H + 2^(s-17) stays below 2^31. The s64 form takes two
+// halves of lanes and four vpmuldq where this takes two vpmaddwd.
+struct Split16 {
+    int32_t hi, lo;
+};
+constexpr int32_t kSplit16MinShift = 17, kSplit16MaxShift = 47;
+
+inline bool split16(int32_t m, Split16* out) {
+    const int64_t hi = (static_cast<int64_t>(m) + 32768) >> 16;
+    if (hi < -32768 || hi > 32767) return false;
+    *out = {static_cast<int32_t>(hi), static_cast<int32_t>(m - hi * 65536)};
+    return true;
+}
+
+// Whether the 16-bit form takes these: the shift in range, each multiplier split, each zero
+// point within the input type's range (so that d = x - z fits int16 with |d| <= 255).
+inline bool split16_takes(int32_t shift, const int32_t* mults, const int32_t* zps, int n,
+                          bool in_signed, Split16* out) {
+    if (shift < kSplit16MinShift || shift > kSplit16MaxShift) return false;
+    const int32_t lo = in_signed ? -128 : 0, hi = in_signed ? 127 : 255;
+    for (int i = 0; i < n; ++i) {
+        if (zps[i] < lo || zps[i] > hi || !split16(mults[i], out + i)) return false;
+    }
+    return true;
+}
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 void add_avx512(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);
 void add_avx2(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out);

@@ -25,13 +25,16 @@ def test_add(shape, scales, relu, dtype, zps):
     check_quant(lambda: K.add(*args), lambda: R.add(*args))
 
 
-# (m_a, m_b, shift) at the edges of the AVX-512 add's 16-bit form (int8_eltwise_avx512.cpp:
-# shifts 16..31, high halves of the multipliers within int16) and past them (the s64 form).
+# (m_a, m_b, shift) at the edges of the add's and the concat's 16-bit form (int8_ops.h,
+# Split16: shifts 17..47, high halves of the multipliers within int16) and past them (the s64
+# form).
 ADD_EDGES = [(2 ** 31 - 2 ** 15 - 1, 2 ** 30 + 12345, 31),   # largest high half 32767
              (2 ** 31 - 1, 2 ** 30, 31),                      # high half 32768: s64
-             (40000, -1234, 16), (-(2 ** 31), 77777, 20),      # shift 16, negative m
-             (70000, 3, 15), (2 ** 30, 2 ** 30 + 1, 32),        # shifts 15 and 32: s64
-             (2 ** 30, 2 ** 29, 38)]
+             (40000, -1234, 17), (-(2 ** 31), 77777, 20),      # shift 17, negative m
+             (70000, 3, 16), (2 ** 30, 2 ** 30 + 1, 32),        # shift 16: s64
+             (2 ** 30, 2 ** 29, 38),
+             (2 ** 31 - 2 ** 15 - 1, -(2 ** 30), 47),           # the largest 16-bit shift
+             (2 ** 30, 2 ** 30 - 1, 48)]                        # shift 48: s64
 
 
 @pytest.mark.parametrize("m_a,m_b,shift", ADD_EDGES)
