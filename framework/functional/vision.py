@@ -12,7 +12,6 @@ from ..ops import resize as R
 from ..ops import shape as S
 from ..tensor import as_tensor
 from ._args import image_tensor, pair
-from .math import permute, reshape
 
 MODES = ("nearest", "nearest-exact", "bilinear")
 
@@ -69,7 +68,8 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
 
 
 def channel_shuffle(x, groups):
-    """ShuffleNet's shuffle: (N, g*k, H, W) -> view (N, g, k, H, W) -> (N, k, g, H, W) -> flat."""
+    """ShuffleNet's shuffle: (N, g*k, H, W) as (N, g, k, H, W) -> (N, k, g, H, W) -> flat, in
+    one copy (ops.shape.ChannelShuffle)."""
     op = "channel_shuffle"
     if getattr(x, "ndim", None) != 4:
         image_tensor(x, op)   # raises, naming the op; any dtype passes (int8 models shuffle)
@@ -77,8 +77,7 @@ def channel_shuffle(x, groups):
     if not isinstance(groups, int) or groups < 1 or c % groups:
         raise ValueError(f"{op}: groups={groups!r} must be a positive int dividing the "
                          f"{c} channels of input {x.shape}")
-    y = reshape(x, (n, groups, c // groups, h, w))
-    return reshape(permute(y, (0, 2, 1, 3, 4)), (n, c, h, w))
+    return S.ChannelShuffle.apply(as_tensor(x), groups=groups)
 
 
 def concat_shuffle(tensors):
