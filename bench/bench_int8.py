@@ -14,11 +14,16 @@ Ours runs in this process, the peers in a child process per network and batch; t
 alternate --rounds times, so that a slow spell of the shared machine hits both, and a
 layer's time is the median over the rounds of its per-round times. Time = median (or
 --stat min) of --repeat runs after a warm-up; TOP/s = 2 * MACs / time. --json PATH also
-writes every layer's times and the totals. Ours runs as the int8 modules do: a `PreparedConv` made
-once (per input scale), one native call per conv. PyTorch: torch.ao.nn.quantized.Conv2d,
-per-channel qint8 weights, quint8 activations. ONNX Runtime: a one-conv QDQ model
-(DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT fuses
-into its QLinearConv; the column is skipped when `onnx` or `onnxruntime` is missing.
+writes every layer's times and the totals. Ours runs as the int8 modules do: a
+`PreparedConv` made once (per input scale), one native call per conv, NCHW in and out.
+PyTorch: torch.ao.nn.quantized.Conv2d, per-channel qint8 weights, quint8 activations in the
+channels-last layout its quantized models carry between layers. ONNX Runtime: a one-conv QDQ
+model (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT
+fuses into its QLinearConv, timed by ORT's own profiler as that node's kernel time (without
+the two layout transposes a one-conv graph adds around its NHWC kernel and session.run's
+cost: until 2026-12-05 this column was the session's wall time, up to 3.5x the conv's on
+depthwise layers); the column is skipped when `onnx` or `onnxruntime` is missing. For whole
+models against both peers' int8, see bench_models.py.
 --algorithm NAME adds ours with that conv algorithm forced where a layer takes it (column
 int8a; the automatic choice elsewhere). --reduce-range adds ours with weights on the 7-bit
 grid (`reduce_range_qconfig`; column int8r): AVX2 CPUs without VNNI run both on the exact
@@ -34,6 +39,8 @@ default uniform for ShuffleNetV2 (72-82 %: its 8-bit convolutions run the split 
 """
 import argparse
 import json
+import os
+import tempfile
 import time
 import types
 import warnings
@@ -138,14 +145,23 @@ def torch_int8(conv, x_f32):
         q.set_weight_bias(torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0],
                           dtype=torch.long), 0, torch.qint8), None)
         q.scale, q.zero_point = 0.05, 0
+        # channels-last, as in a quantized model past its first conv (fbgemm's layout: an
+        # NCHW input is converted per call, 3.5x a depthwise layer's own time)
         x = torch.quantize_per_tensor(torch.from_numpy(x_f32), 0.02, 128, torch.quint8)
+        x = x.contiguous(memory_format=torch.channels_last)
         return lambda: q(x)
     except ImportError:
         return None
 
 
-def ort_int8(conv, x_u8):
-    """ONNX Runtime session of a QDQ conv (DequantizeLinear -> Conv -> QuantizeLinear)."""
+def ort_int8_ms(conv, x_u8, repeat, stat="median"):
+    """ONNX Runtime's time for the conv itself, ms, or None: a session of a QDQ conv
+    (DequantizeLinear -> Conv -> QuantizeLinear, which ORT fuses into its QLinearConv), run
+    with ORT's profiler, and the `stat` of the QLinearConv node's kernel times over `repeat`
+    runs after a warm-up. Not the session's wall time: a one-conv graph also runs the two
+    layout transposes ORT's NHWC int8 kernels need at a graph's ends (in a whole model only
+    at its input and output; here up to twice the conv's own time, on depthwise layers) and
+    session.run's ~10 us."""
     try:
         import onnx
         import onnxruntime as ort
@@ -175,9 +191,22 @@ def ort_int8(conv, x_u8):
     model.ir_version = 7   # opset 13's IR: a newer onnx writes one an older runtime refuses
     options = ort.SessionOptions()
     options.intra_op_num_threads = ty.get_num_threads()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, {"x": x_u8})
+    for _ in range(repeat + 1):
+        session.run(None, {"x": x_u8})
+    path = session.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    times = [e["dur"] / 1000 for e in events if e.get("cat") == "Node" and
+             e["name"].endswith("_kernel_time") and "Conv" in e["args"].get("op_name", "")]
+    if len(times) != repeat + 1:
+        raise RuntimeError(f"ONNX Runtime's profile has {len(times)} conv kernel times for "
+                           f"{repeat + 1} runs: the QDQ conv was not fused into one node")
+    return float(STAT[stat](times[1:]))
 
 
 # Ours runs in this process; the peers run in a child (one per network and batch) started
@@ -207,12 +236,15 @@ def peer_rows(specs, batch, repeat, stat, threads):
         except ImportError:
             pass
     rows = [{} for _ in specs]
-    for col in ("torch", "ort"):
-        for (conv, shape), row in zip(specs, rows):
-            x_u8, x_f32 = layer_inputs(shape, batch)
-            fn = torch_int8(conv, x_f32) if col == "torch" else ort_int8(conv, x_u8)
-            if fn is not None:
-                row[col] = median_ms(fn, repeat, stat)
+    for (conv, shape), row in zip(specs, rows):
+        x_u8, x_f32 = layer_inputs(shape, batch)
+        fn = torch_int8(conv, x_f32)
+        if fn is not None:
+            row["torch"] = median_ms(fn, repeat, stat)
+    for (conv, shape), row in zip(specs, rows):
+        ms = ort_int8_ms(conv, layer_inputs(shape, batch)[0], repeat, stat)
+        if ms is not None:
+            row["ort"] = ms
     return rows
 
 

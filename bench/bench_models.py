@@ -1,8 +1,14 @@
 """Whole classification models at 224x224: our fp32 and int8 inference latency and fp32
 training images/s, against PyTorch (torchvision models; int8 through
-torchvision.models.quantization, x86/fbgemm engine) and ONNX Runtime fp32 (the torchvision
-model exported), as ratios ours / peer (time: < 1 is faster; training: images/s ratio, > 1 is
-faster). Peers are skipped (shown "-") when not installed or without the architecture.
+torchvision.models.quantization, x86/fbgemm engine) and ONNX Runtime fp32 and int8 (the
+torchvision model exported; int8: `quant_pre_process`, then `quantize_static` to QDQ with
+per-channel s8 weights and u8 activations, the format ONNX Runtime's own guide gives for CPUs,
+calibrated on the same two random batches as ours), as ratios ours / peer (time: < 1 is
+faster; training: images/s ratio, > 1 is faster). Peers are skipped (shown "-") when not
+installed or without the architecture. ONNX Runtime's u8 x s8 convolutions on AVX2 CPUs
+without VNNI take `vpmaddubsw`, which saturates where two products of full-range weights
+pass 2^15: its int8 column is that inexact form there (our int8r, 7-bit weights, is the
+exact form of the same speed).
 
     /root/benchvenv/bin/python bench/bench_models.py --models resnet18,mobilenet_v2 --batches 1
         [--rounds 2]
@@ -11,10 +17,11 @@ Latency: median of --repeats runs after a warm-up (evaluation.benchmark for ours
 rule for the peers). Our fp32 inference runs the model fused (quantization.fuse with its
 fuse_groups: each conv + frozen BN + activation as one convolution), as `tianyuan bench`
 does. Int8: post-training calibration on two random batches, then convert (ours:
-quantization.calibrate + quantize; PyTorch: prepare + convert) - speed only, the accuracy of
-int8 is `tianyuan quantize`'s. int8r: ours with 7-bit weights
+quantization.calibrate + quantize; PyTorch: prepare + convert; ONNX Runtime: above) - speed
+only, the accuracy of int8 is `tianyuan quantize`'s. int8r: ours with 7-bit weights
 (calibration_reduce_range_qconfig), which AVX2 CPUs without VNNI convolve on the exact
-vpmaddubsw tile with no residual (8-bit weights take it with one, int8_cgemm.h). Training: SGD steps on random data at --train-batch, images/s from the median step.
+vpmaddubsw tile with no residual (8-bit weights take it with one, int8_cgemm.h). Training:
+SGD steps on random data at --train-batch, images/s from the median step.
 Peers run in a child process, one framework at a time (torch ships its own OpenMP runtime).
 """
 import argparse
@@ -108,26 +115,65 @@ def torch_int8_model(name, torch):
     return torch.ao.quantization.convert(model)
 
 
-def ort_session(model, torch, threads):
+def ort_models(model, torch):
+    """(fp32 path, int8 path) of ONNX files for the torchvision model; None where the runtime,
+    the exporter or the quantization tool is missing."""
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
     except ImportError:
-        return None
-    path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+        return None, None
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "model.onnx")
     try:
         torch.onnx.export(model, torch.from_numpy(random_batch(1)), path, input_names=["x"],
                           dynamic_axes={"x": {0: "n"}}, dynamo=False)
     except Exception as error:  # torch's exporter needs the onnx package besides onnxruntime
-        print(f"ONNX Runtime column skipped: export failed ({type(error).__name__}: {error}); "
+        print(f"ONNX Runtime columns skipped: export failed ({type(error).__name__}: {error}); "
               "pip install onnx", file=sys.stderr)
-        return None
+        return None, None
+    try:
+        return path, ort_quantized(path, folder)
+    except Exception as error:
+        print(f"ONNX Runtime int8 column skipped: quantization failed "
+              f"({type(error).__name__}: {error})", file=sys.stderr)
+        return path, None
+
+
+def ort_session(path, threads):
+    import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
+def ort_quantized(path, folder):
+    """The fp32 ONNX model at `path` as QDQ int8 (path of the new file): shape inference and
+    graph optimisation first (without them the exporter's folded biases are not initializers
+    and the convolutions stay float: slower than fp32), then static quantization."""
+    import logging
+
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    logging.getLogger().setLevel(logging.ERROR)   # the tool logs a line per tensor
+
+    class Batches(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": random_batch(2, seed)} for seed in range(2)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+    prepared, quantized = (os.path.join(folder, f) for f in ("prepared.onnx", "int8.onnx"))
+    quant_pre_process(path, prepared)
+    quantize_static(prepared, quantized, Batches(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    return quantized
+
+
 def peers(name, batches, repeats, train_batch, train_steps, threads):
-    """{(kind, batch): ms, "train": images/s} of torch fp32/int8 and ORT fp32 (missing: absent)."""
+    """{(kind, batch): ms, "train": images/s} of torch fp32/int8 and ORT fp32/int8 (missing:
+    absent)."""
     try:
         import torch
         import torchvision
@@ -139,7 +185,6 @@ def peers(name, batches, repeats, train_batch, train_steps, threads):
         return {}
     model = builder(weights=None).eval()
     int8 = torch_int8_model(name, torch) if batches else None
-    session = ort_session(model, torch, threads) if batches else None
     out = {}
     with torch.inference_mode():
         for batch in batches:
@@ -147,9 +192,17 @@ def peers(name, batches, repeats, train_batch, train_steps, threads):
             out[("torch_fp32", batch)] = median_ms(lambda: model(x), repeats)
             if int8 is not None:
                 out[("torch_int8", batch)] = median_ms(lambda: int8(x), repeats)
-            if session is not None:
-                feed = {"x": x.numpy()}
-                out[("ort_fp32", batch)] = median_ms(lambda: session.run(None, feed), repeats)
+    # one ONNX Runtime session alive at a time: the idle one's spinning workers had slowed
+    # the other's batch-1 runs by up to 1.35x
+    for kind, path in zip(("ort_fp32", "ort_int8"),
+                          ort_models(model, torch) if batches else (None, None)):
+        if path is None:
+            continue
+        session = ort_session(path, threads)
+        for batch in batches:
+            feed = {"x": random_batch(batch)}
+            out[(kind, batch)] = median_ms(lambda: session.run(None, feed), repeats)
+        del session
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     x, y = torch.from_numpy(random_batch(train_batch)), torch.arange(train_batch) % 1000
@@ -176,13 +229,17 @@ def rows_for(name, batches, mine, peer):
     rows = [] if batches else [{"model": name}]
     for batch in batches:
         f, q, qr = mine[("fp32", batch)], mine[("int8", batch)], mine[("int8r", batch)]
-        tf, tq, of = (peer.get((k, batch)) for k in ("torch_fp32", "torch_int8", "ort_fp32"))
+        tf, tq, of, oq = (peer.get((k, batch)) for k in ("torch_fp32", "torch_int8",
+                                                          "ort_fp32", "ort_int8"))
         rows.append({"model": name, "batch": batch, "fp32_ms": round(f, 2),
                      "torch_fp32_ms": round(tf, 2) if tf else "-", "vs_torch": ratio(f, tf),
                      "ort_fp32_ms": round(of, 2) if of else "-", "vs_ort": ratio(f, of),
                      "int8_ms": round(q, 2), "torch_int8_ms": round(tq, 2) if tq else "-",
-                     "int8_vs_torch": ratio(q, tq), "int8_vs_our_fp32": ratio(q, f),
-                     "int8r_ms": round(qr, 2), "int8r_vs_torch": ratio(qr, tq)})
+                     "int8_vs_torch": ratio(q, tq),
+                     "ort_int8_ms": round(oq, 2) if oq else "-", "int8_vs_ort": ratio(q, oq),
+                     "int8_vs_our_fp32": ratio(q, f),
+                     "int8r_ms": round(qr, 2), "int8r_vs_torch": ratio(qr, tq),
+                     "int8r_vs_ort": ratio(qr, oq)})
     rows[0].update({"train_img_s": round(mine["train"], 1),
                     "torch_train_img_s": round(peer["train"], 1) if "train" in peer else "-",
                     "train_vs_torch": ratio(mine["train"], peer.get("train"))})
