@@ -21,7 +21,7 @@ channels-last layout its quantized models carry between layers. ONNX Runtime: a 
 model (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT
 fuses into its QLinearConv, timed by ORT's own profiler as that node's kernel time (without
 the two layout transposes a one-conv graph adds around its NHWC kernel and session.run's
-cost: until 2026-12-05 this column was the session's wall time, up to 3.5x the conv's on
+cost: until 2026-12-05 this column was the session's wall time, up to 3.7x the conv's on
 depthwise layers); the column is skipped when `onnx` or `onnxruntime` is missing. For whole
 models against both peers' int8, see bench_models.py.
 --algorithm NAME adds ours with that conv algorithm forced where a layer takes it (column
@@ -192,7 +192,8 @@ def ort_int8_ms(conv, x_u8, repeat, stat="median"):
     options = ort.SessionOptions()
     options.intra_op_num_threads = ty.get_num_threads()
     options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    folder = tempfile.mkdtemp()
+    options.profile_file_prefix = os.path.join(folder, "ort")
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     for _ in range(repeat + 1):
@@ -201,6 +202,7 @@ def ort_int8_ms(conv, x_u8, repeat, stat="median"):
     with open(path) as f:
         events = json.load(f)
     os.remove(path)
+    os.rmdir(folder)
     times = [e["dur"] / 1000 for e in events if e.get("cat") == "Node" and
              e["name"].endswith("_kernel_time") and "Conv" in e["args"].get("op_name", "")]
     if len(times) != repeat + 1:

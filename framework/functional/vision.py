@@ -73,7 +73,7 @@ def channel_shuffle(x, groups):
     op = "channel_shuffle"
     if getattr(x, "ndim", None) != 4:
         image_tensor(x, op)   # raises, naming the op; any dtype passes (int8 models shuffle)
-    n, c, h, w = x.shape
+    c = x.shape[1]
     if not isinstance(groups, int) or groups < 1 or c % groups:
         raise ValueError(f"{op}: groups={groups!r} must be a positive int dividing the "
                          f"{c} channels of input {x.shape}")
