@@ -76,6 +76,23 @@ inline void interleave(const uint8_t* const* rows, uint8_t* dst, int64_t quads) 
 
 void pack_block_avx2(const uint8_t* xpad, const uint8_t* end, const int64_t* koff, int64_t k,
                      int64_t kp, const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf) {
+    // A whole block that is one contiguous run (1x1 layers at stride 1) whose rows all lie
+    // before `end`: the k rows interleave straight from the input, without the copy into row
+    // buffers
+    if (nruns == 1 && sw == 1 && runs[0].dst == 0 && runs[0].len == kPos) {
+        const uint8_t* from = xpad + runs[0].src;
+        bool inside = true;
+        for (int64_t i = 0; i < k && inside; ++i) inside = end - (from + koff[i]) >= kPos;
+        if (inside) {
+            alignas(32) static const uint8_t zeros[kPos] = {};
+            const uint8_t* at[kGroup];
+            for (int64_t q = 0; q < kp; q += kGroup) {
+                for (int64_t t = 0; t < kGroup; ++t) at[t] = q + t < k ? from + koff[q + t] : zeros;
+                interleave(at, buf + (q / kGroup) * kPos * kGroup, kPos);
+            }
+            return;
+        }
+    }
     alignas(32) uint8_t rows[kGroup][kPos + 32];
     std::memset(rows, 0, sizeof(rows));
     const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
