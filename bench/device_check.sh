@@ -9,8 +9,11 @@
 #   4. bench_int8 on 2 threads (the issue's configuration), every layer printed, with the
 #      AMX algorithm forced as a second column (int8a) where the OS grants tiles: the data
 #      for amx_wins (framework/csrc/int8_amx.cpp), which keeps 1x1 layers on VNNI;
-#   5. bench_int8 on every core;
-#   6. fp32 training steps (ResNet-18, MobileNetV2, batch 8) on every core against PyTorch's:
+#   5. whole models on 2 threads (ResNet-18, MobileNetV2, ShuffleNetV2): our int8 against
+#      PyTorch's and ONNX Runtime's (its own quantization tool), the cross-check of step 4's
+#      per-layer totals (bench_int8 times the peers as in a model since 2026-12-05);
+#   6. bench_int8 on every core;
+#   7. fp32 training steps (ResNet-18, MobileNetV2, batch 8) on every core against PyTorch's:
 #      whether they scale there since the backward left numpy's GEMM (2026-12-04).
 # The terminal gets each network's totals and targets; the logs keep every layer.
 # Each step stops at the budget (BUDGET seconds from the start, default 540); logs and the
@@ -67,6 +70,10 @@ FORCE=()
 step "bench_int8, 2 threads"
 budgeted 120 python3 bench/bench_int8.py --threads 2 --rounds 2 --layers "${FORCE[@]}" \
     --json "$OUT/int8_t2.json" 2>&1 | grep -v "^ *$" | tee "$OUT/int8_t2.log" | grep -v "^  [^ ]"
+step "whole models, 2 threads"
+budgeted 60 python3 bench/bench_models.py --models resnet18,mobilenet_v2,shufflenet_v2_x1_0 \
+    --batches 1,16 --threads 2 --rounds 1 --train-steps 1 --json "$OUT/models_t2.json" 2>&1 \
+    | tee "$OUT/models_t2.log" | tail -9
 if [ "$CORES" -gt 2 ]; then
     step "bench_int8, $CORES threads"
     budgeted 90 python3 bench/bench_int8.py --threads "$CORES" --rounds 2 --layers "${FORCE[@]}" \
