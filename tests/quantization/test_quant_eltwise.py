@@ -34,6 +34,7 @@ ADD_EDGES = [(2 ** 31 - 2 ** 15 - 1, 2 ** 30 + 12345, 31),   # largest high half
              (70000, 3, 16), (2 ** 30, 2 ** 30 + 1, 32),        # shift 16: s64
              (2 ** 30, 2 ** 29, 38),
              (2 ** 31 - 2 ** 15 - 1, -(2 ** 30), 47),           # the largest 16-bit shift
+             # (|d * m| < 2^40 rounds to 0 at shifts 47-48: those check the form's range)
              (2 ** 30, 2 ** 30 - 1, 48)]                        # shift 48: s64
 
 
