@@ -24,10 +24,12 @@ uint32_t state = 4242;
 uint32_t next() { return (state = state * 1103515245u + 12345u) >> 16; }
 
 // (N, C, H, W, OC, k, stride, padding): tails of the 6-channel blocks and 16-position steps,
-// strides 1-2, 1x1, C not a multiple of 4 (packed algorithm only), several images.
+// strides 1-2, 1x1, C not a multiple of 4 (packed algorithm only), several images; 8 position
+// blocks and more (the AVX2 tiles' channel table, kChanMinVisits), 1x1 and 3x3.
 const int64_t kCases[][8] = {{1, 8, 9, 11, 13, 3, 1, 1}, {2, 16, 7, 7, 6, 3, 2, 1},
                              {1, 5, 6, 9, 7, 3, 1, 1},   {1, 32, 5, 5, 40, 1, 1, 0},
-                             {3, 12, 4, 6, 11, 3, 1, 1}, {1, 3, 12, 12, 8, 7, 2, 3}};
+                             {3, 12, 4, 6, 11, 3, 1, 1}, {1, 3, 12, 12, 8, 7, 2, 3},
+                             {2, 16, 20, 20, 20, 1, 1, 0}, {1, 8, 24, 24, 13, 3, 1, 1}};
 
 size_t check(const int64_t* c, bool is_signed, Isa isa, ConvAlgo algo, bool narrow) {
     ConvGeom g{c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], c[6], 1, 1,
@@ -49,7 +51,9 @@ size_t check(const int64_t* c, bool is_signed, Isa isa, ConvAlgo algo, bool narr
     split_narrow(packed.data(), 1, g.oc, kp, npacked.data(), &res_ptr, &res);
     const NarrowWeights nw{npacked.data(), res_ptr.data(), res.data()};
     const QIn in{x.data(), is_signed, is_signed ? -11 : 117};
-    const Requant r{bias.data(), mult.data(), shift.data(), 1, 64, 0, 255, false};
+    // s8 input: a ReLU's lower bound (the AVX2 stores clamp; u8: the packs saturate)
+    const Requant r{bias.data(), mult.data(), shift.data(), 1, 64, is_signed ? 64 : 0, 255,
+                    false};
     const size_t n_out = g.n * g.oc * g.oh * g.ow;
     std::vector<uint8_t> want(n_out), got(n_out, 1);
     set_isa(Isa::generic);

@@ -147,6 +147,7 @@ struct ConvPlan {
     CTileFn tile;
     const int32_t* res_ptr = nullptr;  // the narrow form's residual (NarrowWeights), or null
     const int32_t* res = nullptr;
+    const uint8_t* chans = nullptr;  // the tile's channel table (chans_space), or null
     // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or
     // more position blocks reuse them and rows are kWideMinDepth deep or more, else null (the
     // tile widens its block's itself).
@@ -230,7 +231,8 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         if (j >= s.ocg) break;
         const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
         const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
-                          s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res};
+                          s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res,
+                          s.chans ? s.chans + (c0 + j) * kChanBytes : nullptr};
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         const auto tile = [&](uint8_t* dst, int64_t ldo) {
             if (s.wide) {  // 4 packed bytes -> 2 words
@@ -319,6 +321,8 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         s.res_ptr = nw->res_ptr;
         s.res = nw->res;
     }
+    uint8_t* table = chans_space(s.tile, s.blocks, g.oc);
+    s.chans = table;
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     std::unique_ptr<int32_t[]> wide;
     if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks && s.kp >= kWideMinDepth) {
@@ -330,6 +334,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         {
             if (s.from_quads) fill_quad_planes(x.data, g, s.quads);
             if (s.wide) widen_all(packed, g.oc * s.kp, wide.get());
+            if (table) fill_chans(b.data(), r.multiplier, r.shift, g.oc, r, table);
             // once a thread, not a block: its guard check had been 3 % of a 1x1 layer of
             // 144 -> 24 channels at 56x56 (49 blocks)
             uint8_t* buf = thread_space(Space::block, s.kp * kPos);
@@ -350,6 +355,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     {
         if (s.from_quads) fill_quad_planes(x.data, g, s.quads);
         if (s.wide) widen_all(packed, g.oc * s.kp, wide.get());
+        if (table) fill_chans(b.data(), r.multiplier, r.shift, g.oc, r, table);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * parts; ++t) {
             const int64_t bt = t / parts, q0 = t % parts * per;

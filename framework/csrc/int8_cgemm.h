@@ -38,7 +38,9 @@ namespace int8 {
 // until the next call of the same thread and use. Kernels may read up to 64 bytes past
 // `size` but write none: those bytes are a canary that the next call checks.
 // Defined in a generic translation unit: ISA units must not instantiate STL templates.
-enum class Space : int { pad, block, blocks, quads, amx, depthwise, pool, widened, count };
+enum class Space : int {
+    pad, block, blocks, quads, amx, depthwise, pool, widened, chans, count
+};
 uint8_t* thread_space(Space use, int64_t size);
 // The names of the spaces whose canary a kernel changed since the last call of this (on
 // every thread of the current OpenMP team, and those later calls found); for the tests.
@@ -87,6 +89,9 @@ struct RowParams {
     // The narrow tile's residual (NarrowWeights) from the block's first row on; null: none.
     const int32_t* res_ptr = nullptr;
     const int32_t* res = nullptr;
+    // The AVX2 tiles' requantization constants (make_chans_avx2) from the block's first row
+    // on; null: the tile makes its rows' own.
+    const uint8_t* chans = nullptr;
 };
 
 // Conv weights for the narrow AVX2 tile (cgemm_tile_avx2_narrow). vpmaddubsw sums the
@@ -135,11 +140,36 @@ void cgemm_tile_vnni(const uint8_t* acts, const int64_t* qoff, const int8_t* w, 
                      uint8_t* out, int64_t ldo);
 using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t, int64_t,
                          int64_t, const RowParams&, const Requant&, uint8_t*, int64_t);
+// The AVX2 tiles (cgemm_tile_avx2*, cgemm_tile_avxvnni) requantize with per-channel vector
+// constants (Chan, int8_requant_avx2.h; kChanBytes a channel). A tile makes its rows' own
+// unless RowParams.chans has them, made once per convolution by make_chans_avx2: with few
+// k-quads a tile's work is small (MobileNetV2's 16-deep 1x1 layer: 6 channels x 64 positions
+// x 4 k-quads), and the tile's code outside its loops, mostly making them, had taken 13 % of
+// that layer's time on Zen 3.
+constexpr int64_t kChanBytes = 352;
+void make_chans_avx2(const int32_t* bias, const int32_t* multiplier, const int32_t* shift,
+                     int64_t n, const Requant& r, uint8_t* out);
+
 // The tile of the current ISA; narrow: the weights are in the narrow form (above), which
 // only cgemm_tile_avx2_narrow reads (the AVX2 tiles without VNNI).
 CTileFn cgemm_tile(bool narrow = false);
 // Whether the current ISA's tile takes the narrow form.
 inline bool narrow_tile() { return cgemm_tile(true) == cgemm_tile_avx2_narrow; }
+// Whether `tile` reads RowParams.chans.
+inline bool tile_takes_chans(CTileFn tile) {
+    return tile == cgemm_tile_avx2 || tile == cgemm_tile_avx2_narrow ||
+           tile == cgemm_tile_avxvnni;
+}
+// Space for n channels' table (kChanBytes each; the calling thread's Space::chans) where `tile`
+// takes one and each weight block's tile runs `visits` >= kChanMinVisits times in the call,
+// else null; fill_chans writes it, as an orphaned `omp for` (inside a parallel region, its
+// threads share the channels). With fewer visits (batch 1, small maps) the tiles' own
+// constants had been cheaper than the table: ResNet-18 and ShuffleNetV2 at batch 1 were 4 %
+// slower with a table for every convolution.
+constexpr int64_t kChanMinVisits = 8;
+uint8_t* chans_space(CTileFn tile, int64_t visits, int64_t n);
+void fill_chans(const int32_t* bias, const int32_t* multiplier, const int32_t* shift, int64_t n,
+                const Requant& r, uint8_t* table);
 
 // One plane (h, w) padded: (pt + h + pb, pl + w + pr) bytes, the zero point z outside and
 // every byte xor flip (the sign bit, for s8) inside. The AVX2 version may read the source up

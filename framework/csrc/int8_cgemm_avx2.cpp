@@ -54,7 +54,7 @@ inline void store16(__m256i y0, __m256i y1, bool out_signed, uint8_t* out, int64
     }
 #define TY_STORE(i)                                                                    \
     if (R > i) {                                                                       \
-        store16(requant8(c##i##0, cs[i]), P > 1 ? requant8(c##i##1, cs[i]) : z,        \
+        store16(requant8_sat(c##i##0, cs[i]), P > 1 ? requant8_sat(c##i##1, cs[i]) : z, \
                 r.out_signed, out + i * ldo, npos);                                    \
     }
 
@@ -172,12 +172,25 @@ void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_
     // The channels' constants once per call, not per 16 positions: with the widening on the
     // stack, MobileNetV2's 16-deep 1x1 layer (96 channels at 112x112, batch 16) 9.5-10.2 ->
     // 6.7-7.6 ms on Zen 3, where the requantization outweighs the 4 k-quads' products.
-    Chan cs[kOcBlock];
-    for (int64_t i = 0; i < rows; ++i) cs[i] = chan(q.bias[i], q.multiplier[i], q.shift[i], r);
+    Chan local[kOcBlock];
+    const Chan* cs = reinterpret_cast<const Chan*>(q.chans);
+    if (!cs) {
+        for (int64_t i = 0; i < rows; ++i)
+            local[i] = chan(q.bias[i], q.multiplier[i], q.shift[i], r);
+        cs = local;
+    }
     for (int64_t i0 = 0; i0 < rows; i0 += first) {
         const int64_t ri = rows - i0 < first ? rows - i0 : first;
         pick(ri)(acts, qoff, wx + i0 * 2, rows, nq, npos, cs + i0, r, out + i0 * ldo, ldo);
     }
+}
+
+static_assert(sizeof(Chan) == kChanBytes, "kChanBytes (int8_cgemm.h) is Chan's size");
+
+void make_chans_avx2(const int32_t* bias, const int32_t* multiplier, const int32_t* shift,
+                     int64_t n, const Requant& r, uint8_t* out) {
+    Chan* c = reinterpret_cast<Chan*>(out);
+    for (int64_t i = 0; i < n; ++i) c[i] = chan(bias[i], multiplier[i], shift[i], r);
 }
 
 }  // namespace int8

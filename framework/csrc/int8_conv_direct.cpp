@@ -165,8 +165,8 @@ int64_t block_segments(int64_t wph, const ConvGeom& g, int64_t v0, int64_t npos,
 // Weight blocks [ob0, ob1) of group gi of image n over virtual block vb.
 void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, CTileFn tile,
                   const int8_t* packed, const NarrowWeights* nw, const int32_t* bias,
-                  const Requant& r, int64_t n, int64_t gi, int64_t vb, int64_t ob0, int64_t ob1,
-                  uint8_t* out) {
+                  const uint8_t* chans, const Requant& r, int64_t n, int64_t gi, int64_t vb,
+                  int64_t ob0, int64_t ob1, uint8_t* out) {
     const int64_t v0 = vb * kPos, npos = d.nv - v0 < kPos ? d.nv - v0 : kPos;
     Segment segs[kPos + 1];
     const int64_t nseg = block_segments(in.qp.wph, g, v0, npos, segs);
@@ -178,7 +178,8 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         if (j >= d.ocg) break;
         const int64_t rows = d.ocg - j < kOcBlock ? d.ocg - j : kOcBlock;
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
-                          nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr};
+                          nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr,
+                          chans ? chans + (c0 + j) * kChanBytes : nullptr};
         tile(acts, in.qoff.data(), packed + (gi * d.ocg + j) * d.kp, d.kp, rows, npos, q, r,
              stage, kPos);
         for (int64_t i = 0; i < rows; ++i) {
@@ -200,16 +201,18 @@ void conv2d_direct(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
     const DirectPlan d = direct_plan(g, in);
     const CTileFn tile = cgemm_tile(nw != nullptr);
     if (nw) packed = nw->packed;
+    uint8_t* table = chans_space(tile, g.n * d.vblocks, g.oc);
     const int64_t tasks = g.n * g.groups * d.vblocks;
 #pragma omp parallel
     {
         fill_quad_planes(x, g, in);
+        if (table) fill_chans(bias, r.multiplier, r.shift, g.oc, r, table);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks * d.chunks; ++t) {
             const int64_t ch = t / tasks, task = t % tasks;
             const int64_t vb = task % d.vblocks, ng = task / d.vblocks;
-            direct_tiles(d, in, g, tile, packed, nw, bias, r, ng / g.groups, ng % g.groups, vb,
-                         ch * d.ob_per_chunk, (ch + 1) * d.ob_per_chunk, out);
+            direct_tiles(d, in, g, tile, packed, nw, bias, table, r, ng / g.groups,
+                         ng % g.groups, vb, ch * d.ob_per_chunk, (ch + 1) * d.ob_per_chunk, out);
         }
     }
 }

@@ -68,7 +68,7 @@ inline void window16(const uint8_t* p, const Pairs& ps, __m256i& lo, __m256i& hi
 inline void store16(__m256i lo, __m256i hi, const Chan& c, bool out_signed, uint8_t* out,
                     int64_t n) {
     // per 128-bit lane: lo's 4 outputs then hi's 4, i.e. outputs 0-7 | 8-15 in order
-    const __m256i w = _mm256_packs_epi32(requant8(lo, c), requant8(hi, c));
+    const __m256i w = _mm256_packs_epi32(requant8_sat(lo, c), requant8_sat(hi, c));
     const __m256i b = out_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
     store_first(_mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08)), out, n);
 }

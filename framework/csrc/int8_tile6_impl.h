@@ -44,7 +44,7 @@ namespace {
         }
 #define TY_T6_STORE(i)                                                                 \
     if (R > i && npos > 0) {                                                           \
-        store_first(pack16(requant8(c##i##0, cs[i]), P > 1 ? requant8(c##i##1, cs[i]) : z, \
+        store_first(pack16(requant8_sat(c##i##0, cs[i]), P > 1 ? requant8_sat(c##i##1, cs[i]) : z, \
                            r.out_signed),                                              \
                     out + i * ldo, npos);                                              \
     }
@@ -175,9 +175,13 @@ void tile6(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp
            int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
     int64_t p0 = 0;
-    Chan cs[kOcBlock];  // once per call, not per 16 positions
-    for (int64_t i = 0; i < rows && npos > kFewMax; ++i)
-        cs[i] = chan(q.bias[i], q.multiplier[i], q.shift[i], r);
+    Chan local[kOcBlock];  // once per call, not per 16 positions, unless made per convolution
+    const Chan* cs = reinterpret_cast<const Chan*>(q.chans);
+    if (!cs) {
+        for (int64_t i = 0; i < rows && npos > kFewMax; ++i)
+            local[i] = chan(q.bias[i], q.multiplier[i], q.shift[i], r);
+        cs = local;
+    }
     for (; npos - p0 >= 16; p0 += 16) {
         tile6_pick<Dot, 2>(rows)(acts + p0 * kGroup, qoff, w, rows, nq, 16, q, cs, r, out + p0,
                                  ldo);

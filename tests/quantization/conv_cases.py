@@ -60,6 +60,10 @@ CASES = [
     # >= 8 position blocks of >= 512 rows k: AVX2 widens the weights once per call
     (2, 64, 16, 16, 9, 3, 3, 1, 1, 1, 1),
     (1, 128, 20, 20, 8, 3, 3, 1, 1, 1, 2),
+    # >= 8 position blocks (kChanMinVisits): the AVX2 tiles read a channel table made once
+    # per call; a shallow 1x1 layer (4 k-quads) and a 3x3 one
+    (2, 16, 20, 20, 20, 1, 1, 1, 0, 1, 1),
+    (1, 8, 24, 24, 13, 3, 3, 1, 1, 1, 1),
 ]
 
 

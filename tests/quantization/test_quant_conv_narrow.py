@@ -14,7 +14,8 @@ from tianyuan.quantization import reference as R
 # past it are clamped to [-64, 64] and the rest added from a sparse residual. 7-bit weights
 # (reduce_range; rows of all +64 and all -64) have none; full-range ones (rows of all 127 and
 # all -128 beside uniform ones) put most quads in it. Activations 0 and 255 side by side.
-NARROW_CASES = [c for c in ALGO_CASES if c[1] != c[10]][:12] + [CASES[0], CASES[2], CASES[14]]
+NARROW_CASES = [c for c in ALGO_CASES if c[1] != c[10]][:12] + [CASES[0], CASES[2], CASES[14],
+                                                                 CASES[-2], CASES[-1]]
 
 
 def _narrow(rng, wt, x, in_dtype, bits):
