@@ -149,8 +149,8 @@ struct ConvPlan {
     const int32_t* res = nullptr;
     const uint8_t* chans = nullptr;  // the tile's channel table (chans_space), or null
     // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or
-    // more position blocks reuse them and rows are kWideMinDepth deep or more, else null (the
-    // tile widens its block's itself).
+    // more position blocks reuse them and rows are kWideMinDepth deep or more or all of them
+    // widen to kWideMaxSmall bytes or fewer, else null (the tile widens its block's itself).
     const int32_t* wide = nullptr;
 };
 
@@ -158,7 +158,12 @@ struct ConvPlan {
 // their samples): 14 to 49 blocks (28x28, 56x56) 0.88-0.98x the time; 2 and 4 blocks (7x7,
 // 14x14) 1.02-1.12x, where the widened copy (twice the bytes) is read back from L2 / L3
 // while a tile's own stays in L1; the stem (148 deep) and 1x1 layers (64-256) 1.04-1.08x.
-constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512;
+// Small weights widened stay in L1 as a tile's own do, and the tiles skip their widening:
+// MobileNetV2's 32 -> 16 1x1 layer at batch 16 1.44-1.46 -> 1.38-1.39 ms (8-bit weights, Zen
+// 3). The 10 % of its 16 -> 96 layer that `perf` had put in the per-tile widening was mostly
+// a wait on the output's stores (the whole layer's stall: 96 rows of NCHW bytes written 64
+// at a time), which moved into the tile.
+constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512, kWideMaxSmall = 8192;
 
 ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
     ConvPlan s;
@@ -325,7 +330,8 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
     s.chans = table;
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     std::unique_ptr<int32_t[]> wide;
-    if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks && s.kp >= kWideMinDepth) {
+    if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks &&
+        (s.kp >= kWideMinDepth || g.oc * s.kp * 2 <= kWideMaxSmall)) {
         wide.reset(new int32_t[static_cast<size_t>(g.oc * s.kp / 2)]);
         s.wide = wide.get();
     }
