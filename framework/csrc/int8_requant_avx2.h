@@ -107,14 +107,18 @@ static inline __m256i requant8(__m256i acc, const Chan& c) {
 // 8 accumulators of one channel -> 8 s32 lanes whose saturating pack (pack16) is the output
 // bytes: requant8's values, or where c.sat, those before a clamp that c.full leaves to the
 // packs.
-static inline __m256i requant8_sat(__m256i acc, const Chan& c) {
-    if (!c.sat) return requant8(acc, c);
-    const __m256i t = _mm256_add_epi32(acc, c.bias);
+// requant8_sat_t takes t = acc + bias itself (accumulators that started at c.bias).
+static inline __m256i requant8_sat_t(__m256i t, const Chan& c) {
+    if (!c.sat) return requant8(_mm256_sub_epi32(t, c.bias), c);  // wraps back exactly
     const __m256i pe = _mm256_mul_epi32(t, c.mult);
     const __m256i po = _mm256_mul_epi32(_mm256_srli_epi64(t, 32), c.mult);
     const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
     const __m256i y = _mm256_sra_epi32(_mm256_add_epi32(high, c.add_hi), c.shift);
     return c.full ? y : _mm256_min_epi32(_mm256_max_epi32(y, c.lo_out), c.hi_out);
+}
+
+static inline __m256i requant8_sat(__m256i acc, const Chan& c) {
+    return requant8_sat_t(_mm256_add_epi32(acc, c.bias), c);
 }
 
 // Two sets of 8 output values (elements 0-7, 8-15) -> 16 bytes in order, each value clamped

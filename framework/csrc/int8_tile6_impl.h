@@ -44,9 +44,9 @@ namespace {
         }
 #define TY_T6_STORE(i)                                                                 \
     if (R > i && npos > 0) {                                                           \
-        store_first(pack16(requant8_sat(c##i##0, cs[i]), P > 1 ? requant8_sat(c##i##1, cs[i]) : z, \
-                           r.out_signed),                                              \
-                    out + i * ldo, npos);                                              \
+        const __m256i y0 = requant8_sat_t(c##i##0, cs[i]);                             \
+        const __m256i y1 = P > 1 ? requant8_sat_t(c##i##1, cs[i]) : z;                 \
+        store_first(pack16(y0, y1, r.out_signed), out + i * ldo, npos);                \
     }
 
 // The weights are prefetched 2 KB ahead (where they pass L2, as ResNet-18's 7x7 layers'
@@ -61,8 +61,12 @@ void tile6_sub(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_
                int64_t nq, int64_t npos, const RowParams& q, const Chan* cs, const Requant& r,
                uint8_t* out, int64_t ldo) {
     const __m256i z = _mm256_setzero_si256();
-    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
-    __m256i c40 = z, c41 = z, c50 = z, c51 = z;
+    // the sums start at the bias (the store's requant8_sat_t takes acc + bias)
+    const __m256i b0 = cs[0].bias, b1 = R > 1 ? cs[1].bias : z, b2 = R > 2 ? cs[2].bias : z,
+                  b3 = R > 3 ? cs[3].bias : z, b4 = R > 4 ? cs[4].bias : z,
+                  b5 = R > 5 ? cs[5].bias : z;
+    __m256i c00 = b0, c01 = b0, c10 = b1, c11 = b1, c20 = b2, c21 = b2, c30 = b3, c31 = b3;
+    __m256i c40 = b4, c41 = b4, c50 = b5, c51 = b5;
 #pragma GCC unroll 4
     for (int64_t g = 0; g < nq; ++g) {
         const uint8_t* a = acts + qoff[g];
