@@ -31,18 +31,26 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 constexpr int kLo[8] = {0, 1, 2, 3, 8, 9, 10, 11};
 constexpr int kHi[8] = {4, 5, 6, 7, 12, 13, 14, 15};
 
-// Per-lane requantization constants of 8 channels. fold (every shift >= 33): the s32 form of
-// int8_requant_avx2.h on the products' high halves; else the s64 form with per-lane shifts.
+// Per-lane requantization constants of 8 channels. kFold (every shift >= 33): the s32 form of
+// int8_requant_avx2.h on the products' high halves; kSat, besides, the zero point joined to
+// the rounding half (requant8_sat's form: every lane's 2^(s-33) + zp * 2^(s-32) within 2^30)
+// and no clamp where the output range is the type's own (the packs saturate); else kS64,
+// the s64 form with per-lane shifts.
+enum Mode { kS64, kFold, kSat };
+
 struct Lanes {
     __m256i bias, mult, mult_odd;      // s32; mult_odd: odd lanes' multipliers, even slots
     __m256i half_hi, shift_hi;         // fold: 2^(s-33) and s-32, s32
+    __m256i add_hi;                    // kSat: 2^(s-33) + zp * 2^(s-32), s32
     __m256i half_e, half_o, sh_e, sh_o;  // s64 form: 2^(s-1) and s of the even / odd lanes
+    bool sat;                          // every lane's add_hi is within 2^30
 };
 
 Lanes lanes_of(const int32_t* bias, const int32_t* mult, const int32_t* shift, int nc,
-               const int* order) {
-    alignas(32) int32_t b[8], m[8], hh[8], sh[8];
+               const int* order, int32_t zp) {
+    alignas(32) int32_t b[8], m[8], hh[8], sh[8], ah[8];
     alignas(32) int64_t he[4], ho[4], se[4], so[4];
+    bool sat = true;
     for (int j = 0; j < 8; ++j) {
         const int c = order[j];
         const bool real = c < nc;
@@ -51,6 +59,11 @@ Lanes lanes_of(const int32_t* bias, const int32_t* mult, const int32_t* shift, i
         m[j] = real ? mult[c] : 0;
         hh[j] = s >= 33 ? 1 << (s - 33) : 0;
         sh[j] = s - 32;
+        const int64_t step = int64_t{1} << (s >= 33 ? s - 32 : 0);  // s <= 62: <= 2^30
+        const int64_t add = step / 2 + int64_t{zp} * step;
+        const bool fits = s >= 33 && add > -(int64_t{1} << 30) && add < (int64_t{1} << 30);
+        sat = sat && fits;
+        ah[j] = fits ? static_cast<int32_t>(add) : 0;
         (j % 2 ? ho : he)[j / 2] = int64_t{1} << (s - 1);
         (j % 2 ? so : se)[j / 2] = s;
     }
@@ -58,8 +71,8 @@ Lanes lanes_of(const int32_t* bias, const int32_t* mult, const int32_t* shift, i
         return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
     };
     const __m256i mv = ld(m);
-    return {ld(b), mv, _mm256_srli_epi64(mv, 32), ld(hh), ld(sh), ld(he), ld(ho), ld(se),
-            ld(so)};
+    return {ld(b), mv, _mm256_srli_epi64(mv, 32), ld(hh), ld(sh), ld(ah), ld(he), ld(ho),
+            ld(se), ld(so), sat};
 }
 
 // floor(x / 2^s) of s64 lanes by per-lane counts.
@@ -78,13 +91,18 @@ struct Bounds {
     __m256i lo32, hi32, lo64, hi64, zp;
 };
 
-// 8 accumulators, one channel a lane -> 8 s32 lanes holding the output bytes' values.
-template <bool Fold>
+// 8 accumulators, one channel a lane -> 8 s32 lanes whose saturating packs are the output
+// bytes (kSat: before the clamp the packs do; else the output bytes' values).
+template <int M>
 inline __m256i requant_lanes(__m256i acc, const Lanes& l, const Bounds& b) {
     const __m256i t = _mm256_add_epi32(acc, l.bias);
     const __m256i pe = _mm256_mul_epi32(t, l.mult);
     const __m256i po = _mm256_mul_epi32(_mm256_srli_epi64(t, 32), l.mult_odd);
-    if (Fold) {
+    if (M == kSat) {
+        const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+        return _mm256_srav_epi32(_mm256_add_epi32(high, l.add_hi), l.shift_hi);
+    }
+    if (M == kFold) {
         __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
         high = _mm256_srav_epi32(_mm256_add_epi32(high, l.half_hi), l.shift_hi);
         return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(high, b.lo32), b.hi32), b.zp);
@@ -178,7 +196,7 @@ void window_of(const int8_t* w, int64_t taps, int nc, const int64_t* off, Window
 }
 
 // Output positions of one block: xt position-major padded input, ot (p, 16) bytes.
-template <int NP, bool Fold>
+template <int NP, int M>
 void positions(const uint8_t* xt, const ConvGeom& g, int64_t wp, const Window& win,
                const Lanes& llo, const Lanes& lhi, const Bounds& bd, bool out_signed,
                uint8_t* ot) {
@@ -200,8 +218,8 @@ void positions(const uint8_t* xt, const ConvGeom& g, int64_t wp, const Window& w
                                                             win.hi[i]));
             }
             // per 128-bit lane: channels 0-3 then 4-7 (8-11, 12-15): 0-15 in order
-            const __m256i w16 = _mm256_packs_epi32(requant_lanes<Fold>(lo, llo, bd),
-                                                   requant_lanes<Fold>(hi, lhi, bd));
+            const __m256i w16 = _mm256_packs_epi32(requant_lanes<M>(lo, llo, bd),
+                                                   requant_lanes<M>(hi, lhi, bd));
             const __m256i b8 = out_signed ? _mm256_packs_epi16(w16, w16)
                                           : _mm256_packus_epi16(w16, w16);
             _mm_storeu_si128(reinterpret_cast<__m128i*>(ot + (oy * g.ow + ox) * 16),
@@ -276,6 +294,7 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
     const Bounds bd{_mm256_set1_epi32(lo), _mm256_set1_epi32(hi), _mm256_set1_epi64x(lo),
                     _mm256_set1_epi64x(hi), _mm256_set1_epi32(r.zero_point)};
+    const bool full = r.out_signed ? r.lo == -128 && r.hi == 127 : r.lo == 0 && r.hi == 255;
 #pragma omp parallel if (g.n * g.c * p * taps > (1 << 15))
     {
         uint8_t* xt = thread_space(Space::depthwise, xt_bytes + ot_bytes);
@@ -286,7 +305,7 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
         // (MobileNetV2's 960 channels at batch 16).
         Lanes llo, lhi;
         Window win;
-        bool fold = true;
+        int mode = kS64;
         int64_t made = -1;  // the block they are for
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < g.n * blocks; ++task) {
@@ -306,19 +325,24 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
                 }
                 const int32_t* m = r.multiplier + c0;
                 const int32_t* s = r.shift + c0;
-                llo = lanes_of(b, m, s, nc, kLo);
-                lhi = lanes_of(b, m, s, nc, kHi);
-                fold = true;
+                llo = lanes_of(b, m, s, nc, kLo, r.zero_point);
+                lhi = lanes_of(b, m, s, nc, kHi, r.zero_point);
+                bool fold = true;
                 for (int c = 0; c < nc; ++c) fold = fold && s[c] >= 33;
+                mode = fold && full && llo.sat && lhi.sat ? kSat : fold ? kFold : kS64;
                 window_of(w + c0 * taps, taps, nc, off, win);
                 made = c0;
             }
-            if (fold && taps == 9) {
-                positions<5, true>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
-            } else if (fold) {
-                positions<0, true>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
+            if (mode == kSat && taps == 9) {
+                positions<5, kSat>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
+            } else if (mode == kSat) {
+                positions<0, kSat>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
+            } else if (mode == kFold && taps == 9) {
+                positions<5, kFold>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
+            } else if (mode == kFold) {
+                positions<0, kFold>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
             } else {
-                positions<0, false>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
+                positions<0, kS64>(xt, g, wp, win, llo, lhi, bd, r.out_signed, ot);
             }
             from_lanes(ot, p, nc, out + (n * g.c + c0) * p);
         }

@@ -30,14 +30,16 @@ def test_conv2d(case, relu, in_dtype, in_zp, out_dtype, out_zp):
 def test_depthwise_lanes(case, threads):
     """The depthwise cases of 16 channels and more on 1 and 2 threads, where AVX2 runs every
     (image, block of 16 channels) pair as a task: u8 in, u8 out with ReLU6's clamp, shifts
-    above 33 (the s32 form), the input ending on a readable page's last byte; s8 in and out,
-    shifts on both sides of 33 (per-lane s64 form)."""
+    above 33 (the s32 form), the input ending on a readable page's last byte; the same without
+    a clamp (the zero point on the rounding half, the packs' saturation as the clamp); s8 in
+    and out, shifts on both sides of 33 (per-lane s64 form)."""
     rng = np.random.default_rng(sum(np.ravel(case[:7])))
     before = ty.get_num_threads()
     try:
         ty.set_num_threads(threads)
         for in_dtype, in_zp, out_dtype, out_zp, relu, scales in (
                 (np.uint8, 201, np.uint8, 9, True, None),
+                (np.uint8, 201, np.uint8, 9, False, None),
                 (np.int8, -7, np.int8, -5, False, [0.02, 0.3, 1.3])):
             x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
             x, keep = guarded_copy(x)
@@ -45,7 +47,7 @@ def test_depthwise_lanes(case, threads):
                 wt, bias = (wt // 64).astype(np.int8), bias // 64
             packed = K.pack_weights(wt, groups)
             args = (bias, mult, shift, out_zp, relu, out_dtype)
-            top = 150 if relu else 127
+            top = 150 if relu else R.qrange(out_dtype)[1]
             check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, out_max=top),
                         lambda: np.minimum(R.qconv2d(x, in_zp, wt, *args, groups=groups,
                                                      **geom), top))
