@@ -284,23 +284,24 @@ def test_conv2d_requantization_large_shifts(out_dtype, out_zp, relu, kind):
     """Shifts 48 to 62 with t = acc + bias at both ends of int32 and multipliers near 2^31:
     the AVX2 stores add the zero point to the rounding half on the products' high halves,
     which stays within s32 for small shifts and zero points only (1 << (s - 33) plus
-    zp << (s - 32) under 2^30); past that bound (zero point 254 from shift 54 on) they take
-    the s64 form. The dense kind runs the wide AVX2 tile, 7-bit the narrow one."""
+    zp << (s - 32) under 2^30); past that bound (zero points 254 and 255 from shift 55 on)
+    they take the s64 form. The dense kind runs the wide AVX2 tile, 7-bit the narrow one."""
     rng = np.random.default_rng(9)
     c, taps = 16, 9
     depthwise = kind == "depthwise"
     x = np.full((1, c, 5, 21), 255, np.uint8)
     x[0, :, 2] = rng.integers(0, 256, (c, 21))  # one row of ordinary values
-    top = 64 if kind == "7-bit" else 127
+    top, bottom = (64, -64) if kind == "7-bit" else (127, -128)
     sign = np.where(np.arange(c) % 2 == 0, 1, -1)
-    wt = (np.where(sign > 0, top, -top - 1)[:, None, None, None] *
+    wt = (np.where(sign > 0, top, bottom)[:, None, None, None] *
           np.ones((c, 1 if depthwise else c, 3, 3), np.int64)).astype(np.int8)
-    reach = 255 * (top + 1) * taps * (1 if depthwise else c)
+    reach = 255 * -bottom * taps * (1 if depthwise else c)
     bias = np.where(sign > 0, 2 ** 31 - 1 - reach, -2 ** 31 + reach).astype(np.int32)
     mult = np.full(c, 2 ** 31 - 1, np.int32)
     shift = np.linspace(48, 62, c).astype(np.int32)
     groups = c if depthwise else 1
     packed = K.pack_weights(wt, groups)
+    assert (packed.narrow is not None) == (kind == "7-bit")
     args = (bias, mult, shift, out_zp, relu, out_dtype)
     expected = R.qconv2d(x, 0, wt, *args, groups=groups)
     lo, hi = R.qrange(out_dtype)
