@@ -309,6 +309,24 @@ def test_conv2d_requantization_large_shifts(out_dtype, out_zp, relu, kind):
     check_quant(lambda: K.conv2d(x, 0, packed, *args), lambda: expected)
 
 
+def test_conv2d_runs_of_position_blocks():
+    """A shallow 1x1 layer with a 9 MB output and 282 position blocks on 2 threads: the packed
+    algorithm packs runs of 8 blocks a task and writes each output row a run at a time
+    (kRunBlocks in int8_cgemm.cpp); blocks and runs that span two images among them."""
+    rng = np.random.default_rng(3)
+    before = ty.get_num_threads()
+    try:
+        ty.set_num_threads(2)
+        case = (5, 8, 60, 60, 512, 1, 1, 1, 0, 1, 1)  # 3600 positions an image
+        x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, np.uint8)
+        packed = K.pack_weights(wt, groups)
+        args = (bias, mult, shift, 5, True, np.uint8)
+        check_quant(lambda: K.conv2d(x, 117, packed, *args, **geom),
+                    lambda: R.qconv2d(x, 117, wt, *args, groups=groups, **geom))
+    finally:
+        ty.set_num_threads(before)
+
+
 def test_packed_weights_aligned():
     # the kernels read packed weights in 64-byte rows from a 64-byte boundary, copies too
     import copy
