@@ -5,22 +5,12 @@
 #include <vector>
 
 #include "int8_cgemm.h"
+#include "int8_cgemm_blocks.h"
 #include "int8_ops.h"
 
 namespace tianyuan {
 namespace int8 {
 namespace {
-
-// bias - z * row_sums, modulo 2^32: exact whenever the corrected result fits int32.
-std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums, int64_t n,
-                                    int32_t z) {
-    std::vector<int32_t> out(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) {
-        const uint32_t b = bias ? static_cast<uint32_t>(bias[j]) : 0u;
-        out[j] = static_cast<int32_t>(b - static_cast<uint32_t>(z) * static_cast<uint32_t>(row_sums[j]));
-    }
-    return out;
-}
 
 // x (M, K) as GEMM rows (M, kp) u8: x itself when it is u8 and K % 4 == 0, else a copy
 // in `buf` with the sign bit flipped for signed input and zeros past K.
