@@ -5,8 +5,9 @@
 // requantizes and writes NCHW bytes directly (through a staging tile where the block spans
 // images).
 // The padding and the position blocks' geometry are in int8_cgemm_blocks.cpp; the weight
-// packer, the generic pack and tile and the per-thread scratch in int8_cgemm_generic.cpp; SIMD twins in int8_cgemm_avx2.cpp (the AVX2 packing in
-// int8_pack_avx2.cpp) / _avx512.cpp / _vnni.cpp.
+// packer, the generic pack and tile and the per-thread scratch in int8_cgemm_generic.cpp;
+// SIMD twins in int8_cgemm_avx2.cpp (the AVX2 packing in int8_pack_avx2.cpp) / _avx512.cpp /
+// _vnni.cpp.
 #include <omp.h>
 
 #include <cstring>

@@ -71,13 +71,14 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
     return out;
 }
 
-// With few blocks per thread, each thread's equal share of the positions is cut into whole blocks and one
-// remainder, so that a static schedule gives every thread the same work: 196 positions
-// (14x14, batch 1) on 2 threads had been 3 blocks of 64 and one of 4, and the thread with two
-// full blocks 1.8x the other's work (the other idled 17 % of samples at the barrier).
-// Positions that fit one block stay one block, whose output channels the threads share
-// (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24 had run 32 + 24 lanes (the tile
-// steps 16 and 8 wide), and one thread waited for the other; one block is 56 lanes, halved.
+// Blocks of at most kPos positions. With few blocks per thread, each thread's equal share of
+// the positions is cut into whole blocks and one remainder, so that a static schedule gives
+// every thread the same work: 196 positions (14x14, batch 1) on 2 threads had been 3 blocks
+// of 64 and one of 4, and the thread with two full blocks 1.8x the other's work (the other
+// idled 17 % of samples at the barrier). Positions that fit one block stay one block, whose
+// output channels the threads share (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24
+// had run 32 + 24 lanes (the tile steps 16 and 8 wide), and one thread waited for the other;
+// one block is 56 lanes, halved.
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     if (all <= kPos) return {0, all};
     std::vector<int64_t> start{0};
