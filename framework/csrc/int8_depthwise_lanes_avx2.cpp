@@ -15,6 +15,7 @@
 
 #include "int8_cgemm.h"
 #include "int8_ops.h"
+#include "int8_requant_avx2.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -33,7 +34,7 @@ constexpr int kHi[8] = {4, 5, 6, 7, 12, 13, 14, 15};
 
 // Per-lane requantization constants of 8 channels. kFold (every shift >= 33): the s32 form of
 // int8_requant_avx2.h on the products' high halves; kSat, besides, the zero point joined to
-// the rounding half (requant8_sat's form: every lane's 2^(s-33) + zp * 2^(s-32) within 2^30)
+// the rounding half (requant8_sat's form, where every lane's sat_add holds)
 // and no clamp where the output range is the type's own (the packs saturate); else kS64,
 // the s64 form with per-lane shifts.
 enum Mode { kS64, kFold, kSat };
@@ -59,11 +60,8 @@ Lanes lanes_of(const int32_t* bias, const int32_t* mult, const int32_t* shift, i
         m[j] = real ? mult[c] : 0;
         hh[j] = s >= 33 ? 1 << (s - 33) : 0;
         sh[j] = s - 32;
-        const int64_t step = int64_t{1} << (s >= 33 ? s - 32 : 0);  // s <= 62: <= 2^30
-        const int64_t add = step / 2 + int64_t{zp} * step;
-        const bool fits = s >= 33 && add > -(int64_t{1} << 30) && add < (int64_t{1} << 30);
-        sat = sat && fits;
-        ah[j] = fits ? static_cast<int32_t>(add) : 0;
+        ah[j] = 0;
+        sat = sat_add(s, zp, &ah[j]) && sat;
         (j % 2 ? ho : he)[j / 2] = int64_t{1} << (s - 1);
         (j % 2 ? so : se)[j / 2] = s;
     }
@@ -79,11 +77,6 @@ Lanes lanes_of(const int32_t* bias, const int32_t* mult, const int32_t* shift, i
 inline __m256i sra64v(__m256i x, __m256i s) {
     const __m256i sign = _mm256_cmpgt_epi64(_mm256_setzero_si256(), x);
     return _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(x, sign), s), sign);
-}
-
-inline __m256i clamp64(__m256i y, __m256i lo, __m256i hi) {
-    y = _mm256_blendv_epi8(y, lo, _mm256_cmpgt_epi64(lo, y));
-    return _mm256_blendv_epi8(y, hi, _mm256_cmpgt_epi64(y, hi));
 }
 
 // The output range's bounds less the zero point, as s32 (fold) and s64 lanes.
@@ -294,7 +287,7 @@ void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
     const Bounds bd{_mm256_set1_epi32(lo), _mm256_set1_epi32(hi), _mm256_set1_epi64x(lo),
                     _mm256_set1_epi64x(hi), _mm256_set1_epi32(r.zero_point)};
-    const bool full = r.out_signed ? r.lo == -128 && r.hi == 127 : r.lo == 0 && r.hi == 255;
+    const bool full = full_range(r);
 #pragma omp parallel if (g.n * g.c * p * taps > (1 << 15))
     {
         uint8_t* xt = thread_space(Space::depthwise, xt_bytes + ot_bytes);

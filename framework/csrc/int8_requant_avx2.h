@@ -33,19 +33,32 @@ struct Chan {
     __m256i add_hi, lo_out, hi_out;        // requant8_sat: 2^(s-33) + zp * 2^(s-32); r.lo, r.hi
     __m128i shift;                         // s - 32 when wide, else s
     bool wide, fold;                       // s >= 32, s >= 33
-    bool sat;   // requant8_sat's form applies: fold, and |add_hi| < 2^30 (the highs of
-                // |t * m| <= 2^62 are within 2^30, so their sum with add_hi fits s32)
+    bool sat;   // requant8_sat's form applies (sat_add)
     bool full;  // [r.lo, r.hi] is the output type's range: the saturating packs clamp
 };
+
+// requant8_sat's constant for shift s and zero point zp: whether its form applies (s >= 33
+// and 2^(s-33) + zp * 2^(s-32) within 2^30: the highs of |t * m| <= 2^62 are within 2^30, so
+// their sum fits s32), and the constant in *add.
+static inline bool sat_add(int32_t s, int32_t zp, int32_t* add) {
+    if (s < 33) return false;
+    const int64_t step = int64_t{1} << (s - 32);  // s <= 62 (Requant): <= 2^30
+    const int64_t a = step / 2 + int64_t{zp} * step;
+    if (a <= -(int64_t{1} << 30) || a >= (int64_t{1} << 30)) return false;
+    *add = static_cast<int32_t>(a);
+    return true;
+}
+
+// Whether [r.lo, r.hi] is the output type's own range (the saturating packs clamp to it).
+static inline bool full_range(const Requant& r) {
+    return r.out_signed ? r.lo == -128 && r.hi == 127 : r.lo == 0 && r.hi == 255;
+}
 
 static inline Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r) {
     const bool wide = s >= 32;
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
-    // s <= 62 (Requant): step <= 2^30, zp * step within 2^38
-    const int64_t step = int64_t{1} << (s >= 33 ? s - 32 : 0);
-    const int64_t add_hi = s >= 33 ? step / 2 + int64_t{r.zero_point} * step : int64_t{1} << 40;
-    const bool sat = add_hi > -(int64_t{1} << 30) && add_hi < (int64_t{1} << 30);
-    const bool full = r.out_signed ? r.lo == -128 && r.hi == 127 : r.lo == 0 && r.hi == 255;
+    int32_t add_hi = 0;
+    const bool sat = sat_add(s, r.zero_point, &add_hi);
     return {_mm256_set1_epi32(bias),
             _mm256_set1_epi32(mult),
             _mm256_set1_epi64x(int64_t{1} << (s - 1)),
@@ -53,14 +66,14 @@ static inline Chan chan(int32_t bias, int32_t mult, int32_t s, const Requant& r)
             wide ? _mm256_set1_epi32(hi) : _mm256_set1_epi64x(hi),
             _mm256_set1_epi32(r.zero_point),
             _mm256_set1_epi32(s >= 33 ? 1 << (s - 33) : 0),
-            _mm256_set1_epi32(sat ? static_cast<int32_t>(add_hi) : 0),
+            _mm256_set1_epi32(add_hi),
             _mm256_set1_epi32(r.lo),
             _mm256_set1_epi32(r.hi),
             _mm_cvtsi32_si128(wide ? s - 32 : s),
             wide,
             s >= 33,
             sat,
-            full};
+            full_range(r)};
 }
 
 // floor(x / 2^s) for s64 lanes (AVX2 has no 64-bit arithmetic shift).
