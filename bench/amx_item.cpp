@@ -81,20 +81,22 @@ void loop(void* arg) {
     {
         if (!L.emulate) amx_tiles_begin();
         const auto item = L.emulate ? amx_item_emulated : amx_item_tiles;
+        const auto store = L.emulate ? amx_store_emulated : amx_store_tiles;
         alignas(64) int32_t acc[kAmxPos * kAmxOc];
         alignas(64) uint8_t stage[kAmxOc * kAmxPos];
         AmxWindow win[2];  // the whole item to stage, channel rows of kAmxPos
-        for (int h = 0; h < 2; ++h) win[h] = amx_window(16 * h, kAmxPos, kAmxPos, kAmxPos);
+        for (int h = 0; h < 2; ++h) amx_window(16 * h, kAmxPos, kAmxPos, kAmxPos, win[h]);
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < L.items; ++it) {
             const int64_t ob = it / (L.n * L.vblocks), pos = it % (L.n * L.vblocks);
             const int64_t img = pos / L.vblocks, v0 = pos % L.vblocks * kAmxPos;
             item(L.planes.data + (img * L.image + v0) * L.c, L.c, L.toff.data(), 9, L.chunks,
-                 L.w.data + ob * 9 * L.chunks * 2048, acc);
+                 L.w.data + ob * 9 * L.chunks * 2048, nullptr);
+            store(acc);
             if (L.requant) {
                 const RowParams q{L.bias.data() + ob * kAmxOc, L.mult.data() + ob * kAmxOc,
                                   L.shift.data() + ob * kAmxOc};
-                amx_requant(acc, kAmxOc, q, L.r, stage, kAmxPos, win);
+                amx_requant(AmxPending{acc, q, &L.r, stage, kAmxPos, win});
             }
         }
         if (!L.emulate) amx_tiles_end();

@@ -34,10 +34,12 @@ size_t check_item(bool real) {
     for (auto& v : w) v = static_cast<int8_t>(next() & 0x7f);
     for (int64_t i = 0; i < taps; ++i) toff[i] = i * 5 % (rows - 32);
     std::vector<int32_t> got(kAmxPos * kAmxOc, 7), want(kAmxPos * kAmxOc, 9);
-    amx_item_emulated(a.data(), lda, toff.data(), taps, chunks, w.data(), want.data());
+    amx_item_emulated(a.data(), lda, toff.data(), taps, chunks, w.data(), nullptr);
+    amx_store_emulated(want.data());
     if (real) {
         amx_tiles_begin();
-        amx_item_tiles(a.data(), lda, toff.data(), taps, chunks, w.data(), got.data());
+        amx_item_tiles(a.data(), lda, toff.data(), taps, chunks, w.data(), nullptr);
+        amx_store_tiles(got.data());
         amx_tiles_end();
     }
     size_t diff = 0;

@@ -241,7 +241,8 @@ void bind_int8_conv(py::module_& m) {
                                         "v=" + std::to_string(v) + ", ow=" +
                                         std::to_string(ow) + ", wph=" + std::to_string(wph));
         }
-        const int8::AmxWindow w = int8::amx_window(v, wph, ow, nv);
+        int8::AmxWindow w;
+        int8::amx_window(v, wph, ow, nv, w);
         py::list runs;
         for (int k = 0; k < w.segs; ++k) runs.append(py::make_tuple(w.off[k], w.mask[k]));
         return runs;

@@ -31,13 +31,13 @@
 
 #include <cstdint>
 
+#include "int8_cgemm.h"
 #include "int8_gemm.h"
 
 namespace tianyuan {
 namespace int8 {
 
 struct ConvGeom;
-struct RowParams;
 
 constexpr int64_t kAmxPos = 32;  // positions per work item (2 tiles of 16 rows)
 constexpr int64_t kAmxOc = 32;   // output channels per work item (2 tiles of 16 columns)
@@ -63,16 +63,33 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
 // where the OS grants no AMX).
 bool amx_verified();
 
-// The AMX unit (int8_tiles_amx.cpp). acc (kAmxPos x kAmxOc s32, row stride kAmxOc) = sum over
-// taps t and chunks cc of the u8 block at a + toff[t] * lda + cc * kAmxK (16-row tiles, row
-// stride lda) times w's tiles; tiles_begin / tiles_end configure and release the tiles of
-// the calling thread (real tiles only).
+// An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
+// (channel o's parameters at q.*[o]) to base + o * ld as win[p / 16] says for position p.
+struct AmxWindow;
+struct AmxPending {
+    const int32_t* acc;
+    RowParams q;
+    const Requant* r;
+    uint8_t* base;
+    int64_t ld;
+    const AmxWindow* win;
+};
+constexpr int kAmxPieces = 16;  // the store's pieces (int8_requant_amx.h)
+
+// The AMX unit (int8_tiles_amx.cpp). item: the accumulator tiles 0-3 = sum over taps t and
+// chunks cc of the u8 block at a + toff[t] * lda + cc * kAmxK (16-row tiles, row stride lda)
+// times w's tiles, left in the tiles, with the previous item's store (prev, unless null)
+// spread over the loop's steps; store: acc (as AmxPending's) = those tiles. tiles_begin /
+// tiles_end configure and release the tiles of the calling thread (real tiles only; the
+// emulated ones are per thread too).
 void amx_tiles_begin();
 void amx_tiles_end();
 void amx_item_tiles(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                    int64_t chunks, const int8_t* w, int32_t* acc);
+                    int64_t chunks, const int8_t* w, const AmxPending* prev);
+void amx_store_tiles(int32_t* acc);
 void amx_item_emulated(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                       int64_t chunks, const int8_t* w, int32_t* acc);
+                       int64_t chunks, const int8_t* w, const AmxPending* prev);
+void amx_store_emulated(int32_t* acc);
 // Register-only TDPBUSD throughput: `steps` x 4 independent instructions on the calling
 // thread (tiles configured inside); returns a checksum so that the loop is kept. amx_peak()
 // runs it on every OpenMP thread and returns int8 operations per second (2 per multiply-add),
@@ -97,12 +114,11 @@ struct AmxWindow {
     uint16_t mask[16];
 };
 // Virtual positions [v, v + 16) of an AMX plan (rows of wph positions, the first ow of each
-// real, nv in all) -> their runs in NCHW rows of ow bytes, off relative to the plane.
-AmxWindow amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv);
-// Requantized acc[p][o] for o < rows (channel o's parameters at q.*[o]), p < kAmxPos, to
-// base + o * ld as win[p / 16] says.
-void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
-                 uint8_t* base, int64_t ld, const AmxWindow* win);
+// real, nv in all) -> their runs in NCHW rows of ow bytes, off relative to the plane. Filled
+// in place: returned, the struct's copy had cost a store-forwarding stall per position block.
+void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
+// The store alone (what the item loop spreads over its steps).
+void amx_requant(const AmxPending& pending);
 
 }  // namespace int8
 }  // namespace tianyuan

@@ -9,7 +9,7 @@
 
 #include "int8_amx.h"
 #include "int8_cgemm.h"
-#include "int8_requant_avx512.h"
+#include "int8_requant_amx.h"
 #include "transpose_avx512.h"
 
 namespace tianyuan {
@@ -59,24 +59,28 @@ inline void emu_dpbusd(int c, int a, int b) {
 #define TY_TILE_ZERO(t) _tile_zero(t)
 #define TY_TILE_DP(c, a, b) _tile_dpbusd(c, a, b)
 #define TY_ITEM_NAME amx_item_tiles
+#define TY_STORE_NAME amx_store_tiles
 #include "int8_tiles_body.h"
 #undef TY_TILE_LOAD
 #undef TY_TILE_STORE
 #undef TY_TILE_ZERO
 #undef TY_TILE_DP
 #undef TY_ITEM_NAME
+#undef TY_STORE_NAME
 
 #define TY_TILE_LOAD(t, p, s) emu_load(t, p, s)
 #define TY_TILE_STORE(t, p, s) emu_store(t, p, s)
 #define TY_TILE_ZERO(t) emu_zero(t)
 #define TY_TILE_DP(c, a, b) emu_dpbusd(c, a, b)
 #define TY_ITEM_NAME amx_item_emulated
+#define TY_STORE_NAME amx_store_emulated
 #include "int8_tiles_body.h"
 #undef TY_TILE_LOAD
 #undef TY_TILE_STORE
 #undef TY_TILE_ZERO
 #undef TY_TILE_DP
 #undef TY_ITEM_NAME
+#undef TY_STORE_NAME
 
 void amx_tiles_begin() {
     TileConfig cfg;
@@ -196,57 +200,7 @@ void amx_transpose_rows(const uint8_t* src, int64_t lds, uint64_t valid, uint8_t
     }
 }
 
-namespace {
-
-// Sixteen channels' requantization constants, one channel per s32 lane (requant16 with the
-// parameters as vectors instead of broadcasts): the accumulator tiles hold a position per
-// row and a channel per lane, so the rows requantize as they are, without a transpose.
-struct LaneQ {
-    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32;
-    __m512i lo, hi;  // s64 lanes: the clamp of the narrow path (requant16_y's)
-    bool wide;       // every channel's shift >= 32: the high halves, shifted on s32 lanes
-};
-
-inline LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift,
-                    const Requant& r) {
-    LaneQ c;
-    c.bias = _mm512_loadu_si512(bias);
-    c.mult = _mm512_loadu_si512(mult);
-    c.mult_odd = _mm512_srli_epi64(c.mult, 32);
-    const __m512i s = _mm512_loadu_si512(shift);
-    c.shift_even = _mm512_and_si512(s, _mm512_set1_epi64(0xFFFFFFFF));
-    c.shift_odd = _mm512_srli_epi64(s, 32);
-    const __m512i one = _mm512_set1_epi64(1);
-    c.half_even = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_even, one));
-    c.half_odd = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_odd, one));
-    c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
-    c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
-    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
-    c.lo = _mm512_set1_epi64(lo);
-    c.hi = _mm512_set1_epi64(hi);
-    return c;
-}
-
-// requant16_y (int8_requant_avx512.h), lane j with channel j's constants.
-inline __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
-    const __m512i t = _mm512_add_epi32(acc, c.bias);
-    const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
-    const __m512i po = _mm512_add_epi64(
-        _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
-    if (c.wide) {
-        return _mm512_srav_epi32(high_halves(pe, po), c.shift32);
-    }
-    __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
-    __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
-    ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
-    yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
-    return _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
-}
-
-}  // namespace
-
-AmxWindow amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv) {
-    AmxWindow w;
+void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w) {
     w.segs = 0;
     int64_t oy = v / wph, ox = v % wph;
     for (int64_t i = 0; i < 16; ++oy, ox = 0) {  // the run of row oy: window bits [i, i + len)
@@ -259,56 +213,11 @@ AmxWindow amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv) {
         }
         i += len;
     }
-    return w;
 }
 
-void amx_requant(const int32_t* acc, int64_t rows, const RowParams& q, const Requant& r,
-                 uint8_t* base, int64_t ld, const AmxWindow* win) {
-    // Per 16 channels and 16 positions: the rows (a position's 16 output bytes each) gathered
-    // 4 to a register, then a 16 x 16 byte transpose: register j takes channels 4j .. 4j + 3,
-    // byte 16i + p of it is row p's byte 4j + i, which lies in register p / 4 at 16 (p % 4)
-    // + 4j + i. Two-source byte permutes pick rows 0-7 and 8-15, a blend joins them.
-    alignas(64) static const struct Index {
-        uint8_t v[4][64];
-        Index() {
-            for (int j = 0; j < 4; ++j)
-                for (int i = 0; i < 4; ++i)
-                    for (int p = 0; p < 16; ++p)
-                        v[j][16 * i + p] = static_cast<uint8_t>(64 * (p / 4 % 2) + 16 * (p % 4) +
-                                                                4 * j + i);
-        }
-    } index;
-    const __mmask64 upper = 0xFF00FF00FF00FF00ull;  // bytes of rows 8-15
-    const RowQ rq = row_q(r);
-    for (int64_t o0 = 0; o0 < rows; o0 += 16) {
-        const LaneQ c = lane_q(q.bias + o0, q.multiplier + o0, q.shift + o0, r);
-        for (int64_t p0 = 0; p0 < kAmxPos; p0 += 16) {
-            __m512i g[4];  // rows 4k .. 4k + 3, 16 bytes each (requant_row64 of 4 rows)
-            for (int k = 0; k < 4; ++k) {
-                const int32_t* a = acc + (p0 + 4 * k) * kAmxOc + o0;
-                g[k] = requant_row64(requant_lanes_y(_mm512_load_si512(a), c),
-                                     requant_lanes_y(_mm512_load_si512(a + kAmxOc), c),
-                                     requant_lanes_y(_mm512_load_si512(a + 2 * kAmxOc), c),
-                                     requant_lanes_y(_mm512_load_si512(a + 3 * kAmxOc), c), rq);
-            }
-            const AmxWindow& w = win[p0 / 16];
-            for (int j = 0; j < 4; ++j) {
-                const __m512i idx = _mm512_load_si512(index.v[j]);
-                const __m512i v = _mm512_mask_blend_epi8(
-                    upper, _mm512_permutex2var_epi8(g[0], idx, g[1]),
-                    _mm512_permutex2var_epi8(g[2], idx, g[3]));
-                const __m128i lanes[4] = {
-                    _mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
-                    _mm512_extracti32x4_epi32(v, 2), _mm512_extracti32x4_epi32(v, 3)};
-                for (int i = 0; i < 4; ++i) {  // channel o0 + 4j + i's 16 positions
-                    uint8_t* row = base + (o0 + 4 * j + i) * ld;
-                    for (int k = 0; k < w.segs; ++k) {
-                        _mm_mask_storeu_epi8(row + w.off[k], w.mask[k], lanes[i]);
-                    }
-                }
-            }
-        }
-    }
+void amx_requant(const AmxPending& pending) {
+    Drain d(pending);
+    for (int i = 0; i < kAmxPieces; ++i) drain_piece(d, i);
 }
 
 }  // namespace int8

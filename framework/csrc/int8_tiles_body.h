@@ -1,16 +1,21 @@
 // The AMX work item's tile loop (int8_amx.h), included by int8_tiles_amx.cpp once per tile
-// implementation: TY_TILE_LOAD / STORE / ZERO / DP and the function's name TY_ITEM_NAME are
-// defined around each inclusion. Tiles 0-3: acc (positions 0-15 | 16-31) x (channels 0-15 |
+// implementation: TY_TILE_LOAD / STORE / ZERO / DP and the functions' names TY_ITEM_NAME and
+// TY_STORE_NAME are defined around each inclusion. Tiles 0-3: acc (positions 0-15 | 16-31) x (channels 0-15 |
 // 16-31); 4-5: the two position halves' u8 rows; 6-7: the two channel halves' s8 rows.
 // No include guard: included on purpose twice.
 
 void TY_ITEM_NAME(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                  int64_t chunks, const int8_t* w, int32_t* acc) {
+                  int64_t chunks, const int8_t* w, const AmxPending* prev) {
     TY_TILE_ZERO(0);
     TY_TILE_ZERO(1);
     TY_TILE_ZERO(2);
     TY_TILE_ZERO(3);
     __asm__ volatile("" ::: "memory");  // the operands were written by ordinary stores
+    // prev's pieces: after step s (of steps), those below kAmxPieces * (s + 1) / steps
+    const int64_t steps = taps * chunks;
+    int piece = 0;
+    int64_t due = 0;  // kAmxPieces * (steps done) - steps * (pieces done)
+    Drain drain(prev ? *prev : AmxPending{});
     for (int64_t t = 0; t < taps; ++t) {
         const uint8_t* at = a + toff[t] * lda;
         // the weights first, then each position half just before its two products: on an
@@ -25,8 +30,13 @@ void TY_ITEM_NAME(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t ta
             TY_TILE_LOAD(5, at + 16 * lda + cc * kAmxK, lda);
             TY_TILE_DP(2, 5, 6);
             TY_TILE_DP(3, 5, 7);
+            if (!prev) continue;
+            for (due += kAmxPieces; due >= steps; due -= steps) drain_piece(drain, piece++);
         }
     }
+}
+
+void TY_STORE_NAME(int32_t* acc) {
     TY_TILE_STORE(0, acc, kAmxOc * 4);
     TY_TILE_STORE(1, acc + 16, kAmxOc * 4);
     TY_TILE_STORE(2, acc + 16 * kAmxOc, kAmxOc * 4);

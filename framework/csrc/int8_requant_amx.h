@@ -1,0 +1,125 @@
+// The AMX work item's requantizing store (int8_amx.h), in 16 pieces that the next item's
+// tile loop interleaves with its products (amx_item_tiles): run after the loop, the store had
+// left the tiles idle for ~40 % of a 64-channel 3x3 item, and issued after the next item's
+// loop as a whole it overlapped nothing (the loop's tile loads fill the load buffer and the
+// reorder buffer ahead of it). Only int8_tiles_amx.cpp includes this; everything is static
+// (int8_requant_avx512.h says why).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "int8_amx.h"
+#include "int8_cgemm.h"
+#include "int8_requant_avx512.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+// Sixteen channels' requantization constants, one channel per s32 lane (requant16 with the
+// parameters as vectors instead of broadcasts): the accumulator tiles hold a position per
+// row and a channel per lane, so the rows requantize as they are, without a transpose.
+struct LaneQ {
+    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32;
+    __m512i lo, hi;  // s64 lanes: the clamp of the narrow path (requant16_y's)
+    bool wide;       // every channel's shift >= 32: the high halves, shifted on s32 lanes
+};
+
+static inline __attribute__((always_inline)) LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift,
+                    const Requant& r) {
+    LaneQ c;
+    c.bias = _mm512_loadu_si512(bias);
+    c.mult = _mm512_loadu_si512(mult);
+    c.mult_odd = _mm512_srli_epi64(c.mult, 32);
+    const __m512i s = _mm512_loadu_si512(shift);
+    c.shift_even = _mm512_and_si512(s, _mm512_set1_epi64(0xFFFFFFFF));
+    c.shift_odd = _mm512_srli_epi64(s, 32);
+    const __m512i one = _mm512_set1_epi64(1);
+    c.half_even = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_even, one));
+    c.half_odd = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_odd, one));
+    c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
+    c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
+    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
+    c.lo = _mm512_set1_epi64(lo);
+    c.hi = _mm512_set1_epi64(hi);
+    return c;
+}
+
+// requant16_y (int8_requant_avx512.h), lane j with channel j's constants.
+static inline __attribute__((always_inline)) __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
+    const __m512i t = _mm512_add_epi32(acc, c.bias);
+    const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
+    const __m512i po = _mm512_add_epi64(
+        _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
+    if (c.wide) {
+        return _mm512_srav_epi32(high_halves(pe, po), c.shift32);
+    }
+    __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
+    __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
+    ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
+    yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
+    return _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
+}
+
+
+// The 16 x 16 byte transpose of a unit (16 channels x 16 positions): the rows (a position's
+// 16 output bytes each) gathered 4 to a register g[k] (rows 4k .. 4k + 3); register j of the
+// result takes channels 4j .. 4j + 3, byte 16i + p of it is row p's byte 4j + i, which lies in
+// g[p / 4] at 16 (p % 4) + 4j + i. Two-source byte permutes pick rows 0-7 and 8-15, a blend
+// joins them.
+struct alignas(64) TransposeIndex {
+    uint8_t v[4][64];
+    TransposeIndex() {
+        for (int j = 0; j < 4; ++j)
+            for (int i = 0; i < 4; ++i)
+                for (int p = 0; p < 16; ++p)
+                    v[j][16 * i + p] = static_cast<uint8_t>(64 * (p / 4 % 2) + 16 * (p % 4) +
+                                                            4 * j + i);
+    }
+};
+static const TransposeIndex transpose_index;
+
+// An item's store under way: piece i (< 16) requantizes accumulator rows 4k .. 4k + 3 (k = i
+// % 4) of unit u = i / 4 (channels 16 (u / 2), positions 16 (u % 2)); a unit's last piece
+// transposes it and stores its 16 channels' runs as the window says.
+struct Drain {
+    AmxPending p;
+    RowQ rq;
+    LaneQ c;      // the unit's channels' constants (made at pieces 0 and 8)
+    __m512i g[4];
+    explicit Drain(const AmxPending& pending)  // r null: no store (nothing is read)
+        : p(pending), rq(pending.r ? row_q(*pending.r) : RowQ{}) {}
+};
+
+static inline __attribute__((always_inline)) void drain_piece(Drain& d, int piece) {
+    const int u = piece / 4, k = piece % 4, o0 = 16 * (u / 2), p0 = 16 * (u % 2);
+    const AmxPending& p = d.p;
+    if (piece % 8 == 0) d.c = lane_q(p.q.bias + o0, p.q.multiplier + o0, p.q.shift + o0, *p.r);
+    const int32_t* a = p.acc + (p0 + 4 * k) * kAmxOc + o0;
+    d.g[k] = requant_row64(requant_lanes_y(_mm512_load_si512(a), d.c),
+                           requant_lanes_y(_mm512_load_si512(a + kAmxOc), d.c),
+                           requant_lanes_y(_mm512_load_si512(a + 2 * kAmxOc), d.c),
+                           requant_lanes_y(_mm512_load_si512(a + 3 * kAmxOc), d.c), d.rq);
+    if (k < 3) return;
+    const __mmask64 upper = 0xFF00FF00FF00FF00ull;  // bytes of rows 8-15
+    const AmxWindow& w = p.win[u % 2];
+    for (int j = 0; j < 4; ++j) {
+        const __m512i idx = _mm512_load_si512(transpose_index.v[j]);
+        const __m512i v = _mm512_mask_blend_epi8(
+            upper, _mm512_permutex2var_epi8(d.g[0], idx, d.g[1]),
+            _mm512_permutex2var_epi8(d.g[2], idx, d.g[3]));
+        const __m128i lanes[4] = {_mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
+                                  _mm512_extracti32x4_epi32(v, 2),
+                                  _mm512_extracti32x4_epi32(v, 3)};
+        for (int i = 0; i < 4; ++i) {  // channel o0 + 4j + i's 16 positions
+            uint8_t* row = p.base + (o0 + 4 * j + i) * p.ld;
+            for (int s = 0; s < w.segs; ++s) _mm_mask_storeu_epi8(row + w.off[s], w.mask[s], lanes[i]);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace int8
+}  // namespace tianyuan
