@@ -128,9 +128,10 @@ class Int8Conv {
             dw_sums_.resize(static_cast<size_t>(n));
             int8::depthwise_consts(w.data(), n, kh, kw, dw_words_.data(), dw_sums_.data());
         } else {
-            if (algo < 0 || algo > 3) {
+            if (algo < 0 || algo > 4) {
                 throw std::invalid_argument("int8_conv2d: algo must be 0 (automatic), 1 "
-                                            "(packed), 2 (direct) or 3 (amx), got " +
+                                            "(packed), 2 (direct), 3 (amx) or 4 (packed_amx), "
+                                            "got " +
                                             std::to_string(algo));
             }
             if (groups < 1 || oc % groups) {
@@ -249,6 +250,9 @@ void bind_int8_conv(py::module_& m) {
     }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"),
        "the AMX store's runs of virtual positions [v, v + 16): [(offset, 16-bit mask)] "
        "(int8_amx.h, AmxWindow); for the tests, on CPUs with AVX-512");
+    m.def("int8_amx_verified", &int8::amx_verified,
+          "whether the real AMX tiles gave the emulated ones' bits (both conv algorithms), "
+          "checked once per process; False where the OS grants no AMX");
     m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
         if (w.ndim() != 4) {
             throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");

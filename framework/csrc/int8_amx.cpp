@@ -25,6 +25,26 @@ bool amx_takes(const ConvGeom& g) {
 
 bool amx_wins(const ConvGeom& g) { return amx_takes(g) && g.kh * g.kw > 1; }
 
+bool amx_gemm_takes(const ConvGeom& g) { return g.groups == 1 && g.oc % kAmxOc == 0; }
+
+bool amx_gemm_wins(const ConvGeom& g) {
+    return amx_gemm_takes(g) && !amx_takes(g) && g.kh * g.kw > 1;
+}
+
+void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa) {
+    const int64_t chunks = amx_gemm_chunks(kp);
+    for (int64_t j = 0; j < oc; ++j) {
+        // row j's k-quads: rb consecutive words apart in its block of kOcBlock rows
+        const int64_t b = j / kOcBlock, rb = std::min(kOcBlock, oc - b * kOcBlock);
+        const int8_t* src = packed + b * kOcBlock * kp + j % kOcBlock * kGroup;
+        int8_t* dst = wa + (j / kAmxOc * chunks * 2 + j % kAmxOc / 16) * 1024 + j % 16 * 64;
+        for (int64_t k = 0; k < chunks * kAmxK; ++k) {
+            dst[k / kAmxK * 2048 + k % kAmxK] =
+                k < kp ? src[k / kGroup * rb * kGroup + k % kGroup] : 0;
+        }
+    }
+}
+
 int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps) { return oc * c * taps; }
 
 void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst) {
@@ -266,7 +286,17 @@ bool amx_verified() {
         std::vector<uint8_t> real(32 * 30), emulated(32 * 30);
         conv2d_amx(x.data(), 0, 7, g, wa.data(), bias.data(), r, real.data(), false);
         conv2d_amx(x.data(), 0, 7, g, wa.data(), bias.data(), r, emulated.data(), true);
-        const bool same = real == emulated;
+        bool same = real == emulated;
+        // the packed blocks' products (TDPBSUD): 2 chunks, 40 positions
+        std::vector<uint8_t> buf(static_cast<size_t>(2 * 16 * kPos * kGroup));
+        for (auto& v : buf) v = static_cast<uint8_t>(next());
+        const RowParams q{bias.data(), mult.data(), shift.data()};
+        std::vector<uint8_t> real_block(32 * kPos), emulated_block(32 * kPos);
+        amx_tiles_begin();
+        amx_gemm_block_tiles(buf.data(), 2, wa.data(), 40, q, r, real_block.data(), kPos);
+        amx_tiles_end();
+        amx_gemm_block_emulated(buf.data(), 2, wa.data(), 40, q, r, emulated_block.data(), kPos);
+        same = same && real_block == emulated_block;
         if (!same) {
             std::fprintf(stderr, "tianyuan: AMX int8 tiles disagree with their emulation; int8 "
                                  "convolutions stay on VNNI\n");

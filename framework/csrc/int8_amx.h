@@ -59,8 +59,8 @@ void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8
 void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                 const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
                 bool emulate);
-// Whether the real tiles give the emulated tiles' bits (checked once per process; false
-// where the OS grants no AMX).
+// Whether the real tiles give the emulated tiles' bits, both algorithms' (checked once per
+// process; false where the OS grants no AMX).
 bool amx_verified();
 
 // An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
@@ -117,6 +117,31 @@ struct AmxWindow {
 // real, nv in all) -> their runs in NCHW rows of ow bytes, off relative to the plane. Filled
 // in place: returned, the struct's copy had cost a store-forwarding stall per position block.
 void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
+// The packed algorithm's blocks on AMX tiles (ConvAlgo::packed_amx) for layers the planes
+// above cannot take (the stem: C = 3, K = 147): TDPBSUD takes the weights as the signed
+// operand, 16 channels x 64 k a tile, and the packed block (int8_cgemm.h: k-quad q's kPos
+// positions at buf + q * kPos * 4) as the unsigned one, 16 k-quads x 16 positions, so the
+// sums come out as channel rows of positions, requantized with per-row constants and stored
+// straight into NCHW rows, with no transpose either way. K runs in chunks of kAmxK, the
+// block's quads past kp read (allocated, their weights zero). Groups 1, OC a multiple of 32.
+bool amx_gemm_takes(const ConvGeom& g);
+// The automatic choice: kernels of more than one tap that amx_takes refuses (C not a
+// multiple of 64: the stem).
+bool amx_gemm_wins(const ConvGeom& g);
+inline int64_t amx_gemm_chunks(int64_t kp) { return (kp + kAmxK - 1) / kAmxK; }
+// The conv layout's weights (int8_cgemm.h, packed, oc rows of kp) -> wa, per block of kAmxOc
+// rows, chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp):
+//   wa[((ob * chunks + cc) * 2 + h) * 1024 + o * 64 + kk] = W[ob * 32 + h * 16 + o][cc * 64 + kk]
+void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa);
+// Channels [0, 32) of wa's block (q: theirs) over a packed block of npos (<= kPos) positions:
+// dst[o * ldo + p] for o < 32, p < npos. Needs tiles configured (amx_tiles_begin) unless
+// emulated.
+void amx_gemm_block_tiles(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t npos,
+                          const RowParams& q, const Requant& r, uint8_t* dst, int64_t ldo);
+void amx_gemm_block_emulated(const uint8_t* buf, int64_t chunks, const int8_t* wa,
+                             int64_t npos, const RowParams& q, const Requant& r, uint8_t* dst,
+                             int64_t ldo);
+
 // The store alone (what the item loop spreads over its steps).
 void amx_requant(const AmxPending& pending);
 

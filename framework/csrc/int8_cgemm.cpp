@@ -58,6 +58,11 @@ struct ConvPlan {
     // more position blocks reuse them and rows are kWideMinDepth deep or more or all of them
     // widen to kWideMaxSmall bytes or fewer, else null (the tile widens its block's itself).
     const int32_t* wide = nullptr;
+    // The blocks' products on AMX tiles instead (amx_gemm_block; ConvAlgo::packed_amx): the
+    // weights in its layout, K's chunks, and whether the tiles are emulated.
+    const int8_t* amx = nullptr;
+    int64_t amx_chunks = 0;
+    bool amx_emulate = false;
 };
 
 // ResNet-18's 3x3 layers on Zen 3 at batch 1, interleaved against per-tile widening (4-5 % of
@@ -147,6 +152,26 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
     Span spans[kPos];
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
     const int64_t c0 = gi * s.ocg;
+    if (s.amx) {  // all channels, kAmxOc at a time (groups 1, one chunk of channels)
+        const auto gemm = s.amx_emulate ? amx_gemm_block_emulated : amx_gemm_block_tiles;
+        alignas(64) uint8_t stage[kAmxOc * kPos];
+        for (int64_t j = 0; j < g.oc; j += kAmxOc) {
+            const RowParams q{b.data() + j, r.multiplier + j, r.shift + j};
+            const int8_t* w = s.amx + j / kAmxOc * s.amx_chunks * 2048;
+            if (nspans == 1) {
+                gemm(buf, s.amx_chunks, w, npos, q, r,
+                     out + (spans[0].n * g.oc + j) * s.p + spans[0].q, s.p);
+                continue;
+            }
+            gemm(buf, s.amx_chunks, w, npos, q, r, stage, kPos);
+            for (int64_t i = 0; i < kAmxOc; ++i)
+                for (int64_t t = 0; t < nspans; ++t)
+                    std::memcpy(out + (spans[t].n * g.oc + j + i) * s.p + spans[t].q,
+                                stage + i * kPos + spans[t].lane,
+                                static_cast<size_t>(spans[t].len));
+        }
+        return;
+    }
     alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
         const int64_t j = ob * kOcBlock;
@@ -224,8 +249,16 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             "weights packed for it and AVX-512 with VBMI; got C " + std::to_string(g.c) + ", OC " +
             std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
     }
+    if (algo == ConvAlgo::packed_amx && (!amx_gemm_takes(g) || !cpu_features().os_avx512)) {
+        throw std::invalid_argument(
+            "int8_conv2d: the packed_amx algorithm needs groups 1, OC a multiple of 32 and "
+            "AVX-512; got OC " + std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
+    }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
-    const NarrowWeights* nw = narrow && narrow_tile() ? narrow : nullptr;
+    const bool gemm_amx = algo == ConvAlgo::packed_amx ||
+                          (algo == ConvAlgo::automatic && current_isa() == Isa::amx &&
+                           amx_gemm_wins(g) && amx_verified());
+    const NarrowWeights* nw = narrow && narrow_tile() && !gemm_amx ? narrow : nullptr;
     if (nw) packed = nw->packed;
     const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
     if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
@@ -243,11 +276,21 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         s.res_ptr = nw->res_ptr;
         s.res = nw->res;
     }
-    uint8_t* table = chans_space(s.tile, s.blocks, g.oc);
+    std::vector<int8_t> wa;
+    if (gemm_amx) {  // one chunk of channels, a block a task
+        s.amx_chunks = amx_gemm_chunks(s.kp);
+        wa.resize(static_cast<size_t>(g.oc * s.amx_chunks * kAmxK));
+        amx_gemm_weights(packed, g.oc, s.kp, wa.data());
+        s.amx = wa.data();
+        s.amx_emulate = !cpu_features().os_amx;
+        s.chunks = 1;
+        s.run = 1;
+    }
+    uint8_t* table = gemm_amx ? nullptr : chans_space(s.tile, s.blocks, g.oc);
     s.chans = table;
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
     std::unique_ptr<int32_t[]> wide;
-    if (s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks &&
+    if (!gemm_amx && s.tile == cgemm_tile_avx2 && s.blocks >= kWideMinBlocks &&
         (s.kp >= kWideMinDepth || g.oc * s.kp * 2 <= kWideMaxSmall)) {
         wide.reset(new int32_t[static_cast<size_t>(g.oc * s.kp / 2)]);
         s.wide = wide.get();
@@ -261,7 +304,10 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             // once a thread, not a block: its guard check had been 3 % of a 1x1 layer of
             // 144 -> 24 channels at 56x56 (49 blocks)
             const int64_t run = s.run, runs = (s.blocks + run - 1) / run;
-            uint8_t* buf = thread_space(Space::block, run * s.kp * kPos);
+            // the AMX tiles read the last chunk's quads past kp too
+            const int64_t depth = s.amx ? s.amx_chunks * kAmxK : s.kp;
+            uint8_t* buf = thread_space(Space::block, run * depth * kPos);
+            if (s.amx && !s.amx_emulate) amx_tiles_begin();
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < g.groups * runs; ++t) {
                 const int64_t gi = t / runs, b0 = t % runs * run;
@@ -278,6 +324,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                         run_tiles(s, g, packed, b, r, buf + (blk - b0) * s.kp * kPos, gi, blk,
                                   ob, ob + 1, out);
             }
+            if (s.amx && !s.amx_emulate) amx_tiles_end();
         }
         return;
     }

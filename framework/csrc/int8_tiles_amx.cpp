@@ -50,6 +50,20 @@ inline void emu_dpbusd(int c, int a, int b) {
         }
     }
 }
+// TDPBSUD: the same with a's bytes s8 and b's u8.
+inline void emu_dpbsud(int c, int a, int b) {
+    for (int m = 0; m < 16; ++m) {
+        for (int n = 0; n < 16; ++n) {
+            uint32_t acc;
+            std::memcpy(&acc, &emu[c][m][4 * n], 4);
+            for (int q = 0; q < 16; ++q)
+                for (int i = 0; i < 4; ++i)
+                    acc += static_cast<uint32_t>(static_cast<int8_t>(emu[a][m][4 * q + i]) *
+                                                 static_cast<int32_t>(emu[b][q][4 * n + i]));
+            std::memcpy(&emu[c][m][4 * n], &acc, 4);
+        }
+    }
+}
 
 }  // namespace
 
@@ -58,29 +72,37 @@ inline void emu_dpbusd(int c, int a, int b) {
 #define TY_TILE_STORE(t, p, s) _tile_stored(t, p, s)
 #define TY_TILE_ZERO(t) _tile_zero(t)
 #define TY_TILE_DP(c, a, b) _tile_dpbusd(c, a, b)
+#define TY_TILE_DPSU(c, a, b) _tile_dpbsud(c, a, b)
 #define TY_ITEM_NAME amx_item_tiles
 #define TY_STORE_NAME amx_store_tiles
+#define TY_GEMM_NAME amx_gemm_block_tiles
 #include "int8_tiles_body.h"
 #undef TY_TILE_LOAD
 #undef TY_TILE_STORE
 #undef TY_TILE_ZERO
 #undef TY_TILE_DP
+#undef TY_TILE_DPSU
 #undef TY_ITEM_NAME
 #undef TY_STORE_NAME
+#undef TY_GEMM_NAME
 
 #define TY_TILE_LOAD(t, p, s) emu_load(t, p, s)
 #define TY_TILE_STORE(t, p, s) emu_store(t, p, s)
 #define TY_TILE_ZERO(t) emu_zero(t)
 #define TY_TILE_DP(c, a, b) emu_dpbusd(c, a, b)
+#define TY_TILE_DPSU(c, a, b) emu_dpbsud(c, a, b)
 #define TY_ITEM_NAME amx_item_emulated
 #define TY_STORE_NAME amx_store_emulated
+#define TY_GEMM_NAME amx_gemm_block_emulated
 #include "int8_tiles_body.h"
 #undef TY_TILE_LOAD
 #undef TY_TILE_STORE
 #undef TY_TILE_ZERO
 #undef TY_TILE_DP
+#undef TY_TILE_DPSU
 #undef TY_ITEM_NAME
 #undef TY_STORE_NAME
+#undef TY_GEMM_NAME
 
 void amx_tiles_begin() {
     TileConfig cfg;

@@ -239,7 +239,7 @@ def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
     return prepared(_input(x), x_zero_point)
 
 
-CONV_ALGORITHMS = ("auto", "packed", "direct", "amx")
+CONV_ALGORITHMS = ("auto", "packed", "direct", "amx", "packed_amx")
 
 
 class PreparedConv:
@@ -251,7 +251,9 @@ class PreparedConv:
     "packed" (activations gathered per block of positions), "direct" (read in place from a
     channel-quad copy of the input; needs C/groups divisible by 4; layouts in
     framework/csrc/int8_cgemm.h) or "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
-    of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests).
+    of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests) or
+    "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1, OC a
+    multiple of 32, AVX-512; emulated tiles likewise).
     Depthwise convolutions have their own kernel and ignore it.
     """
 

@@ -231,6 +231,42 @@ def test_conv2d_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+# The packed algorithm's blocks on AMX tiles (int8_amx.h, amx_gemm_block): the stem (C 3, K
+# 147: three chunks, the last one's quads past K read), K of exactly 64, C / groups a multiple
+# of 4 with taps (blocks copied from the quad planes), blocks that span images (staged) and
+# last blocks of fewer than 32 and than 16 positions, 32 to 96 channels.
+PACKED_AMX_CASES = [
+    (1, 3, 23, 29, 32, 7, 7, 2, 3, 1, 1),
+    (2, 3, 9, 11, 64, 7, 7, 2, 3, 1, 1),
+    (3, 64, 5, 3, 32, 1, 1, 1, 0, 1, 1),
+    (1, 24, 9, 13, 96, 3, 3, 1, 1, 1, 1),
+    (2, 5, 6, 7, 32, 3, 3, 1, 0, 2, 1),
+    (1, 16, 4, 5, 32, 1, 1, 1, 0, 1, 1),
+]
+
+
+@needs_avx512
+@pytest.mark.parametrize("case", PACKED_AMX_CASES)
+@pytest.mark.parametrize("in_dtype,in_zp,relu,out_dtype,out_zp",
+                         [(np.uint8, 117, False, np.uint8, 64), (np.int8, -3, True, np.uint8, 64),
+                          (np.uint8, 30, False, np.int8, -7)])
+@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
+def test_conv2d_packed_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 13)
+    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="packed_amx")
+    np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+
+
+@pytest.mark.skipif(not _C.cpu_features()["os_amx"], reason="the OS grants no AMX tiles")
+def test_amx_tiles_match_their_emulation():
+    # where the OS grants tiles, the tests above run the real ones; this is the emulated tiles'
+    # check there (both algorithms: TDPBUSD's and TDPBSUD's), which the automatic choice needs
+    assert _C.int8_amx_verified()
+
+
 @needs_avx512
 def test_amx_window():
     # The AMX store's masked runs (int8_amx.h, AmxWindow): every real position of a window of
@@ -254,7 +290,8 @@ def test_amx_window():
 
 @pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
                                                   (np.int8, -5, False), (np.int8, 100, True)])
-@pytest.mark.parametrize("algorithm", ["auto", pytest.param("amx", marks=needs_avx512)])
+@pytest.mark.parametrize("algorithm", ["auto", pytest.param("amx", marks=needs_avx512),
+                                       pytest.param("packed_amx", marks=needs_avx512)])
 def test_conv2d_requantization_saturates(out_dtype, out_zp, relu, algorithm):
     """Requantized values far outside the output range - past 16 bits and up to the s32 ends,
     both signs, every shift path (scales 0.9 to 3e-4: shifts 31 to 43) - clamp to the range
