@@ -250,7 +250,7 @@ class PreparedConv:
     algorithm: "auto" (a rule on the shape, AMX tiles where the OS grants them),
     "packed" (activations gathered per block of positions), "direct" (read in place from a
     channel-quad copy of the input; needs C/groups divisible by 4; layouts in
-    framework/csrc/int8_cgemm.h) or "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
+    framework/csrc/int8_cgemm.h), "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
     of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests) or
     "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1, OC a
     multiple of 32, AVX-512; emulated tiles likewise).
