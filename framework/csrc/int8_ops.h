@@ -38,8 +38,9 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // tiles passed their check); direct needs C/groups % 4 == 0, amx the shapes amx_takes and
 // wamx, packed_amx (the packed algorithm's blocks on AMX tiles, int8_amx.h) groups 1 and OC
 // a multiple of 32, each on real tiles where granted and emulated ones elsewhere
-// (std::invalid_argument otherwise). narrow: the weights' narrow form (int8_cgemm.h, split_narrow), which the AVX2
-// tiles without VNNI run faster with the same results; others read packed.
+// (std::invalid_argument otherwise). narrow: the weights' narrow form (int8_cgemm.h,
+// split_narrow), which the AVX2 tiles without VNNI run faster with the same results; others
+// read packed.
 enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2, amx = 3, packed_amx = 4 };
 struct NarrowWeights;
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,

@@ -27,8 +27,8 @@ struct LaneQ {
     bool wide;       // every channel's shift >= 32: the high halves, shifted on s32 lanes
 };
 
-static inline __attribute__((always_inline)) LaneQ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift,
-                    const Requant& r) {
+static inline __attribute__((always_inline)) LaneQ
+lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift, const Requant& r) {
     LaneQ c;
     c.bias = _mm512_loadu_si512(bias);
     c.mult = _mm512_loadu_si512(mult);
@@ -48,7 +48,8 @@ static inline __attribute__((always_inline)) LaneQ lane_q(const int32_t* bias, c
 }
 
 // requant16_y (int8_requant_avx512.h), lane j with channel j's constants.
-static inline __attribute__((always_inline)) __m512i requant_lanes_y(__m512i acc, const LaneQ& c) {
+static inline __attribute__((always_inline)) __m512i
+requant_lanes_y(__m512i acc, const LaneQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
     const __m512i po = _mm512_add_epi64(
@@ -115,7 +116,9 @@ static inline __attribute__((always_inline)) void drain_piece(Drain& d, int piec
                                   _mm512_extracti32x4_epi32(v, 3)};
         for (int i = 0; i < 4; ++i) {  // channel o0 + 4j + i's 16 positions
             uint8_t* row = p.base + (o0 + 4 * j + i) * p.ld;
-            for (int s = 0; s < w.segs; ++s) _mm_mask_storeu_epi8(row + w.off[s], w.mask[s], lanes[i]);
+            for (int s = 0; s < w.segs; ++s) {
+                _mm_mask_storeu_epi8(row + w.off[s], w.mask[s], lanes[i]);
+            }
         }
     }
 }
