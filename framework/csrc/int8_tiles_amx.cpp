@@ -35,31 +35,20 @@ inline void emu_store(int t, void* p, int64_t stride) {
     for (int r = 0; r < 16; ++r) std::memcpy(static_cast<uint8_t*>(p) + r * stride, emu[t][r], 64);
 }
 inline void emu_zero(int t) { std::memset(emu[t], 0, sizeof(emu[t])); }
-// TDPBUSD: c[m][n] += sum over 16 k-quads q and i < 4 of u8 a[m][4q + i] * s8 b[q][4n + i],
-// 32-bit sums that wrap.
-inline void emu_dpbusd(int c, int a, int b) {
+// TDPBUSD (ASigned false): c[m][n] += sum over 16 k-quads q and i < 4 of u8 a[m][4q + i] * s8
+// b[q][4n + i], 32-bit sums that wrap; TDPBSUD (true): a's bytes s8 and b's u8.
+template <bool ASigned>
+inline void emu_dp(int c, int a, int b) {
     for (int m = 0; m < 16; ++m) {
         for (int n = 0; n < 16; ++n) {
             uint32_t acc;
             std::memcpy(&acc, &emu[c][m][4 * n], 4);
             for (int q = 0; q < 16; ++q)
-                for (int i = 0; i < 4; ++i)
-                    acc += static_cast<uint32_t>(static_cast<int32_t>(emu[a][m][4 * q + i]) *
-                                                 static_cast<int8_t>(emu[b][q][4 * n + i]));
-            std::memcpy(&emu[c][m][4 * n], &acc, 4);
-        }
-    }
-}
-// TDPBSUD: the same with a's bytes s8 and b's u8.
-inline void emu_dpbsud(int c, int a, int b) {
-    for (int m = 0; m < 16; ++m) {
-        for (int n = 0; n < 16; ++n) {
-            uint32_t acc;
-            std::memcpy(&acc, &emu[c][m][4 * n], 4);
-            for (int q = 0; q < 16; ++q)
-                for (int i = 0; i < 4; ++i)
-                    acc += static_cast<uint32_t>(static_cast<int8_t>(emu[a][m][4 * q + i]) *
-                                                 static_cast<int32_t>(emu[b][q][4 * n + i]));
+                for (int i = 0; i < 4; ++i) {
+                    const uint8_t x = emu[a][m][4 * q + i], y = emu[b][q][4 * n + i];
+                    acc += ASigned ? static_cast<uint32_t>(static_cast<int8_t>(x) * int32_t{y})
+                                   : static_cast<uint32_t>(int32_t{x} * static_cast<int8_t>(y));
+                }
             std::memcpy(&emu[c][m][4 * n], &acc, 4);
         }
     }
@@ -89,8 +78,8 @@ inline void emu_dpbsud(int c, int a, int b) {
 #define TY_TILE_LOAD(t, p, s) emu_load(t, p, s)
 #define TY_TILE_STORE(t, p, s) emu_store(t, p, s)
 #define TY_TILE_ZERO(t) emu_zero(t)
-#define TY_TILE_DP(c, a, b) emu_dpbusd(c, a, b)
-#define TY_TILE_DPSU(c, a, b) emu_dpbsud(c, a, b)
+#define TY_TILE_DP(c, a, b) emu_dp<false>(c, a, b)
+#define TY_TILE_DPSU(c, a, b) emu_dp<true>(c, a, b)
 #define TY_ITEM_NAME amx_item_emulated
 #define TY_STORE_NAME amx_store_emulated
 #define TY_GEMM_NAME amx_gemm_block_emulated

@@ -216,21 +216,6 @@ needs_avx512 = pytest.mark.skipif(
     reason="the amx algorithm's store needs AVX-512 with VBMI")
 
 
-@needs_avx512
-@pytest.mark.parametrize("case", AMX_CASES)
-@pytest.mark.parametrize("in_dtype,in_zp,relu,out_dtype,out_zp",
-                         [(np.uint8, 117, False, np.uint8, 64), (np.int8, -3, True, np.uint8, 64),
-                          (np.uint8, 30, False, np.int8, -7)])
-@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
-def test_conv2d_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
-    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
-    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
-    packed = K.pack_weights(wt, groups)
-    args = (bias, mult, shift, out_zp, relu, out_dtype)
-    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="amx")
-    np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
-
-
 # The packed algorithm's blocks on AMX tiles (int8_amx.h, amx_gemm_block): the stem (C 3, K
 # 147: three chunks, the last one's quads past K read), K of exactly 64, C / groups a multiple
 # of 4 with taps (blocks copied from the quad planes), blocks that span images (staged) and
@@ -246,17 +231,18 @@ PACKED_AMX_CASES = [
 
 
 @needs_avx512
-@pytest.mark.parametrize("case", PACKED_AMX_CASES)
+@pytest.mark.parametrize("case,algorithm", [(c, "amx") for c in AMX_CASES] +
+                         [(c, "packed_amx") for c in PACKED_AMX_CASES])
 @pytest.mark.parametrize("in_dtype,in_zp,relu,out_dtype,out_zp",
                          [(np.uint8, 117, False, np.uint8, 64), (np.int8, -3, True, np.uint8, 64),
                           (np.uint8, 30, False, np.int8, -7)])
 @pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
-def test_conv2d_packed_amx(case, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
-    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 13)
+def test_conv2d_amx(case, algorithm, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
     x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
     packed = K.pack_weights(wt, groups)
     args = (bias, mult, shift, out_zp, relu, out_dtype)
-    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm="packed_amx")
+    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm=algorithm)
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
