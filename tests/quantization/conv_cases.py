@@ -1,7 +1,14 @@
 """The int8 convolution shapes and their random data, shared by the conv tests."""
 import numpy as np
+import pytest
 
+from tianyuan import _C, available_isas
 from tianyuan.quantization import reference as R
+
+# the AMX algorithms' store (and their emulated tiles) needs AVX-512 with VBMI
+needs_avx512 = pytest.mark.skipif(
+    "avx512" not in available_isas() or not _C.cpu_features()["avx512_vbmi"],
+    reason="the amx algorithm's store needs AVX-512 with VBMI")
 
 # (N, C, H, W, OC, kh, kw, stride, padding, dilation, groups)
 # Depthwise with 16 channels or more, which AVX2 runs with the channels in the lanes, blocks

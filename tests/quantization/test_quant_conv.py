@@ -1,12 +1,12 @@
 """Native int8 conv2d (packed and direct algorithms, grouped, depthwise): bit-exact on every
-ISA path."""
+ISA path. The AMX algorithms: test_quant_conv_amx.py."""
 import numpy as np
 import pytest
-from conv_cases import ALGO_CASES, CASES, LANES_CASES, conv_case
+from conv_cases import ALGO_CASES, CASES, LANES_CASES, conv_case, needs_avx512
 from helpers import check_quant, guarded_copy
 
 import tianyuan as ty
-from tianyuan import _C, available_isas
+from tianyuan import available_isas
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -190,90 +190,6 @@ def test_conv2d_reads_nothing_past_the_input(case):
     del x, keep
 
 
-# The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
-# on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
-# strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images; at
-# stride 2 both column phases from one pass (rows of 1, 2 and 3 blocks of 64 padded columns,
-# odd padded widths, padding on one side) and only the even ones (dilation 2, a 1x1 layer).
-AMX_CASES = [
-    (1, 64, 5, 5, 32, 3, 3, 1, 1, 1, 1),
-    (2, 64, 9, 11, 64, 3, 3, 2, 1, 1, 1),
-    (1, 64, 6, 139, 32, 3, 3, 2, (1, 0, 0, 2), 1, 1),
-    (1, 128, 5, 64, 32, 3, 2, (2, 2), (0, 1, 1, 0), 1, 1),
-    (1, 64, 7, 9, 32, 3, 3, (1, 2), 2, 2, 1),
-    (1, 128, 7, 7, 32, 1, 1, 1, 0, 1, 1),
-    (1, 64, 6, 40, 32, 3, 3, 1, (0, 2, 1, 1), (1, 2), 1),
-    (2, 64, 3, 3, 96, 3, 3, 1, 1, 1, 1),
-    (1, 64, 4, 70, 32, 3, 3, 1, 1, 1, 1),
-    (1, 64, 3, 140, 32, 3, 3, 3, 1, 1, 1),
-    (1, 64, 5, 131, 32, 1, 1, 2, 0, 1, 1),
-]
-# The store requantizes 16 channels at once, on s32 lanes where every shift is >= 32, else on
-# s64 ones: scales whose shifts are 29-31 and 32-42 side by side in one 16-channel block.
-AMX_MIXED_SCALES = [3.0, 1e-3, 0.4, 0.9, 2e-4, 1.7, 0.6]
-needs_avx512 = pytest.mark.skipif(
-    "avx512" not in available_isas() or not _C.cpu_features()["avx512_vbmi"],
-    reason="the amx algorithm's store needs AVX-512 with VBMI")
-
-
-# The packed algorithm's blocks on AMX tiles (int8_amx.h, amx_gemm_block): the stem (C 3, K
-# 147: three chunks, the last one's quads past K read), K of exactly 64, C / groups a multiple
-# of 4 with taps (blocks copied from the quad planes), blocks that span images (staged) and
-# last blocks of fewer than 32 and than 16 positions, 32 to 96 channels.
-PACKED_AMX_CASES = [
-    (1, 3, 23, 29, 32, 7, 7, 2, 3, 1, 1),
-    (2, 3, 9, 11, 64, 7, 7, 2, 3, 1, 1),
-    (3, 64, 5, 3, 32, 1, 1, 1, 0, 1, 1),
-    (1, 24, 9, 13, 96, 3, 3, 1, 1, 1, 1),
-    (2, 5, 6, 7, 32, 3, 3, 1, 0, 2, 1),
-    (1, 16, 4, 5, 32, 1, 1, 1, 0, 1, 1),
-]
-
-
-@needs_avx512
-@pytest.mark.parametrize("case,algorithm", [(c, "amx") for c in AMX_CASES] +
-                         [(c, "packed_amx") for c in PACKED_AMX_CASES])
-@pytest.mark.parametrize("in_dtype,in_zp,relu,out_dtype,out_zp",
-                         [(np.uint8, 117, False, np.uint8, 64), (np.int8, -3, True, np.uint8, 64),
-                          (np.uint8, 30, False, np.int8, -7)])
-@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
-def test_conv2d_amx(case, algorithm, in_dtype, in_zp, relu, out_dtype, out_zp, scales):
-    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
-    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype, scales)
-    packed = K.pack_weights(wt, groups)
-    args = (bias, mult, shift, out_zp, relu, out_dtype)
-    got = K.conv2d(x, in_zp, packed, *args, **geom, algorithm=algorithm)
-    np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
-
-
-@pytest.mark.skipif(not _C.cpu_features()["os_amx"], reason="the OS grants no AMX tiles")
-def test_amx_tiles_match_their_emulation():
-    # where the OS grants tiles, the tests above run the real ones; this is the emulated tiles'
-    # check there (both algorithms: TDPBUSD's and TDPBSUD's), which the automatic choice needs
-    assert _C.int8_amx_verified()
-
-
-@needs_avx512
-def test_amx_window():
-    # The AMX store's masked runs (int8_amx.h, AmxWindow): every real position of a window of
-    # 16 virtual ones (rows of wph, the first ow real, nv in all) in exactly one run, at its
-    # NCHW offset oy * ow + ox; the dropped ones (columns ow.., past nv) in none. Stray bytes
-    # past a row's end would land on the next row's start, which a later item may overwrite:
-    # the convolution tests alone need not see them.
-    for wph in (1, 2, 3, 5, 9, 16, 17, 30, 58, 70):
-        for ow in sorted({1, max(1, wph - 2), wph - 1 or 1, wph}):
-            for oh in (1, 2, 7):
-                nv = (oh - 1) * wph + ow
-                for v in range(0, nv + 16, 16):
-                    runs = _C.int8_amx_window(v, wph, ow, nv)
-                    for i in range(16):
-                        p = v + i
-                        real = p < nv and p % wph < ow
-                        hits = [off + i for off, mask in runs if mask >> i & 1]
-                        assert hits == ([p // wph * ow + p % wph] if real else []), \
-                            (wph, ow, nv, v, i, runs)
-
-
 @pytest.mark.parametrize("out_dtype,out_zp,relu", [(np.uint8, 3, False), (np.uint8, 200, True),
                                                   (np.int8, -5, False), (np.int8, 100, True)])
 @pytest.mark.parametrize("algorithm", ["auto", pytest.param("amx", marks=needs_avx512),
@@ -360,15 +276,6 @@ def test_packed_weights_aligned():
         for buf in (p.packed, p.amx) if amx else (p.packed,):
             assert buf.ctypes.data % 64 == 0
         np.testing.assert_array_equal(p.packed, packed.packed)
-
-
-@needs_avx512
-def test_conv2d_amx_errors():
-    packed = K.pack_weights(np.zeros((32, 48, 3, 3), np.int8))
-    assert packed.amx is None and K.pack_weights(np.zeros((32, 64, 1, 1), np.int8)).amx.size
-    with pytest.raises(ValueError, match="amx algorithm needs groups 1, C a multiple of 64"):
-        K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
-                 np.uint8, algorithm="amx")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
