@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu.h"
 #include "int8_amx.h"
 #include "int8_cgemm.h"
 #include "int8_ops.h"
@@ -148,6 +149,15 @@ class Int8Conv {
                                             std::to_string(oc * cg * groups * kh * kw));
             }
             if (narrow_) nw_ = int8_check_narrow(*narrow_, w.size(), oc);
+            // the packed_amx algorithm's weights, once, where it may run (int8_amx.h)
+            const CpuFeatures& cpu = cpu_features();
+            const int64_t kp = int8::round_up(cg * kh * kw, int8::kGroup);
+            if (int8::amx_gemm_takes(oc, groups) && cpu.os_avx512 &&
+                (algo == 4 || (algo == 0 && cpu.os_amx &&
+                               int8::amx_gemm_wins(oc, cg * groups, kh * kw, groups)))) {
+                gemm_.resize(static_cast<size_t>(int8::amx_gemm_size(oc, kp)));
+                int8::amx_gemm_weights(w.data(), oc, kp, gemm_.data());
+            }
         }
         r_ = int8_requant(bias_, mult_, shift_, std::get<0>(wshape_), out_zp, relu, out_signed,
                           op_, out_max);
@@ -166,7 +176,7 @@ class Int8Conv {
         } else {
             int8::conv2d(in, g, w_.data(), sums_.data(), bias_.data(), r_, o,
                          static_cast<int8::ConvAlgo>(algo_), amx_ ? amx_->data() : nullptr,
-                         narrow_ ? &nw_ : nullptr);
+                         narrow_ ? &nw_ : nullptr, gemm_.empty() ? nullptr : gemm_.data());
         }
         return out;
     }
@@ -186,6 +196,7 @@ class Int8Conv {
     std::optional<NarrowArrays> narrow_;
     int8::NarrowWeights nw_{};
     std::vector<int32_t> dw_words_, dw_sums_;  // depthwise: the weights' depthwise_consts
+    std::vector<int8_t> gemm_;                  // the packed_amx algorithm's weights, or empty
     int8::Requant r_{};
 };
 

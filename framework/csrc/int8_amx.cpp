@@ -25,12 +25,6 @@ bool amx_takes(const ConvGeom& g) {
 
 bool amx_wins(const ConvGeom& g) { return amx_takes(g) && g.kh * g.kw > 1; }
 
-bool amx_gemm_takes(const ConvGeom& g) { return g.groups == 1 && g.oc % kAmxOc == 0; }
-
-bool amx_gemm_wins(const ConvGeom& g) {
-    return amx_gemm_takes(g) && !amx_takes(g) && g.kh * g.kw > 1;
-}
-
 void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa) {
     const int64_t chunks = amx_gemm_chunks(kp);
     for (int64_t j = 0; j < oc; ++j) {

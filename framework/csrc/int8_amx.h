@@ -124,13 +124,19 @@ void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
 // sums come out as channel rows of positions, requantized with per-row constants and stored
 // straight into NCHW rows, with no transpose either way. K runs in chunks of kAmxK, the
 // block's quads past kp read (allocated, their weights zero). Groups 1, OC a multiple of 32.
-bool amx_gemm_takes(const ConvGeom& g);
+inline bool amx_gemm_takes(int64_t oc, int64_t groups) {
+    return groups == 1 && oc % kAmxOc == 0;
+}
 // The automatic choice: kernels of more than one tap that amx_takes refuses (C not a
 // multiple of 64: the stem).
-bool amx_gemm_wins(const ConvGeom& g);
+inline bool amx_gemm_wins(int64_t oc, int64_t c, int64_t taps, int64_t groups) {
+    return amx_gemm_takes(oc, groups) && c % kAmxK != 0 && taps > 1;
+}
 inline int64_t amx_gemm_chunks(int64_t kp) { return (kp + kAmxK - 1) / kAmxK; }
-// The conv layout's weights (int8_cgemm.h, packed, oc rows of kp) -> wa, per block of kAmxOc
-// rows, chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp):
+inline int64_t amx_gemm_size(int64_t oc, int64_t kp) { return oc * amx_gemm_chunks(kp) * kAmxK; }
+// The conv layout's weights (int8_cgemm.h, packed, oc rows of kp) -> wa (amx_gemm_size
+// bytes; packed once, where the convolution's weights are fixed), per block of kAmxOc rows,
+// chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp):
 //   wa[((ob * chunks + cc) * 2 + h) * 1024 + o * 64 + kk] = W[ob * 32 + h * 16 + o][cc * 64 + kk]
 void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa);
 // Channels [0, 32) of wa's block (q: theirs) over a packed block of npos (<= kPos) positions:

@@ -237,7 +237,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out, ConvAlgo algo,
-            const int8_t* wamx, const NarrowWeights* narrow) {
+            const int8_t* wamx, const NarrowWeights* narrow, const int8_t* wgemm) {
     if (algo == ConvAlgo::direct && !direct_takes(g)) {
         throw std::invalid_argument("int8_conv2d: the direct algorithm needs C/groups divisible"
                                     " by 4, got " + std::to_string(g.c / g.groups));
@@ -249,15 +249,17 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             "weights packed for it and AVX-512 with VBMI; got C " + std::to_string(g.c) + ", OC " +
             std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
     }
-    if (algo == ConvAlgo::packed_amx && (!amx_gemm_takes(g) || !cpu_features().os_avx512)) {
+    if (algo == ConvAlgo::packed_amx &&
+        (!amx_gemm_takes(g.oc, g.groups) || !wgemm || !cpu_features().os_avx512)) {
         throw std::invalid_argument(
-            "int8_conv2d: the packed_amx algorithm needs groups 1, OC a multiple of 32 and "
-            "AVX-512; got OC " + std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
+            "int8_conv2d: the packed_amx algorithm needs groups 1, OC a multiple of 32, weights "
+            "packed for it and AVX-512; got OC " + std::to_string(g.oc) + ", groups " +
+            std::to_string(g.groups));
     }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
     const bool gemm_amx = algo == ConvAlgo::packed_amx ||
-                          (algo == ConvAlgo::automatic && current_isa() == Isa::amx &&
-                           amx_gemm_wins(g) && amx_verified());
+                          (algo == ConvAlgo::automatic && current_isa() == Isa::amx && wgemm &&
+                           amx_gemm_wins(g.oc, g.c, g.kh * g.kw, g.groups) && amx_verified());
     const NarrowWeights* nw = narrow && narrow_tile() && !gemm_amx ? narrow : nullptr;
     if (nw) packed = nw->packed;
     const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
@@ -276,12 +278,9 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         s.res_ptr = nw->res_ptr;
         s.res = nw->res;
     }
-    std::vector<int8_t> wa;
     if (gemm_amx) {  // one chunk of channels, a block a task
         s.amx_chunks = amx_gemm_chunks(s.kp);
-        wa.resize(static_cast<size_t>(g.oc * s.amx_chunks * kAmxK));
-        amx_gemm_weights(packed, g.oc, s.kp, wa.data());
-        s.amx = wa.data();
+        s.amx = wgemm;
         s.amx_emulate = !cpu_features().os_amx;
         s.chunks = 1;
         s.run = 1;

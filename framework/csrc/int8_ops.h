@@ -37,8 +37,8 @@ static inline int32_t zero_of(const QIn& x) { return x.zero_point + (x.is_signed
 // the shape; AMX where the OS grants it, weights are packed for it, the shape fits and the
 // tiles passed their check); direct needs C/groups % 4 == 0, amx the shapes amx_takes and
 // wamx, packed_amx (the packed algorithm's blocks on AMX tiles, int8_amx.h) groups 1 and OC
-// a multiple of 32, each on real tiles where granted and emulated ones elsewhere
-// (std::invalid_argument otherwise). narrow: the weights' narrow form (int8_cgemm.h,
+// a multiple of 32 and wgemm (amx_gemm_weights), each on real tiles where granted and
+// emulated ones elsewhere (std::invalid_argument otherwise). narrow: the weights' narrow form (int8_cgemm.h,
 // split_narrow), which the AVX2 tiles without VNNI run faster with the same results; others
 // read packed.
 enum class ConvAlgo : int { automatic = 0, packed = 1, direct = 2, amx = 3, packed_amx = 4 };
@@ -46,7 +46,7 @@ struct NarrowWeights;
 void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t* row_sums,
             const int32_t* bias, const Requant& r, uint8_t* out,
             ConvAlgo algo = ConvAlgo::automatic, const int8_t* wamx = nullptr,
-            const NarrowWeights* narrow = nullptr);
+            const NarrowWeights* narrow = nullptr, const int8_t* wgemm = nullptr);
 
 // The VNNI depthwise kernel's constants of the weights w (OC, kh, kw), worked out once where
 // the weights are fixed (Int8Conv): words (OC, kh, depthwise_words_per_row(kw)) s32, a kernel

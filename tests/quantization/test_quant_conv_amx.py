@@ -99,6 +99,6 @@ def test_conv2d_amx_errors():
         K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
                  np.uint8, algorithm="amx")
     with pytest.raises(ValueError, match="packed_amx algorithm needs groups 1, OC a multiple of "
-                                         "32 and AVX-512; got OC 16, groups 1"):
+                                         "32, .*; got OC 16, groups 1"):
         K.conv2d(np.zeros((1, 3, 5, 5), np.uint8), 0, K.pack_weights(np.zeros((16, 3, 3, 3),
                  np.int8)), 0, 1 << 30, 31, 0, False, np.uint8, algorithm="packed_amx")
