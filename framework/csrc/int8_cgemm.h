@@ -254,6 +254,12 @@ bool depthwise_lanes_avx2_takes(const ConvGeom& g);
 void depthwise_lanes_avx2(const QIn& x, const ConvGeom& g, const int8_t* w,
                           const int32_t* bias, const Requant& r, const int64_t* at,
                           uint8_t* out);
+// Its AVX512-VNNI twin (int8_depthwise_lanes_vnni.cpp): column dilation 1, kernels up to 8x8,
+// every shift 33 or more (r.shift of the g.oc channels); words, sums: depthwise_consts.
+bool depthwise_lanes_vnni_takes(const ConvGeom& g, const Requant& r);
+void depthwise_lanes_vnni(const QIn& x, const ConvGeom& g, const int32_t* words,
+                          const int32_t* sums, const int32_t* bias, const Requant& r,
+                          const int64_t* at, uint8_t* out);
 // AVX-VNNI (vpdpbusd on ymm; column dilation 1, strides 1 and 2, kernels up to 8x8:
 // depthwise_avxvnni_takes).
 bool depthwise_avxvnni_takes(const ConvGeom& g);

@@ -1,5 +1,6 @@
-// int8 depthwise convolution (groups == C): the dispatch between the VNNI kernel, the AVX-512,
-// AVX-VNNI and AVX2 ones (AVX2's two: per plane, and with the channels in the lanes) and the
+// int8 depthwise convolution (groups == C): the dispatch between the VNNI kernels, the AVX-512,
+// AVX-VNNI and AVX2 ones (VNNI's and AVX2's two: per plane, and with the channels in the
+// lanes) and the
 // generic direct loops (one channel's K is tiny, so no GEMM), and the lane masks of the VNNI
 // kernel's unpadded path, worked out once per geometry and kept.
 #include <array>
@@ -148,6 +149,28 @@ bool lanes_wins(const ConvGeom& g) {
            (g.sw >= 2 || g.oh * g.ow <= 28 * 28);
 }
 
+// Whether the VNNI kernel with channels in the lanes runs g (where it takes g): maps of up to
+// 14x14 at stride 2, 7x7 at stride 1. On Zen 4 (2 threads; batch 16 / 1) it took 0.36-0.49x /
+// 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
+// 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
+// ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
+// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there.
+bool lanes_vnni_wins(const ConvGeom& g) {
+    return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
+           g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);
+}
+
+// Input position (y, x)'s byte in the padded position-major plane of the kernels with channels
+// in the lanes.
+std::vector<int64_t> lanes_at(const ConvGeom& g) {
+    const int64_t wp = g.w + g.pl + g.pr;
+    std::vector<int64_t> at(static_cast<size_t>(g.h * g.w));
+    for (int64_t y = 0; y < g.h; ++y) {
+        for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
+    }
+    return at;
+}
+
 }  // namespace
 
 void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
@@ -172,6 +195,10 @@ void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                       const Requant& r, uint8_t* out, const int32_t* words,
                       const int32_t* sums) {
+    if (current_isa() >= Isa::vnni && lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r)) {
+        depthwise_lanes_vnni(x, g, words, sums, bias, r, lanes_at(g).data(), out);
+        return;
+    }
     if (current_isa() >= Isa::vnni && depthwise_vnni_takes(g)) {
         std::vector<uint64_t> local;
         const int nd = depthwise_words_per_row(g.kw);
@@ -189,12 +216,7 @@ void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const in
         return;
     }
     if (current_isa() >= Isa::avx2 && depthwise_lanes_avx2_takes(g) && lanes_wins(g)) {
-        const int64_t wp = g.w + g.pl + g.pr;
-        std::vector<int64_t> at(static_cast<size_t>(g.h * g.w));
-        for (int64_t y = 0; y < g.h; ++y) {
-            for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
-        }
-        depthwise_lanes_avx2(x, g, w, bias, r, at.data(), out);
+        depthwise_lanes_avx2(x, g, w, bias, r, lanes_at(g).data(), out);
         return;
     }
     if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {

@@ -15,7 +15,10 @@ needs_avx512 = pytest.mark.skipif(
 # of 16 (int8_depthwise_lanes_avx2.cpp) where there are as many (image, block) pairs as
 # threads: a part-filled last block, stride 2, 5x5 (no fixed pair count), dilation with
 # asymmetric padding, a map of fewer than 32 positions, one of 33 (the input's 32-position
-# transposes and the output's, each with a tail), 1x1 with stride 3.
+# transposes and the output's, each with a tail), 1x1 with stride 3. VNNI's twin
+# (int8_depthwise_lanes_vnni.cpp) runs those of up to 7x7 outputs (14x14 at stride 2) and
+# column dilation 1, and these: 5x5 (two tap words a row), a 3x6 kernel with row dilation
+# (the general row loop, taps 6 and 7 zero), column stride 2 with row stride 1.
 LANES_CASES = [
     (2, 20, 7, 7, 20, 3, 3, 1, 1, 1, 20),
     (1, 37, 14, 13, 37, 3, 3, 2, 1, 1, 37),
@@ -24,6 +27,9 @@ LANES_CASES = [
     (3, 16, 5, 6, 16, 3, 3, 1, 1, 1, 16),
     (2, 17, 3, 11, 17, 1, 1, 1, 0, 1, 17),
     (2, 32, 8, 8, 32, 1, 1, 3, 0, 1, 32),
+    (2, 16, 7, 7, 16, 5, 5, 1, 2, 1, 16),
+    (1, 35, 9, 8, 35, 3, 6, 2, (1, 1, 2, 3), (2, 1), 35),
+    (2, 16, 6, 9, 16, 3, 3, (1, 2), 1, 1, 16),
 ]
 CASES = [
     (1, 3, 5, 5, 4, 1, 1, 1, 0, 1, 1),            # 1x1: straight to the GEMM
