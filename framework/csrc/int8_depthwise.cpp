@@ -1,8 +1,7 @@
 // int8 depthwise convolution (groups == C): the dispatch between the VNNI kernels, the AVX-512,
 // AVX-VNNI and AVX2 ones (VNNI's and AVX2's two: per plane, and with the channels in the
-// lanes) and the
-// generic direct loops (one channel's K is tiny, so no GEMM), and the lane masks of the VNNI
-// kernel's unpadded path, worked out once per geometry and kept.
+// lanes) and the generic direct loops (one channel's K is tiny, so no GEMM), and the lane
+// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept.
 #include <array>
 #include <cstring>
 #include <map>
@@ -154,7 +153,8 @@ bool lanes_wins(const ConvGeom& g) {
 // 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
 // 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
 // ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
-// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there.
+// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. (Not yet
+// measured on Intel's full-width AVX-512; the amx level runs it too.)
 bool lanes_vnni_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);
