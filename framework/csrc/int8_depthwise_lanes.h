@@ -1,5 +1,5 @@
 // What the depthwise kernels with channels in the lanes share (int8_depthwise_lanes_avx2.cpp,
-// int8_depthwise_lanes_vbmi.cpp): per image and block of 16 channels, the 16 input planes are
+// int8_depthwise_lanes_vnni.cpp): per image and block of 16 channels, the 16 input planes are
 // transposed into one position-major plane (16 bytes, the block's channels, per position)
 // padded with the zero point, a kernel computes each output position's 16 channels into a
 // position-major output plane, and that is transposed back into the NCHW rows. On 7x7 and
