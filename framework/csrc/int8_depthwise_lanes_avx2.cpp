@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "int8_depthwise_lanes.h"
 #include "int8_requant_avx2.h"
