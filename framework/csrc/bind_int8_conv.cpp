@@ -152,9 +152,9 @@ class Int8Conv {
             // the packed_amx algorithm's weights, once, where it may run (int8_amx.h)
             const CpuFeatures& cpu = cpu_features();
             const int64_t kp = int8::round_up(cg * kh * kw, int8::kGroup);
-            if (int8::amx_gemm_takes(oc, groups) && cpu.os_avx512 &&
+            if (int8::amx_gemm_takes(groups) && cpu.os_avx512 &&
                 (algo == 4 || (algo == 0 && cpu.os_amx &&
-                               int8::amx_gemm_wins(oc, cg * groups, kh * kw, groups)))) {
+                               int8::amx_gemm_may_win(oc, cg * groups, kh * kw, groups)))) {
                 gemm_.resize(static_cast<size_t>(int8::amx_gemm_size(oc, kp)));
                 int8::amx_gemm_weights(w.data(), oc, kp, gemm_.data());
             }

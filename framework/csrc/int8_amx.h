@@ -118,35 +118,51 @@ struct AmxWindow {
 // in place: returned, the struct's copy had cost a store-forwarding stall per position block.
 void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
 // The packed algorithm's blocks on AMX tiles (ConvAlgo::packed_amx) for layers the planes
-// above cannot take (the stem: C = 3, K = 147): TDPBSUD takes the weights as the signed
+// above cannot take (the stem: C = 3, K = 147) or do not win (1x1 layers): TDPBSUD takes the weights as the signed
 // operand, 16 channels x 64 k a tile, and the packed block (int8_cgemm.h: k-quad q's kPos
 // positions at buf + q * kPos * 4) as the unsigned one, 16 k-quads x 16 positions, so the
 // sums come out as channel rows of positions, requantized with per-row constants and stored
 // straight into NCHW rows, with no transpose either way. K runs in chunks of kAmxK, the
-// block's quads past kp read (allocated, their weights zero). Groups 1, OC a multiple of 32.
-inline bool amx_gemm_takes(int64_t oc, int64_t groups) {
-    return groups == 1 && oc % kAmxOc == 0;
+// block's quads past kp read (allocated, their weights zero). Groups 1; OC rounded up to a
+// multiple of 32 with zero weights, whose rows are computed and not stored.
+inline bool amx_gemm_takes(int64_t groups) { return groups == 1; }
+// Whether the automatic choice may take it for a layer (the weights are packed for it once
+// where it may): kernels of more than one tap that amx_takes refuses (C not a multiple of 64:
+// the stems) with OC a multiple of 32, and 1x1 kernels of 32 or more input channels.
+inline bool amx_gemm_may_win(int64_t oc, int64_t c, int64_t taps, int64_t groups) {
+    if (!amx_gemm_takes(groups)) return false;
+    return taps > 1 ? oc % kAmxOc == 0 && c % kAmxK != 0 : c >= 32;
 }
-// The automatic choice: kernels of more than one tap that amx_takes refuses (C not a
-// multiple of 64: the stem).
-inline bool amx_gemm_wins(int64_t oc, int64_t c, int64_t taps, int64_t groups) {
-    return amx_gemm_takes(oc, groups) && c % kAmxK != 0 && taps > 1;
-}
+// The automatic choice for a call (int8_amx.cpp has the figures).
+bool amx_gemm_wins(const ConvGeom& g);
 inline int64_t amx_gemm_chunks(int64_t kp) { return (kp + kAmxK - 1) / kAmxK; }
-inline int64_t amx_gemm_size(int64_t oc, int64_t kp) { return oc * amx_gemm_chunks(kp) * kAmxK; }
+inline int64_t amx_gemm_size(int64_t oc, int64_t kp) {
+    return (oc + kAmxOc - 1) / kAmxOc * kAmxOc * amx_gemm_chunks(kp) * kAmxK;
+}
 // The conv layout's weights (int8_cgemm.h, packed, oc rows of kp) -> wa (amx_gemm_size
 // bytes; packed once, where the convolution's weights are fixed), per block of kAmxOc rows,
-// chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp):
+// chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp and past oc):
 //   wa[((ob * chunks + cc) * 2 + h) * 1024 + o * 64 + kk] = W[ob * 32 + h * 16 + o][cc * 64 + kk]
 void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa);
-// Channels [0, 32) of wa's block (q: theirs) over a packed block of npos (<= kPos) positions:
-// dst[o * ldo + p] for o < 32, p < npos. Needs tiles configured (amx_tiles_begin) unless
+// Where a packed block's positions go: lane p (bit p of mask) of channel ch's row to out +
+// off + ch * ld + p (masked stores: bytes outside the mask are neither read nor written). A
+// block inside one image is one segment; one that spans images, a segment an image.
+struct AmxSeg {
+    int64_t off;
+    uint64_t mask;
+};
+// Channels [j0, j1) (j0 a multiple of kAmxOc) over a packed block of npos (<= kPos) positions,
+// the layer's parameters at q.*[ch] for channel ch. Per chunk of kAmxOc channels the tiles run
+// the block's position halves (32 positions a pass, 4 accumulators) into one of two s32
+// stages, and the previous chunk's stage is requantized, a row of 64 positions to a store,
+// in pieces between this chunk's tile steps. Needs tiles configured (amx_tiles_begin) unless
 // emulated.
-void amx_gemm_block_tiles(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t npos,
-                          const RowParams& q, const Requant& r, uint8_t* dst, int64_t ldo);
-void amx_gemm_block_emulated(const uint8_t* buf, int64_t chunks, const int8_t* wa,
-                             int64_t npos, const RowParams& q, const Requant& r, uint8_t* dst,
-                             int64_t ldo);
+void amx_gemm_block_tiles(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
+                          int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
+                          uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs);
+void amx_gemm_block_emulated(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
+                             int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
+                             uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs);
 
 // The store alone (what the item loop spreads over its steps).
 void amx_requant(const AmxPending& pending);

@@ -83,7 +83,8 @@ constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512, kWideMaxSmall = 8192;
 // 32 -> 16 and 24 / 32 -> 144 layers (2-7 MB) were 3-5 % slower so.
 constexpr int64_t kRunBlocks = 8, kRunMaxDepth = 64, kRunMinOutput = int64_t{1} << 23;
 
-ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
+// amx: the blocks' products run on AMX tiles (amx_gemm_block), channels kAmxOc a block.
+ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     ConvPlan s;
     s.hp = g.h + g.pt + g.pb;
     s.wp = g.w + g.pl + g.pr;
@@ -121,7 +122,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
     s.qoff.resize(static_cast<size_t>(s.kp / kGroup));
     for (int64_t q = 0; q < s.kp / kGroup; ++q) s.qoff[q] = q * kPos * kGroup;
     // Few position blocks (batch 1, small maps): also split the output channels.
-    const int64_t oblocks = (s.ocg + kOcBlock - 1) / kOcBlock;
+    const int64_t unit = amx ? kAmxOc : kOcBlock, oblocks = (s.ocg + unit - 1) / unit;
     const int64_t threads = omp_get_max_threads();
     const int64_t tasks = g.groups * s.blocks, want = 2 * threads;
     s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
@@ -136,7 +137,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow) {
     s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512
              : current_isa() >= Isa::avx2 ? pack_block_avx2 : pack_block_generic;
     s.tile = cgemm_tile(narrow);
-    if (s.chunks == 1 && s.kp <= kRunMaxDepth && g.n * g.oc * s.p >= kRunMinOutput &&
+    if (!amx && s.chunks == 1 && s.kp <= kRunMaxDepth && g.n * g.oc * s.p >= kRunMinOutput &&
         s.blocks >= 16 * kRunBlocks * threads) {
         s.run = kRunBlocks;
     }
@@ -152,23 +153,18 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
     Span spans[kPos];
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
     const int64_t c0 = gi * s.ocg;
-    if (s.amx) {  // all channels, kAmxOc at a time (groups 1, one chunk of channels)
+    if (s.amx) {  // channels [ob0, ob1) * kAmxOc (groups 1), every span by masked stores
         const auto gemm = s.amx_emulate ? amx_gemm_block_emulated : amx_gemm_block_tiles;
-        alignas(64) uint8_t stage[kAmxOc * kPos];
-        for (int64_t j = 0; j < g.oc; j += kAmxOc) {
-            const RowParams q{b.data() + j, r.multiplier + j, r.shift + j};
-            const int8_t* w = s.amx + j / kAmxOc * s.amx_chunks * 2048;
-            if (nspans == 1) {
-                gemm(buf, s.amx_chunks, w, npos, q, r,
-                     out + (spans[0].n * g.oc + j) * s.p + spans[0].q, s.p);
-                continue;
-            }
-            gemm(buf, s.amx_chunks, w, npos, q, r, stage, kPos);
-            for (int64_t i = 0; i < kAmxOc; ++i)
-                for (int64_t t = 0; t < nspans; ++t)
-                    std::memcpy(out + (spans[t].n * g.oc + j + i) * s.p + spans[t].q,
-                                stage + i * kPos + spans[t].lane,
-                                static_cast<size_t>(spans[t].len));
+        AmxSeg segs[kPos];
+        for (int64_t t = 0; t < nspans; ++t) {
+            const Span& u = spans[t];
+            segs[t] = {u.n * g.oc * s.p + u.q - u.lane,
+                       low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
+        }
+        const int64_t j0 = ob0 * kAmxOc, j1 = ob1 * kAmxOc < g.oc ? ob1 * kAmxOc : g.oc;
+        if (j0 < j1) {
+            gemm(buf, s.amx_chunks, s.amx, j0, j1, npos, RowParams{b.data(), r.multiplier, r.shift},
+                 r, out, s.p, segs, static_cast<int>(nspans));
         }
         return;
     }
@@ -250,16 +246,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             std::to_string(g.oc) + ", groups " + std::to_string(g.groups));
     }
     if (algo == ConvAlgo::packed_amx &&
-        (!amx_gemm_takes(g.oc, g.groups) || !wgemm || !cpu_features().os_avx512)) {
+        (!amx_gemm_takes(g.groups) || !wgemm || !cpu_features().os_avx512)) {
         throw std::invalid_argument(
-            "int8_conv2d: the packed_amx algorithm needs groups 1, OC a multiple of 32, weights "
-            "packed for it and AVX-512; got OC " + std::to_string(g.oc) + ", groups " +
-            std::to_string(g.groups));
+            "int8_conv2d: the packed_amx algorithm needs groups 1, weights packed for it and "
+            "AVX-512; got groups " + std::to_string(g.groups));
     }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
     const bool gemm_amx = algo == ConvAlgo::packed_amx ||
                           (algo == ConvAlgo::automatic && current_isa() == Isa::amx && wgemm &&
-                           amx_gemm_wins(g.oc, g.c, g.kh * g.kw, g.groups) && amx_verified());
+                           amx_gemm_wins(g) && amx_verified());
     const NarrowWeights* nw = narrow && narrow_tile() && !gemm_amx ? narrow : nullptr;
     if (nw) packed = nw->packed;
     const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
@@ -273,18 +268,17 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                       b.data(), r, out);
         return;
     }
-    ConvPlan s = plan(x, g, nw != nullptr);
+    ConvPlan s = plan(x, g, nw != nullptr, gemm_amx);
     if (nw) {
         s.res_ptr = nw->res_ptr;
         s.res = nw->res;
     }
-    if (gemm_amx) {  // one chunk of channels, a block a task
+    if (gemm_amx) {
         s.amx_chunks = amx_gemm_chunks(s.kp);
         s.amx = wgemm;
         s.amx_emulate = !cpu_features().os_amx;
-        s.chunks = 1;
-        s.run = 1;
     }
+    const bool tiles = s.amx && !s.amx_emulate;
     uint8_t* table = gemm_amx ? nullptr : chans_space(s.tile, s.blocks, g.oc);
     s.chans = table;
     const int64_t blocks = g.groups * s.blocks, quads = s.kp / kGroup;
@@ -306,7 +300,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             // the AMX tiles read the last chunk's quads past kp too
             const int64_t depth = s.amx ? s.amx_chunks * kAmxK : s.kp;
             uint8_t* buf = thread_space(Space::block, run * depth * kPos);
-            if (s.amx && !s.amx_emulate) amx_tiles_begin();
+            if (tiles) amx_tiles_begin();
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < g.groups * runs; ++t) {
                 const int64_t gi = t / runs, b0 = t % runs * run;
@@ -323,13 +317,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                         run_tiles(s, g, packed, b, r, buf + (blk - b0) * s.kp * kPos, gi, blk,
                                   ob, ob + 1, out);
             }
-            if (s.amx && !s.amx_emulate) amx_tiles_end();
+            if (tiles) amx_tiles_end();
         }
         return;
     }
     // Few blocks (batch 1, small maps): pack them all once, split along k, then split
-    // the output channels into chunks over the shared packed blocks.
-    uint8_t* all = thread_space(Space::blocks, blocks * s.kp * kPos);
+    // the output channels into chunks over the shared packed blocks (the AMX tiles read the
+    // last block's quads past kp too).
+    const int64_t slack = s.amx ? (s.amx_chunks * kAmxK - s.kp) * kPos : 0;
+    uint8_t* all = thread_space(Space::blocks, blocks * s.kp * kPos + slack);
     const int64_t parts = s.chunks, per = (quads + parts - 1) / parts;
 #pragma omp parallel
     {
@@ -343,12 +339,14 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             if (q0 < q1) pack_part(s, g, bt / s.blocks, bt % s.blocks, q0, q1,
                                    all + bt * s.kp * kPos);
         }
+        if (tiles) amx_tiles_begin();
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * s.chunks; ++t) {
             const int64_t ch = t % s.chunks, bt = t / s.chunks;
             run_tiles(s, g, packed, b, r, all + bt * s.kp * kPos, bt / s.blocks, bt % s.blocks,
                       ch * s.ob_per_chunk, (ch + 1) * s.ob_per_chunk, out);
         }
+        if (tiles) amx_tiles_end();
     }
 }
 

@@ -123,6 +123,43 @@ static inline __attribute__((always_inline)) void drain_piece(Drain& d, int piec
     }
 }
 
+// The packed blocks' store (amx_gemm_block): a chunk's stage holds kAmxOc channel rows of kPos
+// s32 (positions past npos undefined); piece i (< kRowPieces) requantizes rows 4i .. 4i + 3
+// (those of channels below end),
+// each with its channel's broadcast constants, to one 64-byte vector stored per segment.
+constexpr int kRowPieces = kAmxOc / 4;
+struct RowDrain {
+    const int32_t* acc;  // the stage, or null: nothing pending
+    int64_t j, end;      // its first channel; the layer's channels end there
+    const RowParams* q;
+    const Requant* r;
+    RowQ rq;
+    int64_t npos, ld;
+    uint8_t* out;
+    const AmxSeg* segs;
+    int nsegs;
+};
+
+static inline __attribute__((always_inline)) void row_drain_piece(const RowDrain& d, int piece) {
+    const int64_t last = d.j + 4 * piece + 4 < d.end ? d.j + 4 * piece + 4 : d.end;
+    for (int64_t ch = d.j + 4 * piece; ch < last; ++ch) {
+        const ChannelQ c = channel_q(d.q->bias[ch], d.q->multiplier[ch], d.q->shift[ch], *d.r);
+        const int32_t* a = d.acc + (ch - d.j) * kPos;
+        const __m512i y0 = requant16_y(_mm512_load_si512(a), c);
+        const __m512i y1 = requant16_y(_mm512_load_si512(a + 16), c);
+        __m512i y2 = _mm512_setzero_si512(), y3 = y2;
+        if (d.npos > 32) {
+            y2 = requant16_y(_mm512_load_si512(a + 32), c);
+            y3 = requant16_y(_mm512_load_si512(a + 48), c);
+        }
+        const __m512i v = requant_row64(y0, y1, y2, y3, d.rq);
+        uint8_t* row = d.out + ch * d.ld;
+        for (int s = 0; s < d.nsegs; ++s) {
+            _mm512_mask_storeu_epi8(row + d.segs[s].off, d.segs[s].mask, v);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace int8
 }  // namespace tianyuan

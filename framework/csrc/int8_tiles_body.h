@@ -46,46 +46,50 @@ void TY_STORE_NAME(int32_t* acc) {
 }
 
 // amx_gemm_block (int8_amx.h): tiles 4-5 the weights' channel halves, 6-7 the block's two
-// position halves; 0-3 the sums (channels 0-15 | 16-31) x (positions 0-15 | 16-31).
-void TY_GEMM_NAME(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t npos,
-                  const RowParams& q, const Requant& r, uint8_t* dst, int64_t ldo) {
-    alignas(64) int32_t acc[kAmxOc * kAmxPos];  // [channel][position]
-    constexpr int64_t kRow = kPos * kGroup;     // a k-quad's bytes in the block
-    for (int64_t p0 = 0; p0 < npos; p0 += kAmxPos) {
-        TY_TILE_ZERO(0);
-        TY_TILE_ZERO(1);
-        TY_TILE_ZERO(2);
-        TY_TILE_ZERO(3);
-        __asm__ volatile("" ::: "memory");  // the block was written by ordinary stores
-        const int8_t* w = wa;
-        const uint8_t* b = buf + p0 * kGroup;
-        for (int64_t cc = 0; cc < chunks; ++cc, w += 2048, b += 16 * kRow) {
-            TY_TILE_LOAD(4, w, 64);
-            TY_TILE_LOAD(6, b, kRow);
-            TY_TILE_DPSU(0, 4, 6);
-            TY_TILE_LOAD(7, b + 16 * kGroup, kRow);
-            TY_TILE_DPSU(1, 4, 7);
-            TY_TILE_LOAD(5, w + 1024, 64);
-            TY_TILE_DPSU(2, 5, 6);
-            TY_TILE_DPSU(3, 5, 7);
-        }
-        TY_TILE_STORE(0, acc, kAmxPos * 4);
-        TY_TILE_STORE(1, acc + 16, kAmxPos * 4);
-        TY_TILE_STORE(2, acc + 16 * kAmxPos, kAmxPos * 4);
-        TY_TILE_STORE(3, acc + 16 * kAmxPos + 16, kAmxPos * 4);
-        __asm__ volatile("" ::: "memory");  // acc is read by ordinary loads next
-        const int64_t n = npos - p0 < kAmxPos ? npos - p0 : kAmxPos;
-        const __mmask16 m0 = static_cast<__mmask16>(low_mask64(n < 16 ? n : 16));
-        const __mmask16 m1 = static_cast<__mmask16>(low_mask64(n > 16 ? n - 16 : 0));
-        for (int64_t o = 0; o < kAmxOc; ++o) {
-            const ChannelQ c = channel_q(q.bias[o], q.multiplier[o], q.shift[o], r);
-            uint8_t* row = dst + o * ldo + p0;
-            const int32_t* a = acc + o * kAmxPos;
-            _mm_mask_storeu_epi8(row, m0, _mm512_cvtepi32_epi8(requant16(_mm512_load_si512(a), c)));
-            if (m1) {
-                _mm_mask_storeu_epi8(row + 16, m1,
-                                     _mm512_cvtepi32_epi8(requant16(_mm512_load_si512(a + 16), c)));
+// position halves; 0-3 the sums (channels 0-15 | 16-31) x (positions 0-15 | 16-31) of a pass.
+void TY_GEMM_NAME(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0, int64_t j1,
+                  int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ld,
+                  const AmxSeg* segs, int nsegs) {
+    alignas(64) int32_t stage[2][kAmxOc * kPos];  // [channel][position], two chunks'
+    constexpr int64_t kRow = kPos * kGroup;        // a k-quad's bytes in the block
+    const int64_t passes = npos > kAmxPos ? 2 : 1, steps = passes * chunks;
+    RowDrain d{nullptr, 0, j1, &q, &r, row_q(r), npos, ld, out, segs, nsegs};
+    int slot = 0;
+    for (int64_t j = j0; j < j1; j += kAmxOc, slot ^= 1) {
+        // the previous chunk's pieces: after step s, those below kRowPieces * (s + 1) / steps
+        int piece = 0;
+        int64_t due = 0;
+        for (int64_t pass = 0; pass < passes; ++pass) {
+            TY_TILE_ZERO(0);
+            TY_TILE_ZERO(1);
+            TY_TILE_ZERO(2);
+            TY_TILE_ZERO(3);
+            __asm__ volatile("" ::: "memory");  // the block was written by ordinary stores
+            const int8_t* w = wa + j / kAmxOc * chunks * 2048;
+            const uint8_t* b = buf + pass * kAmxPos * kGroup;
+            for (int64_t cc = 0; cc < chunks; ++cc, w += 2048, b += 16 * kRow) {
+                TY_TILE_LOAD(4, w, 64);
+                TY_TILE_LOAD(6, b, kRow);
+                TY_TILE_DPSU(0, 4, 6);
+                TY_TILE_LOAD(7, b + 16 * kGroup, kRow);
+                TY_TILE_DPSU(1, 4, 7);
+                TY_TILE_LOAD(5, w + 1024, 64);
+                TY_TILE_DPSU(2, 5, 6);
+                TY_TILE_DPSU(3, 5, 7);
+                if (!d.acc) continue;
+                for (due += kRowPieces; due >= steps; due -= steps) row_drain_piece(d, piece++);
             }
+            int32_t* acc = stage[slot] + pass * kAmxPos;
+            TY_TILE_STORE(0, acc, kPos * 4);
+            TY_TILE_STORE(1, acc + 16, kPos * 4);
+            TY_TILE_STORE(2, acc + 16 * kPos, kPos * 4);
+            TY_TILE_STORE(3, acc + 16 * kPos + 16, kPos * 4);
+            __asm__ volatile("" ::: "memory");  // the stage is read by ordinary loads next
         }
+        d.acc = stage[slot];
+        d.j = j;
+    }
+    if (d.acc) {
+        for (int piece = 0; piece < kRowPieces; ++piece) row_drain_piece(d, piece);
     }
 }

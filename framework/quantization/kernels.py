@@ -252,8 +252,8 @@ class PreparedConv:
     channel-quad copy of the input; needs C/groups divisible by 4; layouts in
     framework/csrc/int8_cgemm.h), "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
     of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests) or
-    "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1, OC a
-    multiple of 32, AVX-512; emulated tiles likewise).
+    "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1,
+    AVX-512; emulated tiles likewise).
     Depthwise convolutions have their own kernel and ignore it.
     """
 

@@ -36,7 +36,9 @@ AMX_MIXED_SCALES = [3.0, 1e-3, 0.4, 0.9, 2e-4, 1.7, 0.6]
 # The packed algorithm's blocks on AMX tiles (int8_amx.h, amx_gemm_block): the stem (C 3, K
 # 147: three chunks, the last one's quads past K read), K of exactly 64, C / groups a multiple
 # of 4 with taps (blocks copied from the quad planes), blocks that span images (staged) and
-# last blocks of fewer than 32 and than 16 positions, 32 to 96 channels.
+# last blocks of fewer than 32 and than 16 positions, 16 to 128 channels (up to 4 chunks of 32,
+# each stored during the next one's tile steps; OC not a multiple of 32: the last chunk's
+# rows past OC computed, not stored), 1x1 layers at strides 1 and 2.
 PACKED_AMX_CASES = [
     (1, 3, 23, 29, 32, 7, 7, 2, 3, 1, 1),
     (2, 3, 9, 11, 64, 7, 7, 2, 3, 1, 1),
@@ -44,6 +46,10 @@ PACKED_AMX_CASES = [
     (1, 24, 9, 13, 96, 3, 3, 1, 1, 1, 1),
     (2, 5, 6, 7, 32, 3, 3, 1, 0, 2, 1),
     (1, 16, 4, 5, 32, 1, 1, 1, 0, 1, 1),
+    (3, 96, 7, 7, 128, 1, 1, 1, 0, 1, 1),
+    (2, 64, 9, 11, 64, 1, 1, 2, 0, 1, 1),
+    (2, 58, 6, 7, 58, 1, 1, 1, 0, 1, 1),
+    (1, 24, 9, 9, 16, 1, 1, 1, 0, 1, 1),
 ]
 
 
@@ -98,7 +104,6 @@ def test_conv2d_amx_errors():
     with pytest.raises(ValueError, match="amx algorithm needs groups 1, C a multiple of 64"):
         K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
                  np.uint8, algorithm="amx")
-    with pytest.raises(ValueError, match="packed_amx algorithm needs groups 1, OC a multiple of "
-                                         "32, .*; got OC 16, groups 1"):
-        K.conv2d(np.zeros((1, 3, 5, 5), np.uint8), 0, K.pack_weights(np.zeros((16, 3, 3, 3),
-                 np.int8)), 0, 1 << 30, 31, 0, False, np.uint8, algorithm="packed_amx")
+    with pytest.raises(ValueError, match="packed_amx algorithm needs groups 1, .*; got groups 2"):
+        K.conv2d(np.zeros((1, 4, 5, 5), np.uint8), 0, K.pack_weights(np.zeros((16, 2, 3, 3),
+                 np.int8), 2), 0, 1 << 30, 31, 0, False, np.uint8, algorithm="packed_amx")
