@@ -25,18 +25,22 @@ bool amx_takes(const ConvGeom& g) {
 
 bool amx_wins(const ConvGeom& g) { return amx_takes(g) && g.kh * g.kw > 1; }
 
-// 1x1 layers: over 2048 or more output positions (the batch's), where OC <= 2 C, or over 64 or
-// fewer. Against the VNNI packed blocks on a 2-vCPU Emerald Rapids host (minima over 3-4
-// alternating processes, 2026-12-06): at batch 16 MobileNetV2's 1x1 layers took 0.23-0.78x
-// their time (the stem too: 0.71x), ShuffleNetV2's 0.61-0.90x but 1.18-1.29x at 24 input
-// channels, ResNet-18's downsamples 0.62-0.82x. At batch 1 (channels split over the threads
-// where the blocks are few) the layers with OC <= 2 C took 0.69-1.08x, the 7x7 ones 0.70-0.90x,
-// the other expansions 1.02-1.46x (their store, not their products, is the work there).
+// 1x1 layers of 32 or more output channels: over 2048 or more output positions (the batch's),
+// 784 or more (a 7x7 map at batch 16) with C >= 64, 64 or fewer, or where OC <= 2 C. Against
+// the VNNI packed blocks on a 2-vCPU Emerald Rapids host (minima over 3-4 alternating
+// processes, 2026-12-06): at batch 16 MobileNetV2's 1x1 layers took 0.23-0.78x their time
+// (the stem too: 0.71x) but 1.17-1.31x at 16 and 24 output channels (one chunk of tiles,
+// half of it wasted, against a VNNI tile of 6 channels), ShuffleNetV2's 0.61-0.90x but
+// 1.18-1.29x at 24 input channels, ResNet-18's downsamples 0.62-0.82x. At batch 1 (channels
+// split over the threads where the blocks are few) the layers with OC <= 2 C took 0.69-1.08x,
+// the 7x7 ones 0.70-0.90x, the other expansions 1.02-1.46x (the store, not the products, is
+// their work).
 bool amx_gemm_wins(const ConvGeom& g) {
     if (!amx_gemm_may_win(g.oc, g.c, g.kh * g.kw, g.groups)) return false;
     if (g.kh * g.kw > 1) return true;
     const int64_t positions = g.n * g.oh * g.ow;
-    return positions >= 2048 || g.oc <= 2 * g.c || positions <= 64;
+    return positions >= 2048 || (positions >= 784 && g.c >= 64) ||
+           positions <= 64 || g.oc <= 2 * g.c;
 }
 
 void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa) {
@@ -302,12 +306,15 @@ bool amx_verified() {
         const RowParams q{bias.data(), mult.data(), shift.data()};
         std::vector<uint8_t> real_block(32 * kPos), emulated_block(32 * kPos);
         const AmxSeg seg{0, low_mask64(40)};
+        AmxGemmState st;
         amx_tiles_begin();
         amx_gemm_block_tiles(buf.data(), 2, wa.data(), 0, 32, 40, q, r, real_block.data(), kPos,
-                             &seg, 1);
+                             &seg, 1, st);
         amx_tiles_end();
+        amx_gemm_flush(st);
         amx_gemm_block_emulated(buf.data(), 2, wa.data(), 0, 32, 40, q, r, emulated_block.data(),
-                                kPos, &seg, 1);
+                                kPos, &seg, 1, st);
+        amx_gemm_flush(st);
         same = same && real_block == emulated_block;
         if (!same) {
             std::fprintf(stderr, "tianyuan: AMX int8 tiles disagree with their emulation; int8 "

@@ -128,10 +128,10 @@ void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
 inline bool amx_gemm_takes(int64_t groups) { return groups == 1; }
 // Whether the automatic choice may take it for a layer (the weights are packed for it once
 // where it may): kernels of more than one tap that amx_takes refuses (C not a multiple of 64:
-// the stems) with OC a multiple of 32, and 1x1 kernels of 32 or more input channels.
+// the stems) with OC a multiple of 32, and 1x1 kernels of 32 or more channels in and out.
 inline bool amx_gemm_may_win(int64_t oc, int64_t c, int64_t taps, int64_t groups) {
     if (!amx_gemm_takes(groups)) return false;
-    return taps > 1 ? oc % kAmxOc == 0 && c % kAmxK != 0 : c >= 32;
+    return taps > 1 ? oc % kAmxOc == 0 && c % kAmxK != 0 : c >= 32 && oc >= 32;
 }
 // The automatic choice for a call (int8_amx.cpp has the figures).
 bool amx_gemm_wins(const ConvGeom& g);
@@ -151,18 +151,36 @@ struct AmxSeg {
     int64_t off;
     uint64_t mask;
 };
+// A thread's packed-block products between calls: two s32 stages of a chunk of kAmxOc channel
+// rows x kPos positions, and the chunk whose stage waits for its requantizing store (acc
+// null: none), which the next chunk's tile steps run in pieces, in the same block or the
+// thread's next one; amx_gemm_flush stores it at the end.
+struct AmxGemmState {
+    alignas(64) int32_t stage[2][kAmxOc * kPos];
+    int slot = 0;
+    const int32_t* acc = nullptr;
+    int64_t j = 0, end = 0, npos = 0, ld = 0;  // channels [j, min(j + kAmxOc, end))
+    RowParams q{};
+    const Requant* r = nullptr;
+    uint8_t* out = nullptr;
+    AmxSeg segs[kPos];
+    int nsegs = 0;
+};
 // Channels [j0, j1) (j0 a multiple of kAmxOc) over a packed block of npos (<= kPos) positions,
 // the layer's parameters at q.*[ch] for channel ch. Per chunk of kAmxOc channels the tiles run
-// the block's position halves (32 positions a pass, 4 accumulators) into one of two s32
-// stages, and the previous chunk's stage is requantized, a row of 64 positions to a store,
-// in pieces between this chunk's tile steps. Needs tiles configured (amx_tiles_begin) unless
-// emulated.
+// the block's position halves (32 positions a pass, 4 accumulators) into a stage of st, and
+// st's pending chunk is requantized, a row of 64 positions to a store, in pieces between the
+// tile steps. Needs tiles configured (amx_tiles_begin) unless emulated; r and out must
+// outlive st's pending store.
 void amx_gemm_block_tiles(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
                           int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
-                          uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs);
+                          uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs,
+                          AmxGemmState& st);
 void amx_gemm_block_emulated(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
                              int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
-                             uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs);
+                             uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs,
+                             AmxGemmState& st);
+void amx_gemm_flush(AmxGemmState& st);
 
 // The store alone (what the item loop spreads over its steps).
 void amx_requant(const AmxPending& pending);

@@ -148,7 +148,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
 // one image is written in place; one that spans images goes through a staging tile.
 void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
                const std::vector<int32_t>& b, const Requant& r, const uint8_t* buf, int64_t gi,
-               int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out) {
+               int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out, AmxGemmState& st) {
     const int64_t p0 = s.start[blk], npos = s.start[blk + 1] - p0;
     Span spans[kPos];
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
@@ -164,7 +164,7 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const int64_t j0 = ob0 * kAmxOc, j1 = ob1 * kAmxOc < g.oc ? ob1 * kAmxOc : g.oc;
         if (j0 < j1) {
             gemm(buf, s.amx_chunks, s.amx, j0, j1, npos, RowParams{b.data(), r.multiplier, r.shift},
-                 r, out, s.p, segs, static_cast<int>(nspans));
+                 r, out, s.p, segs, static_cast<int>(nspans), st);
         }
         return;
     }
@@ -300,6 +300,7 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             // the AMX tiles read the last chunk's quads past kp too
             const int64_t depth = s.amx ? s.amx_chunks * kAmxK : s.kp;
             uint8_t* buf = thread_space(Space::block, run * depth * kPos);
+            AmxGemmState st;  // the AMX blocks' store, carried to the thread's next block
             if (tiles) amx_tiles_begin();
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < g.groups * runs; ++t) {
@@ -308,15 +309,16 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
                 for (int64_t blk = b0; blk < b1; ++blk)
                     pack_part(s, g, gi, blk, 0, quads, buf + (blk - b0) * s.kp * kPos);
                 if (run == 1) {
-                    run_tiles(s, g, packed, b, r, buf, gi, b0, 0, s.ob_per_chunk, out);
+                    run_tiles(s, g, packed, b, r, buf, gi, b0, 0, s.ob_per_chunk, out, st);
                     continue;
                 }
                 // weight blocks outer: each output row gets the run's positions in a row
                 for (int64_t ob = 0; ob < s.ob_per_chunk; ++ob)
                     for (int64_t blk = b0; blk < b1; ++blk)
                         run_tiles(s, g, packed, b, r, buf + (blk - b0) * s.kp * kPos, gi, blk,
-                                  ob, ob + 1, out);
+                                  ob, ob + 1, out, st);
             }
+            if (s.amx) amx_gemm_flush(st);
             if (tiles) amx_tiles_end();
         }
         return;
@@ -339,13 +341,15 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             if (q0 < q1) pack_part(s, g, bt / s.blocks, bt % s.blocks, q0, q1,
                                    all + bt * s.kp * kPos);
         }
+        AmxGemmState st;
         if (tiles) amx_tiles_begin();
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < blocks * s.chunks; ++t) {
             const int64_t ch = t % s.chunks, bt = t / s.chunks;
             run_tiles(s, g, packed, b, r, all + bt * s.kp * kPos, bt / s.blocks, bt % s.blocks,
-                      ch * s.ob_per_chunk, (ch + 1) * s.ob_per_chunk, out);
+                      ch * s.ob_per_chunk, (ch + 1) * s.ob_per_chunk, out, st);
         }
+        if (s.amx) amx_gemm_flush(st);
         if (tiles) amx_tiles_end();
     }
 }

@@ -24,7 +24,9 @@ namespace {
 struct LaneQ {
     __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32;
     __m512i lo, hi;  // s64 lanes: the clamp of the narrow path (requant16_y's)
-    bool wide;       // every channel's shift >= 32: the high halves, shifted on s32 lanes
+    __m512i half_hi;  // fold: 2^(s - 33), the rounding half on the high halves
+    bool wide;        // every channel's shift >= 32: the high halves, shifted on s32 lanes
+    bool fold;        // every shift >= 33: the half added to the high halves (requant16_y's)
 };
 
 static inline __attribute__((always_inline)) LaneQ
@@ -40,7 +42,9 @@ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift, const Req
     c.half_even = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_even, one));
     c.half_odd = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_odd, one));
     c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
+    c.fold = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(33)) == 0;
     c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
+    c.half_hi = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(s, _mm512_set1_epi32(33)));
     const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
     c.lo = _mm512_set1_epi64(lo);
     c.hi = _mm512_set1_epi64(hi);
@@ -51,6 +55,11 @@ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift, const Req
 static inline __attribute__((always_inline)) __m512i
 requant_lanes_y(__m512i acc, const LaneQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
+    if (c.fold) {  // one add fewer than the wide form's two 64-bit ones
+        const __m512i pe = _mm512_mul_epi32(t, c.mult);
+        const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd);
+        return _mm512_srav_epi32(_mm512_add_epi32(high_halves(pe, po), c.half_hi), c.shift32);
+    }
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
     const __m512i po = _mm512_add_epi64(
         _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
@@ -123,39 +132,37 @@ static inline __attribute__((always_inline)) void drain_piece(Drain& d, int piec
     }
 }
 
-// The packed blocks' store (amx_gemm_block): a chunk's stage holds kAmxOc channel rows of kPos
-// s32 (positions past npos undefined); piece i (< kRowPieces) requantizes rows 4i .. 4i + 3
-// (those of channels below end),
-// each with its channel's broadcast constants, to one 64-byte vector stored per segment.
+// The packed blocks' store (amx_gemm_block): the pending chunk of an AmxGemmState, kAmxOc
+// channel rows of kPos s32 (positions past npos undefined); piece i (< kRowPieces)
+// requantizes rows 4i .. 4i + 3 (those of channels below end), each with its channel's
+// broadcast constants, to one 64-byte vector stored per segment.
 constexpr int kRowPieces = kAmxOc / 4;
 struct RowDrain {
-    const int32_t* acc;  // the stage, or null: nothing pending
-    int64_t j, end;      // its first channel; the layer's channels end there
-    const RowParams* q;
-    const Requant* r;
+    const AmxGemmState* s;
     RowQ rq;
-    int64_t npos, ld;
-    uint8_t* out;
-    const AmxSeg* segs;
-    int nsegs;
 };
 
+static inline RowDrain row_drain(const AmxGemmState& s) {
+    return {&s, s.acc ? row_q(*s.r) : RowQ{}};
+}
+
 static inline __attribute__((always_inline)) void row_drain_piece(const RowDrain& d, int piece) {
-    const int64_t last = d.j + 4 * piece + 4 < d.end ? d.j + 4 * piece + 4 : d.end;
-    for (int64_t ch = d.j + 4 * piece; ch < last; ++ch) {
-        const ChannelQ c = channel_q(d.q->bias[ch], d.q->multiplier[ch], d.q->shift[ch], *d.r);
-        const int32_t* a = d.acc + (ch - d.j) * kPos;
+    const AmxGemmState& s = *d.s;
+    const int64_t first = s.j + 4 * piece, last = first + 4 < s.end ? first + 4 : s.end;
+    for (int64_t ch = first; ch < last; ++ch) {
+        const ChannelQ c = channel_q(s.q.bias[ch], s.q.multiplier[ch], s.q.shift[ch], *s.r);
+        const int32_t* a = s.acc + (ch - s.j) * kPos;
         const __m512i y0 = requant16_y(_mm512_load_si512(a), c);
         const __m512i y1 = requant16_y(_mm512_load_si512(a + 16), c);
         __m512i y2 = _mm512_setzero_si512(), y3 = y2;
-        if (d.npos > 32) {
+        if (s.npos > 32) {
             y2 = requant16_y(_mm512_load_si512(a + 32), c);
             y3 = requant16_y(_mm512_load_si512(a + 48), c);
         }
         const __m512i v = requant_row64(y0, y1, y2, y3, d.rq);
-        uint8_t* row = d.out + ch * d.ld;
-        for (int s = 0; s < d.nsegs; ++s) {
-            _mm512_mask_storeu_epi8(row + d.segs[s].off, d.segs[s].mask, v);
+        uint8_t* row = s.out + ch * s.ld;
+        for (int i = 0; i < s.nsegs; ++i) {
+            _mm512_mask_storeu_epi8(row + s.segs[i].off, s.segs[i].mask, v);
         }
     }
 }

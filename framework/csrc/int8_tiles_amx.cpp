@@ -226,6 +226,13 @@ void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w) {
     }
 }
 
+void amx_gemm_flush(AmxGemmState& st) {
+    if (!st.acc) return;
+    const RowDrain d = row_drain(st);
+    for (int piece = 0; piece < kRowPieces; ++piece) row_drain_piece(d, piece);
+    st.acc = nullptr;
+}
+
 void amx_requant(const AmxPending& pending) {
     Drain d(pending);
     for (int i = 0; i < kAmxPieces; ++i) drain_piece(d, i);

@@ -49,14 +49,12 @@ void TY_STORE_NAME(int32_t* acc) {
 // position halves; 0-3 the sums (channels 0-15 | 16-31) x (positions 0-15 | 16-31) of a pass.
 void TY_GEMM_NAME(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0, int64_t j1,
                   int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ld,
-                  const AmxSeg* segs, int nsegs) {
-    alignas(64) int32_t stage[2][kAmxOc * kPos];  // [channel][position], two chunks'
-    constexpr int64_t kRow = kPos * kGroup;        // a k-quad's bytes in the block
+                  const AmxSeg* segs, int nsegs, AmxGemmState& st) {
+    constexpr int64_t kRow = kPos * kGroup;  // a k-quad's bytes in the block
     const int64_t passes = npos > kAmxPos ? 2 : 1, steps = passes * chunks;
-    RowDrain d{nullptr, 0, j1, &q, &r, row_q(r), npos, ld, out, segs, nsegs};
-    int slot = 0;
-    for (int64_t j = j0; j < j1; j += kAmxOc, slot ^= 1) {
-        // the previous chunk's pieces: after step s, those below kRowPieces * (s + 1) / steps
+    for (int64_t j = j0; j < j1; j += kAmxOc) {
+        // st's pending pieces: after step s, those below kRowPieces * (s + 1) / steps
+        const RowDrain d = row_drain(st);
         int piece = 0;
         int64_t due = 0;
         for (int64_t pass = 0; pass < passes; ++pass) {
@@ -76,20 +74,27 @@ void TY_GEMM_NAME(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t 
                 TY_TILE_LOAD(5, w + 1024, 64);
                 TY_TILE_DPSU(2, 5, 6);
                 TY_TILE_DPSU(3, 5, 7);
-                if (!d.acc) continue;
+                if (!st.acc) continue;
                 for (due += kRowPieces; due >= steps; due -= steps) row_drain_piece(d, piece++);
             }
-            int32_t* acc = stage[slot] + pass * kAmxPos;
+            int32_t* acc = st.stage[st.slot] + pass * kAmxPos;
             TY_TILE_STORE(0, acc, kPos * 4);
             TY_TILE_STORE(1, acc + 16, kPos * 4);
             TY_TILE_STORE(2, acc + 16 * kPos, kPos * 4);
             TY_TILE_STORE(3, acc + 16 * kPos + 16, kPos * 4);
             __asm__ volatile("" ::: "memory");  // the stage is read by ordinary loads next
         }
-        d.acc = stage[slot];
-        d.j = j;
-    }
-    if (d.acc) {
-        for (int piece = 0; piece < kRowPieces; ++piece) row_drain_piece(d, piece);
+        // the pending chunk is stored: this one takes its place
+        st.acc = st.stage[st.slot];
+        st.slot ^= 1;
+        st.j = j;
+        st.end = j1;
+        st.npos = npos;
+        st.ld = ld;
+        st.q = q;
+        st.r = &r;
+        st.out = out;
+        st.nsegs = nsegs;
+        for (int i = 0; i < nsegs; ++i) st.segs[i] = segs[i];
     }
 }

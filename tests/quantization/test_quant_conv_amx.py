@@ -37,8 +37,9 @@ AMX_MIXED_SCALES = [3.0, 1e-3, 0.4, 0.9, 2e-4, 1.7, 0.6]
 # 147: three chunks, the last one's quads past K read), K of exactly 64, C / groups a multiple
 # of 4 with taps (blocks copied from the quad planes), blocks that span images (staged) and
 # last blocks of fewer than 32 and than 16 positions, 16 to 128 channels (up to 4 chunks of 32,
-# each stored during the next one's tile steps; OC not a multiple of 32: the last chunk's
-# rows past OC computed, not stored), 1x1 layers at strides 1 and 2.
+# each stored during the next one's tile steps, a block's last during the next block's; OC not
+# a multiple of 32: the last chunk's rows past OC computed, not stored), 1x1 layers at
+# strides 1 and 2.
 PACKED_AMX_CASES = [
     (1, 3, 23, 29, 32, 7, 7, 2, 3, 1, 1),
     (2, 3, 9, 11, 64, 7, 7, 2, 3, 1, 1),
