@@ -153,8 +153,11 @@ bool lanes_wins(const ConvGeom& g) {
 // 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
 // 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
 // ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
-// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. (Not yet
-// measured on Intel's full-width AVX-512; the amx level runs it too.)
+// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. On Emerald
+// Rapids' full-width AVX-512 (2 vCPUs, `amx` level, 2026-12-06, minima over 3-4 alternating
+// processes) the layers it takes ran in 0.50-0.54x / 0.67x at stride 2 to 14x14, 0.35x /
+// 0.58x to 7x7, 0.83-1.19x / 1.00-1.07x at 7x7 stride 1; forced on MobileNetV2's others,
+// 1.07-1.67x / 1.06-2.06x (stride 2 to 28x28 level).
 bool lanes_vnni_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);
