@@ -249,7 +249,8 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         (!amx_gemm_takes(g.groups) || !wgemm || !cpu_features().os_avx512)) {
         throw std::invalid_argument(
             "int8_conv2d: the packed_amx algorithm needs groups 1, weights packed for it and "
-            "AVX-512; got groups " + std::to_string(g.groups));
+            "AVX-512; got groups " + std::to_string(g.groups) + ", AVX-512 " +
+            (cpu_features().os_avx512 ? "yes" : "no") + ", weights " + (wgemm ? "yes" : "no"));
     }
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
     const bool gemm_amx = algo == ConvAlgo::packed_amx ||

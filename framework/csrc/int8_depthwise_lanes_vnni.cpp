@@ -70,10 +70,7 @@ struct VnniBlock {
 
     // 16 channels' sums -> their output bytes
     __m128i requant(__m512i acc) const {
-        const __m512i t = _mm512_add_epi32(acc, cbias);
-        const __m512i pe = _mm512_mul_epi32(t, mult);
-        const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), mult_odd);
-        __m512i y = _mm512_srav_epi32(_mm512_add_epi32(high_halves(pe, po), half_hi), shift_hi);
+        __m512i y = fold_lanes(_mm512_add_epi32(acc, cbias), mult, mult_odd, half_hi, shift_hi);
         y = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, lo), hi), zp);
         return _mm512_cvtepi32_epi8(y);
     }

@@ -55,11 +55,8 @@ lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift, const Req
 static inline __attribute__((always_inline)) __m512i
 requant_lanes_y(__m512i acc, const LaneQ& c) {
     const __m512i t = _mm512_add_epi32(acc, c.bias);
-    if (c.fold) {  // one add fewer than the wide form's two 64-bit ones
-        const __m512i pe = _mm512_mul_epi32(t, c.mult);
-        const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd);
-        return _mm512_srav_epi32(_mm512_add_epi32(high_halves(pe, po), c.half_hi), c.shift32);
-    }
+    // the fold form: one add fewer than the wide form's two 64-bit ones
+    if (c.fold) return fold_lanes(t, c.mult, c.mult_odd, c.half_hi, c.shift32);
     const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
     const __m512i po = _mm512_add_epi64(
         _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);

@@ -54,6 +54,19 @@ static inline __attribute__((always_inline)) __m512i high_halves(__m512i pe, __m
     return _mm512_permutex2var_epi32(pe, idx, po);
 }
 
+// requant16_y's fold form (every shift >= 33) with a channel per s32 lane: t the sums with the
+// bias added; per lane, mult_odd the multiplier shifted down 32 (the odd lanes' in the even
+// halves), half_hi 2^(s - 33) and shift_hi s - 32. The kernels with channels in the lanes
+// (depthwise, the AMX items' store) use it.
+static inline __attribute__((always_inline)) __m512i fold_lanes(__m512i t, __m512i mult,
+                                                                __m512i mult_odd,
+                                                                __m512i half_hi,
+                                                                __m512i shift_hi) {
+    const __m512i pe = _mm512_mul_epi32(t, mult);
+    const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), mult_odd);
+    return _mm512_srav_epi32(_mm512_add_epi32(high_halves(pe, po), half_hi), shift_hi);
+}
+
 // requant16 before its clamp and zero point: y as s32 lanes. Where s >= 32 y fits s32 as it
 // is; for s < 32 it is clamped to [lo - zp, hi - zp] on the s64 lanes first (it may not fit).
 // Always inline: out of line (GCC 12 chose so for the tiles of int8_cgemm_vnni.cpp), each call

@@ -105,6 +105,7 @@ def test_conv2d_amx_errors():
     with pytest.raises(ValueError, match="amx algorithm needs groups 1, C a multiple of 64"):
         K.conv2d(np.zeros((1, 48, 5, 5), np.uint8), 0, packed, 0, 1 << 30, 31, 0, False,
                  np.uint8, algorithm="amx")
-    with pytest.raises(ValueError, match="packed_amx algorithm needs groups 1, .*; got groups 2"):
+    with pytest.raises(ValueError, match="packed_amx algorithm needs groups 1, .*; got groups 2, "
+                                         "AVX-512 yes"):
         K.conv2d(np.zeros((1, 4, 5, 5), np.uint8), 0, K.pack_weights(np.zeros((16, 2, 3, 3),
                  np.int8), 2), 0, 1 << 30, 31, 0, False, np.uint8, algorithm="packed_amx")
