@@ -13,6 +13,7 @@
 
 #include "cpu.h"
 #include "int8_cgemm.h"
+#include "int8_cgemm_blocks.h"
 #include "int8_ops.h"
 
 namespace tianyuan {
@@ -55,11 +56,19 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // batch 1 on Zen 5 (one build toggling the rule, alternating forwards) the stride-2 3x3
 // layers with 64 and 128 input channels took 0.82-0.92x their time packed (the models
 // 0.990x and 0.994x), batch 16 unchanged (they ran packed already).
+// The lanes count the VNNI tile's extras (vnni_lanes) and the packed blocks' threads' shares
+// (block_starts). With the extras, packed beat direct on ResNet-18's 14x14 and 7x7 3x3 layers
+// at batch 1, which had run direct: 0.90-0.92x its time at stride 1 (196 positions against
+// 222 virtual ones, 49 against 61), 0.96x for the stride-2 one to 7x7 (Zen 4, 2 threads,
+// minima of 300 calls).
 bool direct_wins(const ConvGeom& g) {
     if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
     const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
-    const int64_t direct = g.n * round_up((g.oh - 1) * wph + g.ow, kPos);
-    const int64_t packed = round_up(g.n * g.oh * g.ow, kPos);
+    const int64_t v = (g.oh - 1) * wph + g.ow;  // an image's virtual positions
+    const int64_t direct = g.n * (v - v % kPos + vnni_lanes(v % kPos));
+    const std::vector<int64_t> start = block_starts(g.n * g.oh * g.ow, omp_get_max_threads());
+    int64_t packed = 0;
+    for (size_t b = 1; b < start.size(); ++b) packed += vnni_lanes(start[b] - start[b - 1]);
     const int64_t kq = g.c / g.groups * g.kh * g.kw / kGroup;
     return direct <= packed && ((g.sh == 1 && g.sw == 1) || kq >= 576);
 }

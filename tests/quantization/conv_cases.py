@@ -77,6 +77,12 @@ CASES = [
     # per call; a shallow 1x1 layer (4 k-quads) and a 3x3 one
     (2, 16, 20, 20, 20, 1, 1, 1, 0, 1, 1),
     (1, 8, 24, 24, 13, 3, 3, 1, 1, 1, 1),
+    # blocks whose last positions the VNNI tile runs as extras, the channels in the lanes
+    # (int8_cgemm_vnni.cpp): 49 = 3 panels + 1 (and a 1-channel weight block, which takes
+    # a panel), 18 = 1 panel + 2, 5 alone
+    (1, 8, 7, 7, 13, 3, 3, 1, 1, 1, 1),
+    (2, 4, 3, 3, 12, 1, 1, 1, 0, 1, 1),
+    (1, 6, 1, 5, 6, 1, 1, 1, 0, 1, 1),
 ]
 
 
