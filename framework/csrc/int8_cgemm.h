@@ -50,13 +50,13 @@ constexpr int64_t kOcBlock = 6;  // output channels per weight block (register r
 constexpr int64_t kPos = 64;     // output positions per activation block (4 zmm panels)
 
 // The VNNI tile (int8_cgemm_vnni.cpp) runs the positions past a block's whole panels of 16 as
-// extras, the channels in the lanes, where there are up to kExtraMax of them after a panel
-// or kExtraAlone with none; else as one more panel. vnni_lanes: the lanes a block of npos
-// positions costs it, an extra counted as one.
-constexpr int64_t kExtraMax = 4, kExtraAlone = 8;
+// extras, the channels in the lanes, where there are up to kExtraMax of them; else as one
+// more panel. vnni_lanes: the lanes a block of npos positions costs it, an extra counted as
+// one.
+constexpr int64_t kExtraMax = 4;
 inline int64_t vnni_lanes(int64_t npos) {
     const int64_t e = npos % 16;
-    return e <= (npos < 16 ? kExtraAlone : kExtraMax) ? npos : npos - e + 16;
+    return e <= kExtraMax ? npos : npos - e + 16;
 }
 
 // W (OC, C/groups, kh*kw) s8 row-major -> conv layout above (oc*Kp bytes), row sums (OC,).

@@ -10,7 +10,9 @@
 // 64 and 34 on 2 threads: 34 = 2 panels + 2) had computed 64 and 48 lanes for them: ResNet-18
 // at batch 1 took 0.95x its convolutions' time (layer3 and layer4 0.88-0.90x, with the
 // direct_wins rule that counts the extras), ShuffleNetV2 0.95x, MobileNetV2 0.98x, batch 16
-// level (Zen 4, 2 threads, minima over 3 alternating processes).
+// level (Zen 4, 2 threads, minima over 3 alternating processes). An extra costs about a
+// sixth of a 6-channel panel: 8 positions alone as extras (the last block of a thread's share
+// of 392, ResNet-18's 7x7 layers at batch 16) took 1.007x the time of one more panel.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -79,7 +81,7 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
     const __m512i z = _mm512_setzero_si512();
     constexpr int kPanels = P + (E > 0 ? 1 : 0);  // requantized
     TY_ACC(0) TY_ACC(1) TY_ACC(2) TY_ACC(3) TY_ACC(4) TY_ACC(5)
-    TY_XACC(0) TY_XACC(1) TY_XACC(2) TY_XACC(3) TY_XACC(4) TY_XACC(5) TY_XACC(6) TY_XACC(7)
+    TY_XACC(0) TY_XACC(1) TY_XACC(2) TY_XACC(3)
     for (int64_t g = 0; g < kp / kGroup; ++g) {
         const uint8_t* a = acts + qoff[g];
         const int8_t* wq = w + g * R * kGroup;
@@ -91,14 +93,12 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
         TY_DOT(0) TY_DOT(1) TY_DOT(2) TY_DOT(3) TY_DOT(4) TY_DOT(5)
         if (E > 0) {  // lane i: channel i's 4 weight bytes
             const __m256i wr = _mm256_maskz_loadu_epi32((1 << R) - 1, wq);
-            TY_XDOT(0) TY_XDOT(1) TY_XDOT(2) TY_XDOT(3) TY_XDOT(4) TY_XDOT(5) TY_XDOT(6)
-            TY_XDOT(7)
+            TY_XDOT(0) TY_XDOT(1) TY_XDOT(2) TY_XDOT(3)
         }
     }
     alignas(64) int32_t acc[R * 4 * 16];
     TY_SAVE(0) TY_SAVE(1) TY_SAVE(2) TY_SAVE(3) TY_SAVE(4) TY_SAVE(5)
-    TY_XSAVE(0) TY_XSAVE(1) TY_XSAVE(2) TY_XSAVE(3) TY_XSAVE(4) TY_XSAVE(5) TY_XSAVE(6)
-    TY_XSAVE(7)
+    TY_XSAVE(0) TY_XSAVE(1) TY_XSAVE(2) TY_XSAVE(3)
     const RowQ rq = row_q(r);
     const __mmask64 m = low_mask64(npos);
     for (int i = 0; i < R; ++i) {
@@ -137,25 +137,12 @@ TileFn pick_extras(int64_t e) {
     }
 }
 
-TileFn pick_alone(int64_t e) {
-    switch (e) {
-        case 1: return tile<kOcBlock, 0, 1>;
-        case 2: return tile<kOcBlock, 0, 2>;
-        case 3: return tile<kOcBlock, 0, 3>;
-        case 4: return tile<kOcBlock, 0, 4>;
-        case 5: return tile<kOcBlock, 0, 5>;
-        case 6: return tile<kOcBlock, 0, 6>;
-        case 7: return tile<kOcBlock, 0, 7>;
-        default: return tile<kOcBlock, 0, 8>;
-    }
-}
-
 template <int R>
 TileFn pick_panels(int64_t npos) {
     const int64_t p = npos / 16, e = npos % 16;
     if (R == kOcBlock && e > 0 && vnni_lanes(npos) == npos) {  // extras in full blocks
         switch (p) {
-            case 0: return pick_alone(e);
+            case 0: return pick_extras<0>(e);
             case 1: return pick_extras<1>(e);
             case 2: return pick_extras<2>(e);
             default: return pick_extras<3>(e);

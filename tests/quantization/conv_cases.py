@@ -79,10 +79,10 @@ CASES = [
     (1, 8, 24, 24, 13, 3, 3, 1, 1, 1, 1),
     # blocks whose last positions the VNNI tile runs as extras, the channels in the lanes
     # (int8_cgemm_vnni.cpp): 49 = 3 panels + 1 (and a 1-channel weight block, which takes
-    # a panel), 18 = 1 panel + 2, 5 alone
+    # a panel), 18 = 1 panel + 2, 3 alone
     (1, 8, 7, 7, 13, 3, 3, 1, 1, 1, 1),
     (2, 4, 3, 3, 12, 1, 1, 1, 0, 1, 1),
-    (1, 6, 1, 5, 6, 1, 1, 1, 0, 1, 1),
+    (1, 6, 1, 3, 6, 1, 1, 1, 0, 1, 1),
 ]
 
 
