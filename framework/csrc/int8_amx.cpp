@@ -305,7 +305,7 @@ bool amx_verified() {
         for (auto& v : buf) v = static_cast<uint8_t>(next());
         const RowParams q{bias.data(), mult.data(), shift.data()};
         std::vector<uint8_t> real_block(32 * kPos), emulated_block(32 * kPos);
-        const AmxSeg seg{0, low_mask64(40)};
+        const StoreSeg seg{0, low_mask64(40)};
         AmxGemmState st;
         amx_tiles_begin();
         amx_gemm_block_tiles(buf.data(), 2, wa.data(), 0, 32, 40, q, r, real_block.data(), kPos,

@@ -144,13 +144,6 @@ inline int64_t amx_gemm_size(int64_t oc, int64_t kp) {
 // chunk cc and half h, a tile of 16 rows x 64 k (zeros past kp and past oc):
 //   wa[((ob * chunks + cc) * 2 + h) * 1024 + o * 64 + kk] = W[ob * 32 + h * 16 + o][cc * 64 + kk]
 void amx_gemm_weights(const int8_t* packed, int64_t oc, int64_t kp, int8_t* wa);
-// Where a packed block's positions go: lane p (bit p of mask) of channel ch's row to out +
-// off + ch * ld + p (masked stores: bytes outside the mask are neither read nor written). A
-// block inside one image is one segment; one that spans images, a segment an image.
-struct AmxSeg {
-    int64_t off;
-    uint64_t mask;
-};
 // A thread's packed-block products between calls: two s32 stages of a chunk of kAmxOc channel
 // rows x kPos positions, and the chunk whose stage waits for its requantizing store (acc
 // null: none), which the next chunk's tile steps run in pieces, in the same block or the
@@ -163,7 +156,7 @@ struct AmxGemmState {
     RowParams q{};
     const Requant* r = nullptr;
     uint8_t* out = nullptr;
-    AmxSeg segs[kPos];
+    StoreSeg segs[kPos];
     int nsegs = 0;
 };
 // Channels [j0, j1) (j0 a multiple of kAmxOc) over a packed block of npos (<= kPos) positions,
@@ -174,11 +167,11 @@ struct AmxGemmState {
 // outlive st's pending store.
 void amx_gemm_block_tiles(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
                           int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
-                          uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs,
+                          uint8_t* out, int64_t ld, const StoreSeg* segs, int nsegs,
                           AmxGemmState& st);
 void amx_gemm_block_emulated(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0,
                              int64_t j1, int64_t npos, const RowParams& q, const Requant& r,
-                             uint8_t* out, int64_t ld, const AmxSeg* segs, int nsegs,
+                             uint8_t* out, int64_t ld, const StoreSeg* segs, int nsegs,
                              AmxGemmState& st);
 void amx_gemm_flush(AmxGemmState& st);
 

@@ -153,14 +153,17 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
     Span spans[kPos];
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
     const int64_t c0 = gi * s.ocg;
-    if (s.amx) {  // channels [ob0, ob1) * kAmxOc (groups 1), every span by masked stores
+    // the AMX blocks and the VNNI tile store every span by masked stores, other tiles through
+    // a staging tile where the block spans images
+    const bool segmented = s.amx || (nspans > 1 && s.tile == cgemm_tile_vnni);
+    StoreSeg segs[kPos];
+    for (int64_t t = 0; t < nspans && segmented; ++t) {
+        const Span& u = spans[t];
+        segs[t] = {u.n * g.oc * s.p + u.q - u.lane,
+                   low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
+    }
+    if (s.amx) {  // channels [ob0, ob1) * kAmxOc (groups 1)
         const auto gemm = s.amx_emulate ? amx_gemm_block_emulated : amx_gemm_block_tiles;
-        AmxSeg segs[kPos];
-        for (int64_t t = 0; t < nspans; ++t) {
-            const Span& u = spans[t];
-            segs[t] = {u.n * g.oc * s.p + u.q - u.lane,
-                       low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
-        }
         const int64_t j0 = ob0 * kAmxOc, j1 = ob1 * kAmxOc < g.oc ? ob1 * kAmxOc : g.oc;
         if (j0 < j1) {
             gemm(buf, s.amx_chunks, s.amx, j0, j1, npos, RowParams{b.data(), r.multiplier, r.shift},
@@ -175,7 +178,8 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const int64_t rows = s.ocg - j < kOcBlock ? s.ocg - j : kOcBlock;
         const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res,
-                          s.chans ? s.chans + (c0 + j) * kChanBytes : nullptr};
+                          s.chans ? s.chans + (c0 + j) * kChanBytes : nullptr,
+                          segmented ? segs : nullptr, nspans};
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         const auto tile = [&](uint8_t* dst, int64_t ldo) {
             if (s.wide) {  // 4 packed bytes -> 2 words
@@ -187,6 +191,10 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         };
         if (nspans == 1) {
             tile(out + (spans[0].n * g.oc + c0 + j) * s.p + spans[0].q, s.p);
+            continue;
+        }
+        if (segmented) {
+            tile(out + (c0 + j) * s.p, s.p);
             continue;
         }
         tile(stage, kPos);

@@ -91,6 +91,15 @@ void pack_block_avx2(const uint8_t* xpad, const uint8_t* end, const int64_t* kof
 void pack_block_avx512(const uint8_t* xpad, const uint8_t* end, const int64_t* koff, int64_t k,
                        int64_t kp, const Run* runs, int64_t nruns, int64_t sw, uint8_t* buf);
 
+// Where a block's positions go: lane p (bit p of mask) of channel ch's row to out + off +
+// ch * ld + p (masked stores: bytes outside the mask are neither read nor written). A packed
+// block inside one image is one segment, one that spans images a segment an image; a direct
+// block (int8_conv_direct.cpp) a segment an output row.
+struct StoreSeg {
+    int64_t off;
+    uint64_t mask;
+};
+
 // Per-channel requantization of one weight block; r carries zero point and bounds.
 struct RowParams {
     const int32_t* bias;        // corrected: bias - z * row_sums
@@ -102,6 +111,10 @@ struct RowParams {
     // The AVX2 tiles' requantization constants (make_chans_avx2) from the block's first row
     // on; null: the tile makes its rows' own.
     const uint8_t* chans = nullptr;
+    // The VNNI tile's (cgemm_tile_vnni's) destinations, nsegs of them (ld: the tile's ldo);
+    // null: row r at out + r * ldo. Other tiles ignore them.
+    const StoreSeg* segs = nullptr;
+    int64_t nsegs = 0;
 };
 
 // Conv weights for the narrow AVX2 tile (cgemm_tile_avx2_narrow). vpmaddubsw sums the

@@ -109,7 +109,10 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
             kPanels > 1 ? requant16_y(_mm512_load_si512(a + 16), cq) : z,
             kPanels > 2 ? requant16_y(_mm512_load_si512(a + 32), cq) : z,
             kPanels > 3 ? requant16_y(_mm512_load_si512(a + 48), cq) : z, rq);
-        if (npos >= 64) {
+        if (q.segs) {
+            for (int64_t t = 0; t < q.nsegs; ++t)
+                _mm512_mask_storeu_epi8(out + i * ldo + q.segs[t].off, q.segs[t].mask, v);
+        } else if (npos >= 64) {
             _mm512_storeu_si512(out + i * ldo, v);
         } else {
             _mm512_mask_storeu_epi8(out + i * ldo, m, v);

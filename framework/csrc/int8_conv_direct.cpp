@@ -61,6 +61,14 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // at batch 1, which had run direct: 0.90-0.92x its time at stride 1 (196 positions against
 // 222 virtual ones, 49 against 61), 0.96x for the stride-2 one to 7x7 (Zen 4, 2 threads,
 // minima of 300 calls).
+// Since the VNNI tile stores direct blocks' rows by masked stores (no staging copy), the
+// packed lanes also count the copy of each block from the quad planes, as much as
+// kPackChannels output channels' tile work (`perf`, Zen 4: 6.4 % of a 64-channel 3x3 layer at
+// 56x56, 4.1 % of a 128-channel one at 28x28): ResNet-18's 64-channel 3x3 layers (56x56, 1.04x
+// packed's lanes) now run direct, 0.97-0.99x packed's time at batch 16 and 0.98x at batch 1;
+// at 28x28 (1.08x the lanes) direct took 1.05-1.07x.
+constexpr int64_t kPackChannels = 4;
+
 bool direct_wins(const ConvGeom& g) {
     if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
     const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
@@ -69,8 +77,9 @@ bool direct_wins(const ConvGeom& g) {
     const std::vector<int64_t> start = block_starts(g.n * g.oh * g.ow, omp_get_max_threads());
     int64_t packed = 0;
     for (size_t b = 1; b < start.size(); ++b) packed += vnni_lanes(start[b] - start[b - 1]);
-    const int64_t kq = g.c / g.groups * g.kh * g.kw / kGroup;
-    return direct <= packed && ((g.sh == 1 && g.sw == 1) || kq >= 576);
+    const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
+    return direct * ocg <= packed * (ocg + kPackChannels) &&
+           ((g.sh == 1 && g.sw == 1) || kq >= 576);
 }
 
 QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
@@ -181,6 +190,15 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
     const int64_t nseg = block_segments(in.qp.wph, g, v0, npos, segs);
     const uint8_t* acts = in.planes + ((n * g.groups + gi) * in.group_quads + v0) * kGroup;
     const int64_t c0 = gi * d.ocg, plane = g.oh * g.ow;
+    // the VNNI tile stores each row's segments by masked stores, the others through a staging
+    // tile
+    const bool segmented = tile == cgemm_tile_vnni;
+    StoreSeg ssegs[kPos + 1];
+    for (int64_t s = 0; s < nseg && segmented; ++s) {
+        const Segment& u = segs[s];
+        ssegs[s] = {u.oy * g.ow + u.ox - u.lane,
+                    low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
+    }
     alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
         const int64_t j = ob * kOcBlock;
@@ -188,9 +206,15 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         const int64_t rows = d.ocg - j < kOcBlock ? d.ocg - j : kOcBlock;
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr,
-                          chans ? chans + (c0 + j) * kChanBytes : nullptr};
-        tile(acts, in.qoff.data(), packed + (gi * d.ocg + j) * d.kp, d.kp, rows, npos, q, r,
-             stage, kPos);
+                          chans ? chans + (c0 + j) * kChanBytes : nullptr,
+                          segmented ? ssegs : nullptr, nseg};
+        const int8_t* w = packed + (gi * d.ocg + j) * d.kp;
+        if (segmented) {
+            tile(acts, in.qoff.data(), w, d.kp, rows, npos, q, r,
+                 out + (n * g.oc + c0 + j) * plane, plane);
+            continue;
+        }
+        tile(acts, in.qoff.data(), w, d.kp, rows, npos, q, r, stage, kPos);
         for (int64_t i = 0; i < rows; ++i) {
             uint8_t* o = out + (n * g.oc + c0 + j + i) * plane;
             for (int64_t s = 0; s < nseg; ++s) {

@@ -49,7 +49,7 @@ void TY_STORE_NAME(int32_t* acc) {
 // position halves; 0-3 the sums (channels 0-15 | 16-31) x (positions 0-15 | 16-31) of a pass.
 void TY_GEMM_NAME(const uint8_t* buf, int64_t chunks, const int8_t* wa, int64_t j0, int64_t j1,
                   int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ld,
-                  const AmxSeg* segs, int nsegs, AmxGemmState& st) {
+                  const StoreSeg* segs, int nsegs, AmxGemmState& st) {
     constexpr int64_t kRow = kPos * kGroup;  // a k-quad's bytes in the block
     const int64_t passes = npos > kAmxPos ? 2 : 1, steps = passes * chunks;
     for (int64_t j = j0; j < j1; j += kAmxOc) {
