@@ -51,6 +51,9 @@ void bind_runtime(py::module_& m) {
     m.def("int8_broken_scratch", &int8::broken_spaces,
           "names of the int8 scratch buffers some kernel wrote past since the last call "
           "(int8_cgemm.h, thread_space); for the tests");
+    m.def("int8_scribble_scratch", &int8::scribble_spaces, py::arg("value"),
+          "set every int8 scratch buffer's bytes to value (int8_cgemm.h, scribble_spaces), "
+          "so that a kernel reading a previous call's bytes reads junk; for the tests");
     m.def("best_isa", [] { return std::string(isa_name(best_isa())); });
     m.def("current_isa", [] { return std::string(isa_name(current_isa())); });
     m.def("isa_runs", [](const std::string& name) { return isa_runs(parse_isa(name)); },

@@ -45,6 +45,10 @@ uint8_t* thread_space(Space use, int64_t size);
 // The names of the spaces whose canary a kernel changed since the last call of this (on
 // every thread of the current OpenMP team, and those later calls found); for the tests.
 std::vector<std::string> broken_spaces();
+// Every space of every thread of an OpenMP team set to `value` up to its last call's size, so
+// that a kernel that reads what it did not write this call (a previous call's bytes) reads
+// junk; for the tests.
+void scribble_spaces(uint8_t value);
 
 constexpr int64_t kOcBlock = 6;  // output channels per weight block (register rows)
 constexpr int64_t kPos = 64;     // output positions per activation block (4 zmm panels)

@@ -179,6 +179,14 @@ std::vector<std::string> broken_spaces() {
     return out;
 }
 
+void scribble_spaces(uint8_t value) {
+#pragma omp parallel
+    for (int use = 0; use < static_cast<int>(Space::count); ++use) {
+        Scratch& s = scratch[use];
+        if (s.size > 0) std::memset(start_of(s), value, static_cast<size_t>(s.size));
+    }
+}
+
 uint8_t* chans_space(CTileFn tile, int64_t visits, int64_t n) {
     // a grow-only buffer: a fresh allocation had cost MobileNetV2's 1x1 layers at batch 1
     // (384 channels: 135 KB, mapped anew) up to 0.03 ms a call
