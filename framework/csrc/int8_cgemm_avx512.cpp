@@ -81,10 +81,10 @@ inline __m512i read_row_strided(const uint8_t* src, const Run* runs, int64_t nru
     return _mm512_load_si512(row);
 }
 
-// 4 rows of 64 positions -> 4 k-quad panels: each 32-bit lane holds 4 consecutive k of one
-// position; only the first `panels` (16 positions each) are stored.
-inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t* dst,
-                        int64_t panels = 4) {
+// 4 rows of 64 positions -> 4 k-quad panels (16 positions each): each 32-bit lane holds 4
+// consecutive k of one position.
+inline void quad_panels(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m512i* q0,
+                        __m512i* q1, __m512i* q2, __m512i* q3) {
     // bytes -> (r0, r1, r2, r3) quads; per 128-bit lane L: positions 16L + 0..15
     const __m512i u0 = _mm512_unpacklo_epi8(r0, r1), u1 = _mm512_unpackhi_epi8(r0, r1);
     const __m512i u2 = _mm512_unpacklo_epi8(r2, r3), u3 = _mm512_unpackhi_epi8(r2, r3);
@@ -95,10 +95,21 @@ inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t*
     // 4x4 transpose of 128-bit lanes: panel P = (t0.P, t1.P, t2.P, t3.P)
     const __m512i a = _mm512_shuffle_i32x4(t0, t1, 0x44), b = _mm512_shuffle_i32x4(t0, t1, 0xEE);
     const __m512i c = _mm512_shuffle_i32x4(t2, t3, 0x44), d = _mm512_shuffle_i32x4(t2, t3, 0xEE);
-    _mm512_storeu_si512(dst, _mm512_shuffle_i32x4(a, c, 0x88));
-    if (panels > 1) _mm512_storeu_si512(dst + 64, _mm512_shuffle_i32x4(a, c, 0xDD));
-    if (panels > 2) _mm512_storeu_si512(dst + 128, _mm512_shuffle_i32x4(b, d, 0x88));
-    if (panels > 3) _mm512_storeu_si512(dst + 192, _mm512_shuffle_i32x4(b, d, 0xDD));
+    *q0 = _mm512_shuffle_i32x4(a, c, 0x88);
+    *q1 = _mm512_shuffle_i32x4(a, c, 0xDD);
+    *q2 = _mm512_shuffle_i32x4(b, d, 0x88);
+    *q3 = _mm512_shuffle_i32x4(b, d, 0xDD);
+}
+
+// The 4 panels at dst; only the first `panels` stored.
+inline void store_quads(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t* dst,
+                        int64_t panels = 4) {
+    __m512i q0, q1, q2, q3;
+    quad_panels(r0, r1, r2, r3, &q0, &q1, &q2, &q3);
+    _mm512_storeu_si512(dst, q0);
+    if (panels > 1) _mm512_storeu_si512(dst + 64, q1);
+    if (panels > 2) _mm512_storeu_si512(dst + 128, q2);
+    if (panels > 3) _mm512_storeu_si512(dst + 192, q3);
 }
 
 // Rows [0, kp) of the block, rows past k zero; read(src) gives one row.
@@ -143,6 +154,19 @@ inline __m512i plane_row(const uint8_t* src, const QuadPlanes& p, int64_t x0, in
         v = _mm512_load_si512(row);
     }
     return _mm512_xor_si512(v, flip);
+}
+
+// Both column phases of a stride-2 row of at most 32 quads a phase, from one 64-byte load:
+// lanes 0-31 phase 0's columns x (input column 2x - pl), lanes 32-63 phase 1's (2x + 1 - pl).
+inline __m512i phase_pair_row(const uint8_t* src, const QuadPlanes& p, __m512i zf,
+                              __m512i flip) {
+    // byte k is input column k - pl: in range for k in [pl, pl + w)
+    const __mmask64 in = low_mask64(p.pl + p.w) & ~low_mask64(p.pl);
+    const __m512i v = _mm512_mask_loadu_epi8(zf, in, src - p.pl);
+    // per 128-bit lane its 8 even bytes, then its 8 odd ones; then the lanes' evens first
+    const __m512i split = _mm512_set4_epi32(0x0F0D0B09, 0x07050301, 0x0E0C0A08, 0x06040200);
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    return _mm512_xor_si512(_mm512_permutexvar_epi64(order, _mm512_shuffle_epi8(v, split)), flip);
 }
 
 }  // namespace
@@ -194,6 +218,34 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(p.flip));
     const __m512i zf = _mm512_set1_epi8(static_cast<char>(p.z ^ p.flip));  // z after the xor
     const __m512i zq = _mm512_set1_epi8(static_cast<char>(p.z));
+    if (p.sw == 2 && p.wph <= 32) {
+        // Both column phases of each row at once (phase_pair_row), a row's panels 0-1 phase
+        // 0's, 2-3 phase 1's; the rows' last panels masked (phase 0's last row would run into
+        // phase 1's plane, written before it here).
+        const bool two = p.wph > 16;
+        const __mmask16 last = static_cast<__mmask16>(low_mask64(p.wph - (two ? 16 : 0)));
+        const auto put = [&](uint8_t* out, __m512i lo, __m512i hi) {
+            if (two) _mm512_storeu_si512(out, lo);
+            _mm512_mask_storeu_epi32(out + (two ? 64 : 0), last, two ? hi : lo);
+        };
+        for (int64_t a = 0; a < p.sh; ++a) {
+            for (int64_t y = 0; y < p.hph; ++y) {
+                const int64_t row = p.sh * y + a - p.pt;
+                uint8_t* out = dst + (a * p.sw * p.plane + y * p.wph) * kGroup;
+                __m512i q0 = zq, q1 = zq, q2 = zq, q3 = zq;
+                if (row >= 0 && row < p.h) {
+                    const int64_t at = row * p.w;
+                    quad_panels(phase_pair_row(rows4[0] + at, p, zf, flip),
+                                phase_pair_row(rows4[1] + at, p, zf, flip),
+                                phase_pair_row(rows4[2] + at, p, zf, flip),
+                                phase_pair_row(rows4[3] + at, p, zf, flip), &q0, &q1, &q2, &q3);
+                }
+                put(out, q0, q1);
+                put(out + p.plane * kGroup, q2, q3);
+            }
+        }
+        return;
+    }
     for (int64_t a = 0; a < p.sh; ++a) {
         for (int64_t b = 0; b < p.sw; ++b) {
             uint8_t* plane = dst + (a * p.sw + b) * p.plane * kGroup;

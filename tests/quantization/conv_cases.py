@@ -114,4 +114,8 @@ ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + 
     (1, 8, 5, 5, 40, 3, 3, 1, 1, 1, 1),
     (2, 16, 7, 9, 12, 3, 3, 1, 1, 1, 2),
     (1, 8, 20, 33, 8, 1, 1, 2, 0, 1, 1),
+    # stride 2 with both column phases of a row from one load (AVX-512, up to 32 quads a
+    # phase): even widths, so that each phase row's last quad is input, not padding
+    (2, 8, 10, 40, 6, 3, 3, 2, 1, 1, 1),
+    (1, 4, 8, 12, 5, 3, 3, 2, 1, 1, 1),
 ]
