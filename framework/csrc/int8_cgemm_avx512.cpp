@@ -169,6 +169,17 @@ inline __m512i phase_pair_row(const uint8_t* src, const QuadPlanes& p, __m512i z
     return _mm512_xor_si512(_mm512_permutexvar_epi64(order, _mm512_shuffle_epi8(v, split)), flip);
 }
 
+// Input rows r0 and r1 for two rows of a stride-1 phase plane of at most 32 quads a row,
+// lanes 0-31 and 32-63 (z for rows outside the input).
+inline __m512i row_pair(const uint8_t* src, const QuadPlanes& p, int64_t r0, int64_t r1,
+                        __m512i zf, __m512i flip) {
+    const uint64_t in = low_mask64(p.pl + p.w) & ~low_mask64(p.pl);  // byte k: column k - pl
+    __m512i v = zf;
+    if (r0 >= 0 && r0 < p.h) v = _mm512_mask_loadu_epi8(v, in, src + r0 * p.w - p.pl);
+    if (r1 >= 0 && r1 < p.h) v = _mm512_mask_loadu_epi8(v, in << 32, src + r1 * p.w - p.pl - 32);
+    return _mm512_xor_si512(v, flip);
+}
+
 }  // namespace
 
 void pack_block_avx512(const uint8_t* xpad, const uint8_t* /* end: masked reads */,
@@ -218,30 +229,43 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(p.flip));
     const __m512i zf = _mm512_set1_epi8(static_cast<char>(p.z ^ p.flip));  // z after the xor
     const __m512i zq = _mm512_set1_epi8(static_cast<char>(p.z));
-    if (p.sw == 2 && p.wph <= 32) {
-        // Both column phases of each row at once (phase_pair_row), a row's panels 0-1 phase
-        // 0's, 2-3 phase 1's; the rows' last panels masked (phase 0's last row would run into
-        // phase 1's plane, written before it here).
+    if (p.sw <= 2 && p.wph <= 32) {
+        // Two phase rows of at most 32 quads at once, one transpose for both: at stride 2 a
+        // row's two column phases (phase_pair_row), at stride 1 two rows (row_pair); panels 0-1
+        // the first, 2-3 the second, each row's last panel masked (at stride 2 phase 0's
+        // last row would run into phase 1's plane, written before it here). Stride 2 had
+        // taken two loads, two `vpmovwb` and a transpose of 64 lanes a phase row: ResNet-18's
+        // stride-2 3x3 layers 0.93-0.96x; pairs of stride-1 rows took ResNet-18's 28x28, 14x14
+        // and 7x7 3x3 layers 0.99x (Zen 4).
         const bool two = p.wph > 16;
         const __mmask16 last = static_cast<__mmask16>(low_mask64(p.wph - (two ? 16 : 0)));
         const auto put = [&](uint8_t* out, __m512i lo, __m512i hi) {
             if (two) _mm512_storeu_si512(out, lo);
             _mm512_mask_storeu_epi32(out + (two ? 64 : 0), last, two ? hi : lo);
         };
+        const int64_t step = p.sw == 1 ? 2 : 1;  // rows a pass
         for (int64_t a = 0; a < p.sh; ++a) {
-            for (int64_t y = 0; y < p.hph; ++y) {
+            for (int64_t y = 0; y < p.hph; y += step) {
                 const int64_t row = p.sh * y + a - p.pt;
                 uint8_t* out = dst + (a * p.sw * p.plane + y * p.wph) * kGroup;
-                __m512i q0 = zq, q1 = zq, q2 = zq, q3 = zq;
-                if (row >= 0 && row < p.h) {
-                    const int64_t at = row * p.w;
-                    quad_panels(phase_pair_row(rows4[0] + at, p, zf, flip),
-                                phase_pair_row(rows4[1] + at, p, zf, flip),
-                                phase_pair_row(rows4[2] + at, p, zf, flip),
-                                phase_pair_row(rows4[3] + at, p, zf, flip), &q0, &q1, &q2, &q3);
+                // the second row: the next one's, or phase 1's
+                uint8_t* out2 = out + (p.sw == 1 ? p.wph : p.plane) * kGroup;
+                const bool has_next = y + 1 < p.hph;
+                const int64_t next = has_next ? row + p.sh : p.h;  // p.h: outside, not stored
+                __m512i v[kGroup];
+                for (int64_t t = 0; t < kGroup; ++t) {
+                    const uint8_t* src = rows4[t];
+                    if (p.sw == 1) {
+                        v[t] = row_pair(src, p, row, next, zf, flip);
+                    } else {
+                        v[t] = row >= 0 && row < p.h ? phase_pair_row(src + row * p.w, p, zf, flip)
+                                                     : zq;
+                    }
                 }
+                __m512i q0, q1, q2, q3;
+                quad_panels(v[0], v[1], v[2], v[3], &q0, &q1, &q2, &q3);
                 put(out, q0, q1);
-                put(out + p.plane * kGroup, q2, q3);
+                if (p.sw == 2 || has_next) put(out2, q2, q3);
             }
         }
         return;
