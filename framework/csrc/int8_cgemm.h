@@ -98,7 +98,8 @@ void pack_block_avx512(const uint8_t* xpad, const uint8_t* end, const int64_t* k
 // Where a block's positions go: lane p (bit p of mask) of channel ch's row to out + off +
 // ch * ld + p (masked stores: bytes outside the mask are neither read nor written). A packed
 // block inside one image is one segment, one that spans images a segment an image; a direct
-// block (int8_conv_direct.cpp) a segment an output row.
+// block (int8_conv_direct.cpp) a segment an output row, whose off may be a little below 0
+// (lane p lands past the row's start; the masked-off bytes before it are not touched).
 struct StoreSeg {
     int64_t off;
     uint64_t mask;

@@ -43,8 +43,8 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
 // over one image's virtual positions, wph - ow of every wph dropped and the last block short.
 // Since the packed blocks copy from the same quad planes (int8_cgemm.cpp), all the direct
-// algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it takes only
-// shapes where it computes no more lanes. Measured on ResNet-18's 3x3 layers (2 threads,
+// algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it took only
+// shapes where it computes no more lanes (below: the copy is counted now). Measured on ResNet-18's 3x3 layers (2 threads,
 // 5 alternating rounds, 2026-12-02): at batch 16 direct took 1.0x packed's time at 56x56
 // (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1, 0.96-0.99x at 14x14 and 7x7
 // (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run packed (the gather is one
