@@ -2,8 +2,8 @@
 // point (or, for kernels of 2 or more taps with C/groups % 4 == 0, rewrite it into quad
 // planes), then per (group, block of <= kPos positions of the whole batch: a block may span
 // images) pack the block's activations and run the weight blocks over it; each tile
-// requantizes and writes NCHW bytes directly (through a staging tile where the block spans
-// images).
+// requantizes and writes NCHW bytes directly (where the block spans images, the VNNI tile by
+// a masked store per image, StoreSeg, the others through a staging tile).
 // The padding and the position blocks' geometry are in int8_cgemm_blocks.cpp; the weight
 // packer, the generic pack and tile and the per-thread scratch in int8_cgemm_generic.cpp;
 // SIMD twins in int8_cgemm_avx2.cpp (the AVX2 packing in int8_pack_avx2.cpp) / _avx512.cpp /

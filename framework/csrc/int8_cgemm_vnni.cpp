@@ -2,7 +2,8 @@
 // x P panels of 16 positions in R*P zmm accumulators (up to 6 x 4). Per k-quad: P loads of
 // the activations at that quad's offset (u8 operand) and R broadcasts of 4 weight bytes
 // (s8 operand); the store requantizes each accumulator with its channel's (bias, m, shift)
-// exactly like reference.requantize and writes a channel's up to 64 bytes into its NCHW row.
+// exactly like reference.requantize and writes a channel's up to 64 bytes into its NCHW row
+// (or, given RowParams.segs, one masked store per segment).
 // A few positions past the panels (E, the block's npos % 16; vnni_lanes says how few) run
 // the other way round, the channels in the lanes: per k-quad one ymm of the block's weight
 // quads against each position's activation quad broadcast, E ymm `vpdpbusd` where one more
@@ -10,9 +11,9 @@
 // 64 and 34 on 2 threads: 34 = 2 panels + 2) had computed 64 and 48 lanes for them: ResNet-18
 // at batch 1 took 0.95x its convolutions' time (layer3 and layer4 0.88-0.90x, with the
 // direct_wins rule that counts the extras), ShuffleNetV2 0.95x, MobileNetV2 0.98x, batch 16
-// level (Zen 4, 2 threads, minima over 3 alternating processes). An extra costs about a
-// sixth of a 6-channel panel: 8 positions alone as extras (the last block of a thread's share
-// of 392, ResNet-18's 7x7 layers at batch 16) took 1.007x the time of one more panel.
+// level (Zen 4, 2 threads, minima over 3 alternating processes). 8 positions alone as extras
+// (the last block of a thread's share of 392, ResNet-18's 7x7 layers at batch 16) took 1.007x
+// the time of one more panel, an eighth of a panel each: extras stop at kExtraMax = 4.
 #include <immintrin.h>
 
 #include <cstdint>

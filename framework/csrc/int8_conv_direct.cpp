@@ -1,8 +1,9 @@
 // int8 convolution, direct algorithm (layouts in int8_cgemm.h): the input is rewritten once
 // into quad planes (4 channels per 32-bit lane, one plane per phase of the stride), then per
 // (image, group, block of kPos virtual positions) the weight blocks run the register tile
-// with one offset per kernel tap; the tile requantizes into a staging tile whose row
-// segments are copied into NCHW, dropping the columns past the output row.
+// with one offset per kernel tap; the tile requantizes into NCHW, dropping the columns past
+// the output row: the VNNI tile by a masked store per row segment (StoreSeg), the others into
+// a staging tile whose row segments are copied.
 // The packed algorithm's blocks of kernels with 2 or more taps copy from the same quad
 // planes (quad_input, fill_quad_planes and pack_quads here); direct saves that copy where
 // its virtual positions cost no more lanes (direct_wins).
