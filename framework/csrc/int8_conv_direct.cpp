@@ -6,7 +6,7 @@
 // a staging tile whose row segments are copied.
 // The packed algorithm's blocks of kernels with 2 or more taps copy from the same quad
 // planes (quad_input, fill_quad_planes and pack_quads here); direct saves that copy where
-// its virtual positions cost no more lanes (direct_wins).
+// its virtual positions' extra lanes cost less than it (direct_wins).
 #include <omp.h>
 
 #include <cstring>
@@ -72,15 +72,15 @@ constexpr int64_t kPackChannels = 4;
 
 bool direct_wins(const ConvGeom& g) {
     if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
+    const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
+    if ((g.sh != 1 || g.sw != 1) && kq < 576) return false;
     const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
     const int64_t v = (g.oh - 1) * wph + g.ow;  // an image's virtual positions
     const int64_t direct = g.n * (v - v % kPos + vnni_lanes(v % kPos));
     const std::vector<int64_t> start = block_starts(g.n * g.oh * g.ow, omp_get_max_threads());
     int64_t packed = 0;
     for (size_t b = 1; b < start.size(); ++b) packed += vnni_lanes(start[b] - start[b - 1]);
-    const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
-    return direct * ocg <= packed * (ocg + kPackChannels) &&
-           ((g.sh == 1 && g.sw == 1) || kq >= 576);
+    return direct * ocg <= packed * (ocg + kPackChannels);
 }
 
 QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
@@ -208,7 +208,7 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr,
                           chans ? chans + (c0 + j) * kChanBytes : nullptr,
-                          segmented ? ssegs : nullptr, nseg};
+                          segmented ? ssegs : nullptr, segmented ? nseg : 0};
         const int8_t* w = packed + (gi * d.ocg + j) * d.kp;
         if (segmented) {
             tile(acts, in.qoff.data(), w, d.kp, rows, npos, q, r,
