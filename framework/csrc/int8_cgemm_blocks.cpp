@@ -79,6 +79,13 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 // output channels the threads share (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24
 // had run 32 + 24 lanes (the tile steps 16 and 8 wide), and one thread waited for the other;
 // one block is 56 lanes, halved.
+// A share's last block of more positions than the VNNI tile's extras but at most 16 (one
+// panel) takes 16 from the whole block before it: 48 + (16 + r) positions run the same lanes
+// as 64 + r, in blocks of 3 and 2 panels, where a one-panel block's loop (6 accumulators)
+// waits on vpdpbusd's latency: the 6-row tile on 1 panel had cost 1.5 panels' time. ResNet-18
+// at batch 1 (28x28: 392 positions a thread, 6 x 64 + 8) 0.96-0.99x on those layers (56x56
+// ones, not cut so, level), its 7x7 layers at batch 16 0.985-0.996x (Zen 5, 2 threads, minima
+// over 3 alternating processes); the AVX2 tile, which steps 8 positions, level.
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     if (all <= kPos) return {0, all};
     std::vector<int64_t> start{0};
@@ -87,6 +94,9 @@ std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     for (int64_t s0 = 0; s0 < all; s0 += share) {
         const int64_t s1 = s0 + share < all ? s0 + share : all;
         for (int64_t p = s0 + kPos; p < s1; p += kPos) start.push_back(p);
+        // a last block of 5 to 16 positions after a whole one: 48 + (16 + r) instead
+        const int64_t r = s1 - start.back();
+        if (r > kExtraMax && r <= 16 && start.back() - kPos >= s0) start.back() -= 16;
         start.push_back(s1);
     }
     return start;
