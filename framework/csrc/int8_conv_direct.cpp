@@ -41,12 +41,29 @@ void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8
 
 bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 
+// The phase planes' shape (z and flip unset). At unit stride a row's right padding is the next
+// row's left padding (pr <= pl): reads past a row's end wrap onto the next row's first
+// columns, which are padding, and the last row's onto one more row of padding. 3x3 layers
+// with padding 1 lose one column a row, not two: direct's virtual positions a row 57 for 56
+// (ResNet-18's 56x56 layers), 29 for 28.
+namespace {
+QuadPlanes plane_geometry(const ConvGeom& g) {
+    const bool shared = g.sh == 1 && g.sw == 1 && g.pr > 0 && g.pr <= g.pl;
+    const int64_t hp = g.h + g.pt + g.pb + (shared ? 1 : 0);
+    const int64_t wp = g.w + g.pl + (shared ? 0 : g.pr);
+    QuadPlanes p{g.h, g.w, g.pt, g.pl, g.sh, g.sw, (hp + g.sh - 1) / g.sh, (wp + g.sw - 1) / g.sw,
+                 0, 0, 0};
+    p.plane = p.hph * p.wph;
+    return p;
+}
+}  // namespace
+
 // Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
 // over one image's virtual positions, wph - ow of every wph dropped and the last block short.
 // Since the packed blocks copy from the same quad planes (int8_cgemm.cpp), all the direct
 // algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it took only
-// shapes where it computes no more lanes (below: the copy is counted now). Measured on ResNet-18's 3x3 layers (2 threads,
-// 5 alternating rounds, 2026-12-02): at batch 16 direct took 1.0x packed's time at 56x56
+// shapes where it computes no more lanes (below: the copy is counted now). Measured on
+// ResNet-18's 3x3 layers (2 threads, 5 alternating rounds, 2026-12-02): at batch 16 direct took 1.0x packed's time at 56x56
 // (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1, 0.96-0.99x at 14x14 and 7x7
 // (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run packed (the gather is one
 // pass anyway, and direct's staging copy is a large part of a short depth).
@@ -68,14 +85,20 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // 56x56, 4.1 % of a 128-channel one at 28x28): ResNet-18's 64-channel 3x3 layers (56x56, 1.04x
 // packed's lanes) now run direct, 0.97-0.99x packed's time at batch 16 and 0.98x at batch 1;
 // at 28x28 (1.08x the lanes) direct took 1.05-1.07x.
-constexpr int64_t kPackChannels = 4;
+// On Zen 5 (full-width AVX-512: the tile twice as fast, the copy not) the copy was 5.7 % of a
+// 128-channel layer at 28x28, 7-8 channels' work. With rows sharing their padding column
+// (plane_geometry) the 28x28 layers' direct lanes are 1.04x packed's; at 6 channels they run
+// direct: 0.97x their packed time at batch 16 and 1, and the 56x56 ones, direct already,
+// 0.985x (b16) and 0.964x (b1) with one padding column a row (ResNet-18, Zen 5, 2 threads,
+// minima over 3 alternating processes). Not measured on Zen 4, where 4 had been set (at 1.04x
+// the lanes, packed's 4 % copy against direct's 4 % more lanes there).
+constexpr int64_t kPackChannels = 6;
 
 bool direct_wins(const ConvGeom& g) {
     if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
     const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
     if ((g.sh != 1 || g.sw != 1) && kq < 576) return false;
-    const int64_t wph = (g.w + g.pl + g.pr + g.sw - 1) / g.sw;
-    const int64_t v = (g.oh - 1) * wph + g.ow;  // an image's virtual positions
+    const int64_t v = (g.oh - 1) * plane_geometry(g).wph + g.ow;  // an image's positions
     const int64_t direct = g.n * (v - v % kPos + vnni_lanes(v % kPos));
     const std::vector<int64_t> start = block_starts(g.n * g.oh * g.ow, omp_get_max_threads());
     int64_t packed = 0;
@@ -85,10 +108,9 @@ bool direct_wins(const ConvGeom& g) {
 
 QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
     QuadInput in;
-    const int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
-    in.qp = {g.h, g.w, g.pt, g.pl, g.sh, g.sw, (hp + g.sh - 1) / g.sh, (wp + g.sw - 1) / g.sw,
-             0, z, flip};
-    in.qp.plane = in.qp.hph * in.qp.wph;
+    in.qp = plane_geometry(g);
+    in.qp.z = z;
+    in.qp.flip = flip;
     // Reads of the last block run up to kPos quads past the last phase; rows are written
     // in whole panels, up to kPos quads past it too.
     in.span = round_up(g.sh * g.sw * in.qp.plane + 2 * kPos, 16);

@@ -118,4 +118,9 @@ ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + 
     # phase): even widths, so that each phase row's last quad is input, not padding
     (2, 8, 10, 40, 6, 3, 3, 2, 1, 1, 1),
     (1, 4, 8, 12, 5, 3, 3, 2, 1, 1, 1),
+    # unit stride, where a row's right padding is the next row's left (pr <= pl) and the reads
+    # past a row's end wrap onto it: pl > pr; pr > pl (not shared); kw 2, no column dropped
+    (2, 8, 6, 7, 5, 3, 3, 1, (1, 2, 2, 1), 1, 1),
+    (1, 4, 5, 9, 6, 3, 3, 1, (1, 1, 0, 2), 1, 1),
+    (2, 8, 5, 6, 7, 3, 2, 1, 1, 1, 1),
 ]
