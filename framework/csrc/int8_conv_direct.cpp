@@ -63,10 +63,11 @@ QuadPlanes plane_geometry(const ConvGeom& g) {
 // Since the packed blocks copy from the same quad planes (int8_cgemm.cpp), all the direct
 // algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it took only
 // shapes where it computes no more lanes (below: the copy is counted now). Measured on
-// ResNet-18's 3x3 layers (2 threads, 5 alternating rounds, 2026-12-02): at batch 16 direct took 1.0x packed's time at 56x56
-// (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1, 0.96-0.99x at 14x14 and 7x7
-// (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run packed (the gather is one
-// pass anyway, and direct's staging copy is a large part of a short depth).
+// ResNet-18's 3x3 layers (2 threads, 5 alternating rounds, 2026-12-02): at batch 16 direct
+// took 1.0x packed's time at 56x56 (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1,
+// 0.96-0.99x at 14x14 and 7x7 (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run
+// packed (the gather is one pass anyway, and direct's staging copy is a large part of a short
+// depth).
 // The AVX2 tile steps 8 positions at the end of a block where the VNNI tile steps 16, so the
 // lanes packed blocks waste shrink and direct lost everywhere: 1.01-1.29x packed's time on
 // ResNet-18's 3x3 layers at batch 1 and 16 (AMD Zen 3, 2 threads, 15 alternating runs).
