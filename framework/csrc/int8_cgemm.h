@@ -215,6 +215,9 @@ void pad_plane_avx512(const uint8_t* src, const PadPlane& p, uint8_t* dst);
 // (c0..c3, each h x w, sign bit flipped by `flip`, zero point z outside) -> per phase (a, b)
 // of the stride, hph x wph quads at dst + (a*sw + b)*plane*4; plane >= hph*wph, and dst is
 // writable 64 quads past the last phase's last row (rows may be written whole panels wide).
+// Quad x of phase row y holds input column sw*x + b - pl of row sh*y + a - pt; wph may stop
+// short of the right padding, which the next row's left padding then stands in for
+// (quad_input's geometry at unit stride).
 struct QuadPlanes {
     int64_t h, w, pt, pl, sh, sw, hph, wph, plane;
     uint8_t z, flip;
