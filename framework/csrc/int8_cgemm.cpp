@@ -179,7 +179,8 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res,
                           s.chans ? s.chans + (c0 + j) * kChanBytes : nullptr,
-                          segmented ? segs : nullptr, segmented ? nspans : 0};
+                          segmented ? segs : nullptr, segmented ? nspans : 0,
+                          store_ahead(g.n * g.oc * s.p)};
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         const auto tile = [&](uint8_t* dst, int64_t ldo) {
             if (s.wide) {  // 4 packed bytes -> 2 words

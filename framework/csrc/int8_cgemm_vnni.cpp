@@ -3,7 +3,8 @@
 // the activations at that quad's offset (u8 operand) and R broadcasts of 4 weight bytes
 // (s8 operand); the store requantizes each accumulator with its channel's (bias, m, shift)
 // exactly like reference.requantize and writes a channel's up to 64 bytes into its NCHW row
-// (or, given RowParams.segs, one masked store per segment).
+// (or, given RowParams.segs, one masked store per segment), asking for the line
+// RowParams.ahead bytes further along the row for writing.
 // A few positions past the panels (E, the block's npos % 16; vnni_lanes says how few) run
 // the other way round, the channels in the lanes: per k-quad one ymm of the block's weight
 // quads against each position's activation quad broadcast, E ymm `vpdpbusd` where one more
@@ -110,6 +111,8 @@ void tile(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
             kPanels > 1 ? requant16_y(_mm512_load_si512(a + 16), cq) : z,
             kPanels > 2 ? requant16_y(_mm512_load_si512(a + 32), cq) : z,
             kPanels > 3 ? requant16_y(_mm512_load_si512(a + 48), cq) : z, rq);
+        if (q.ahead)
+            __builtin_prefetch(out + i * ldo + (q.segs ? q.segs[0].off : 0) + q.ahead, 1, 3);
         if (q.segs) {
             for (int64_t t = 0; t < q.nsegs; ++t)
                 _mm512_mask_storeu_epi8(out + i * ldo + q.segs[t].off, q.segs[t].mask, v);

@@ -231,7 +231,8 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr,
                           chans ? chans + (c0 + j) * kChanBytes : nullptr,
-                          segmented ? ssegs : nullptr, segmented ? nseg : 0};
+                          segmented ? ssegs : nullptr, segmented ? nseg : 0,
+                          store_ahead(g.n * g.oc * plane)};
         const int8_t* w = packed + (gi * d.ocg + j) * d.kp;
         if (segmented) {
             tile(acts, in.qoff.data(), w, d.kp, rows, npos, q, r,
