@@ -23,8 +23,8 @@ ROOTS = {
 }
 
 ISA_FLAGS = {
-    "avx2": ["-mavx2", "-mfma", "-mf16c"],
-    "avxvnni": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],
+    "avx2": ["-mavx2", "-mfma", "-mf16c", "-mprfchw"],
+    "avxvnni": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni", "-mprfchw"],
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
     "vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
              "-mprfchw"],

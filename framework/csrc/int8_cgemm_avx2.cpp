@@ -170,6 +170,8 @@ void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_
                           int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                           const Requant& r, uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
+    for (int64_t i = 0; i < rows && q.ahead; ++i)  // the lines ahead, for writing
+        __builtin_prefetch(out + i * ldo + q.ahead, 1, 3);
     // 5 or 6 channels: 3 + 2 or 3 + 3 (as many vector operations per product as 4 + 1, 4 + 2)
     const int64_t first = rows > 4 ? 3 : rows;
     // The channels' constants once per call, not per 16 positions: with the widening on the

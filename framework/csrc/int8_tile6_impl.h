@@ -179,6 +179,8 @@ void tile6(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp
            int64_t npos, const RowParams& q, const Requant& r, uint8_t* out, int64_t ldo) {
     const int64_t nq = kp / kGroup;
     int64_t p0 = 0;
+    for (int64_t i = 0; i < rows && q.ahead; ++i)  // the lines ahead, for writing
+        __builtin_prefetch(out + i * ldo + q.ahead, 1, 3);
     Chan local[kOcBlock];  // once per call, not per 16 positions, unless made per convolution
     const Chan* cs = reinterpret_cast<const Chan*>(q.chans);
     if (!cs) {
