@@ -22,6 +22,8 @@ ROOTS = {
     "tianyuan.trainers": "trainers",
 }
 
+# -mprfchw: __builtin_prefetch(p, 1, ...) as prefetchw (the int8 tiles ask for their rows' next
+# lines for writing, int8_cgemm.h store_ahead); CPUs without it run the opcode as a NOP.
 ISA_FLAGS = {
     "avx2": ["-mavx2", "-mfma", "-mf16c", "-mprfchw"],
     "avxvnni": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni", "-mprfchw"],
