@@ -157,11 +157,8 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
     // a staging tile where the block spans images
     const bool segmented = s.amx || (nspans > 1 && s.tile == cgemm_tile_vnni);
     StoreSeg segs[kPos];
-    for (int64_t t = 0; t < nspans && segmented; ++t) {
-        const Span& u = spans[t];
-        segs[t] = {u.n * g.oc * s.p + u.q - u.lane,
-                   low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
-    }
+    for (int64_t t = 0; t < nspans && segmented; ++t)
+        segs[t] = store_seg(spans[t].n * g.oc * s.p + spans[t].q, spans[t].lane, spans[t].len);
     if (s.amx) {  // channels [ob0, ob1) * kAmxOc (groups 1)
         const auto gemm = s.amx_emulate ? amx_gemm_block_emulated : amx_gemm_block_tiles;
         const int64_t j0 = ob0 * kAmxOc, j1 = ob1 * kAmxOc < g.oc ? ob1 * kAmxOc : g.oc;
@@ -171,6 +168,7 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         }
         return;
     }
+    const int64_t ahead = store_ahead(g.n * g.oc * s.p);
     alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
         const int64_t j = ob * kOcBlock;
@@ -179,8 +177,7 @@ void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
         const RowParams q{b.data() + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           s.res_ptr ? s.res_ptr + c0 + j : nullptr, s.res,
                           s.chans ? s.chans + (c0 + j) * kChanBytes : nullptr,
-                          segmented ? segs : nullptr, segmented ? nspans : 0,
-                          store_ahead(g.n * g.oc * s.p)};
+                          segmented ? segs : nullptr, segmented ? nspans : 0, ahead};
         const int8_t* w = packed + gi * s.ocg * s.kp + j * s.kp;
         const auto tile = [&](uint8_t* dst, int64_t ldo) {
             if (s.wide) {  // 4 packed bytes -> 2 words

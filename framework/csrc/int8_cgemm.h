@@ -104,6 +104,10 @@ struct StoreSeg {
     int64_t off;
     uint64_t mask;
 };
+// The segment of lanes [lane, lane + len) whose first lane goes to byte `first` of a row.
+static inline StoreSeg store_seg(int64_t first, int64_t lane, int64_t len) {
+    return {first - lane, low_mask64(lane + len) & ~low_mask64(lane)};
+}
 
 // Per-channel requantization of one weight block; r carries zero point and bounds.
 struct RowParams {
@@ -121,9 +125,8 @@ struct RowParams {
     const StoreSeg* segs = nullptr;
     int64_t nsegs = 0;
     // The VNNI and AVX2 tiles' stores ask for the line this many bytes further along each
-    // row for writing (prefetchw; 0: not): where a layer's output is past the caches
-    // (store_ahead). The AVX2 tiles (the same request once a row per block): that layer on
-    // the `avx2` path of a Zen 5 host 2.96-3.13 -> 2.74-2.82 ms in the model.
+    // row for writing (prefetchw; 0: not), the VNNI tile per row and store, the AVX2 tiles
+    // once a row per block: store_ahead, below, says where and what it gained.
     int64_t ahead = 0;
 };
 
@@ -136,7 +139,8 @@ struct RowParams {
 // 0.87-0.98x (median 0.90), ShuffleNetV2 0.91-0.95x (its stem, 4.8 MB out, 0.66-0.85x),
 // ResNet-18 (3 MB outputs) level. At batch 1 (outputs of 0.1-0.8 MB, in cache) ShuffleNetV2
 // had taken 1.021-1.028x with every store asking: hence from 1 MiB on (Zen 5, 2 threads,
-// alternating processes).
+// alternating processes). On the `avx2` path of that host the 19 MB layer 2.96-3.13 ->
+// 2.74-2.82 ms in the model.
 constexpr int64_t kStoreAhead = 512, kStoreAheadMin = int64_t{1} << 20;
 inline int64_t store_ahead(int64_t bytes) { return bytes >= kStoreAheadMin ? kStoreAhead : 0; }
 

@@ -218,11 +218,9 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
     // tile
     const bool segmented = tile == cgemm_tile_vnni;
     StoreSeg ssegs[kPos + 1];
-    for (int64_t s = 0; s < nseg && segmented; ++s) {
-        const Segment& u = segs[s];
-        ssegs[s] = {u.oy * g.ow + u.ox - u.lane,
-                    low_mask64(u.lane + u.len) & ~low_mask64(u.lane)};
-    }
+    for (int64_t s = 0; s < nseg && segmented; ++s)
+        ssegs[s] = store_seg(segs[s].oy * g.ow + segs[s].ox, segs[s].lane, segs[s].len);
+    const int64_t ahead = store_ahead(g.n * g.oc * plane);
     alignas(64) uint8_t stage[kOcBlock * kPos];
     for (int64_t ob = ob0; ob < ob1; ++ob) {
         const int64_t j = ob * kOcBlock;
@@ -231,8 +229,7 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const ConvGeom& g, C
         const RowParams q{bias + c0 + j, r.multiplier + c0 + j, r.shift + c0 + j,
                           nw ? nw->res_ptr + c0 + j : nullptr, nw ? nw->res : nullptr,
                           chans ? chans + (c0 + j) * kChanBytes : nullptr,
-                          segmented ? ssegs : nullptr, segmented ? nseg : 0,
-                          store_ahead(g.n * g.oc * plane)};
+                          segmented ? ssegs : nullptr, segmented ? nseg : 0, ahead};
         const int8_t* w = packed + (gi * d.ocg + j) * d.kp;
         if (segmented) {
             tile(acts, in.qoff.data(), w, d.kp, rows, npos, q, r,
