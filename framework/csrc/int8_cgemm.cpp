@@ -98,6 +98,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
         s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));
+        s.quads.planes = batch_planes(g, s.quads);
         s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
                   : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
         s.xpad = s.xend = nullptr;

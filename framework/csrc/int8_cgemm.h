@@ -254,9 +254,11 @@ struct QIn;
 // x's quad planes (C/groups % 4 == 0), as the direct algorithm reads them and the packed one
 // copies from for kernels of 2 or more taps: image n, group gi starts group_quads * (n * groups
 // + gi) quads into `planes`, and k-quad q of output position (oy, ox) is the 4 bytes at
-// planes + qoff[q] + 4 * (that start + oy * wph + ox). quad_input works out the geometry and
-// sizes a grow-only workspace (valid until the next call); fill_quad_planes writes it, as an
-// orphaned `omp for`: called inside a parallel region, the region's threads share the planes.
+// planes + qoff[q] + 4 * (that start + oy * wph + ox). quad_input works out the geometry
+// (planes null); batch_planes gives the calling thread's grow-only workspace for the batch's
+// planes (valid until its next call), which fill_quad_planes writes as an orphaned `omp for`:
+// called inside a parallel region, the region's threads share the planes. fill_image_planes
+// writes image n's alone (its groups' g.groups * group_quads quads) to dst.
 struct QuadInput {
     QuadPlanes qp;
     int64_t cq, span, group_quads;  // channel quads per group; quads per channel quad, per group
@@ -264,7 +266,10 @@ struct QuadInput {
     uint8_t* planes;
 };
 QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z);
+uint8_t* batch_planes(const ConvGeom& g, const QuadInput& in);
 void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in);
+void fill_image_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in, int64_t n,
+                       uint8_t* dst);
 
 // One packed block from quad planes: k-quad q of run u (u.src in quads from src, unit
 // stride) is u.len quads at src + qoff[q] + 4 * u.src, copied to buf + q*kPos*4 + 4*u.dst.

@@ -153,6 +153,29 @@ def test_conv2d_algorithms(case, algorithm, in_dtype, in_zp, relu):
                 lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+# The direct algorithm with whole images a thread (a batch of a multiple of the threads and 16
+# or more blocks a thread): each thread rewrites one image at a time into planes of its own;
+# groups, stride 2, and on 2 threads a batch of 3 (the batch's planes, shared).
+@pytest.mark.parametrize("case", [(2, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1),
+                                  (4, 16, 12, 30, 12, 3, 3, 1, 1, 1, 2),
+                                  (4, 8, 40, 42, 6, 3, 3, 2, 1, 1, 1),
+                                  (3, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv2d_direct_images(case, threads):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
+    before = ty.get_num_threads()
+    try:
+        ty.set_num_threads(threads)
+        for in_dtype, in_zp in ((np.uint8, 117), (np.int8, -3)):
+            x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype)
+            packed = K.pack_weights(wt, groups)
+            args = (bias, mult, shift, 64, True, np.uint8)
+            check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm="direct"),
+                        lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
+    finally:
+        ty.set_num_threads(before)
+
+
 def test_conv2d_algorithm_errors():
     packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
     x = np.zeros((1, 3, 5, 5), np.uint8)
