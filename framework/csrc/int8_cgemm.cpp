@@ -97,8 +97,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.blocks = static_cast<int64_t>(s.start.size()) - 1;
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
-        s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));
-        s.quads.planes = batch_planes(g, s.quads);
+        s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));  // planes: conv2d
         s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
                   : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
         s.xpad = s.xend = nullptr;
@@ -215,25 +214,65 @@ void widen_all(const int8_t* packed, int64_t bytes, int32_t* wide) {
     }
 }
 
-// Activation block blk of group gi, k-quads [q0, q1) only.
+// Activation block blk of group gi, k-quads [q0, q1) only. ring: the quad planes are a
+// thread's ring of that many images at `planes` (image n in slot n % ring), else 0 (the
+// batch's, s.quads.planes).
 void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, int64_t q0,
-               int64_t q1, uint8_t* buf) {
+               int64_t q1, uint8_t* buf, const uint8_t* planes = nullptr, int64_t ring = 0) {
     Span spans[kPos];
     Run runs[kPos + 2];
     const int64_t p0 = s.start[blk], npos = s.start[blk + 1] - p0;
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
     if (s.from_quads) {
         const QuadInput& in = s.quads;
+        for (int64_t t = 0; t < nspans && ring; ++t) spans[t].n %= ring;
         const int64_t nr = block_runs(g, g.groups * in.group_quads, in.qp.wph, 1, spans, nspans,
                                       runs);
-        s.qpack(in.planes + gi * in.group_quads * kGroup, in.qoff.data() + q0, q1 - q0, runs, nr,
-                buf + q0 * kPos * kGroup);
+        s.qpack((ring ? planes : in.planes) + gi * in.group_quads * kGroup, in.qoff.data() + q0,
+                q1 - q0, runs, nr, buf + q0 * kPos * kGroup);
         return;
     }
     const int64_t nr = block_runs(g, g.c * s.hp * s.wp, g.sh * s.wp, g.sw, spans, nspans, runs);
     const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
     s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.xend, s.koff.data() + k0, kend - k0,
            (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
+}
+
+// Blocks copied from quad planes with several images a thread (the batch 2 or more images a
+// thread, one channel chunk, a block at a time, not AMX): each thread takes an even share of
+// the blocks in order and rewrites the images they cover, as they come, into a ring of planes
+// of its own (as many images as a block spans; the same bytes every few images, so they stay
+// in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
+// direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
+// rewritten by both.
+void packed_images(const ConvPlan& s, const ConvGeom& g, const uint8_t* x, const int8_t* packed,
+                   const std::vector<int32_t>& b, const Requant& r, uint8_t* out) {
+    const QuadInput& in = s.quads;
+    const int64_t me = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t b0 = s.blocks * me / threads, b1 = s.blocks * (me + 1) / threads;
+    if (b0 >= b1) return;
+    const int64_t ring = (kPos - 2) / s.p + 2, image = g.groups * in.group_quads * kGroup;
+    uint8_t* planes = thread_space(Space::quads, ring * image);
+    uint8_t* buf = thread_space(Space::block, s.kp * kPos);
+    const int64_t bytes = g.c * g.h * g.w;  // an image's input
+    const int64_t last = (s.start[b1] - 1) / s.p;
+    int64_t done = s.start[b0] / s.p - 1;  // the last image in the ring
+    AmxGemmState st;
+    for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t p0 = s.start[blk], p1 = s.start[blk + 1];
+        for (; done < (p1 - 1) / s.p; ++done)
+            fill_image_planes(x, g, in, done + 1, planes + (done + 1) % ring * image);
+        if (done < last) {  // the block's share of the next image's input
+            const int64_t at = p0 / s.p * s.p, lo = (p0 - at) * bytes / s.p;
+            const int64_t hi = (p1 - at) * bytes / s.p < bytes ? (p1 - at) * bytes / s.p : bytes;
+            const uint8_t* next = x + (done + 1) * bytes;
+            for (int64_t o = lo & ~int64_t{63}; o < hi; o += 64) __builtin_prefetch(next + o, 0, 2);
+        }
+        for (int64_t gi = 0; gi < g.groups; ++gi) {
+            pack_part(s, g, gi, blk, 0, s.kp / kGroup, buf, planes, ring);
+            run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out, st);
+        }
+    }
 }
 
 }  // namespace
@@ -295,6 +334,18 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         (s.kp >= kWideMinDepth || g.oc * s.kp * 2 <= kWideMaxSmall)) {
         wide.reset(new int32_t[static_cast<size_t>(g.oc * s.kp / 2)]);
         s.wide = wide.get();
+    }
+    const bool images = s.from_quads && s.chunks == 1 && s.run == 1 && !s.amx &&
+                        g.n >= 2 * omp_get_max_threads();
+    if (s.from_quads && !images) s.quads.planes = batch_planes(g, s.quads);
+    if (images) {
+#pragma omp parallel
+        {
+            if (s.wide) widen_all(packed, g.oc * s.kp, wide.get());
+            if (table) fill_chans(b.data(), r.multiplier, r.shift, g.oc, r, table);
+            packed_images(s, g, x.data, packed, b, r, out);
+        }
+        return;
     }
     if (s.chunks == 1) {  // enough position blocks: each task packs its own
 #pragma omp parallel if (blocks > 1)

@@ -153,15 +153,22 @@ def test_conv2d_algorithms(case, algorithm, in_dtype, in_zp, relu):
                 lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
-# The direct algorithm with whole images a thread (a batch of a multiple of the threads and 16
-# or more blocks a thread): each thread rewrites one image at a time into planes of its own;
-# groups, stride 2, and on 2 threads a batch of 3 (the batch's planes, shared).
-@pytest.mark.parametrize("case", [(2, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1),
-                                  (4, 16, 12, 30, 12, 3, 3, 1, 1, 1, 2),
-                                  (4, 8, 40, 42, 6, 3, 3, 2, 1, 1, 1),
-                                  (3, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1)])
+# Quad planes an image at a time in each thread's own buffer: the direct algorithm with whole
+# images a thread (a batch of a multiple of the threads, 16 or more blocks a thread); packed
+# blocks copied from a ring of images (2 or more images a thread; 7x7 and stride-2 maps, whose
+# blocks span 3 images, and groups). On 2 threads a batch of 3 runs direct from the batch's
+# planes, shared.
+@pytest.mark.parametrize("algorithm,case", [
+    ("direct", (2, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1)),
+    ("direct", (4, 16, 12, 30, 12, 3, 3, 1, 1, 1, 2)),
+    ("direct", (4, 8, 40, 42, 6, 3, 3, 2, 1, 1, 1)),
+    ("direct", (3, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1)),
+    ("packed", (4, 8, 7, 7, 10, 3, 3, 1, 1, 1, 1)),
+    ("packed", (5, 8, 12, 14, 6, 3, 3, 2, 1, 1, 1)),
+    ("packed", (4, 16, 8, 8, 12, 3, 3, 1, 1, 1, 2)),
+    ("packed", (4, 8, 12, 12, 6, 3, 3, 1, 1, 1, 1))])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_conv2d_direct_images(case, threads):
+def test_conv2d_image_planes(algorithm, case, threads):
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
     before = ty.get_num_threads()
     try:
@@ -170,7 +177,7 @@ def test_conv2d_direct_images(case, threads):
             x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype)
             packed = K.pack_weights(wt, groups)
             args = (bias, mult, shift, 64, True, np.uint8)
-            check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm="direct"),
+            check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm=algorithm),
                         lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
     finally:
         ty.set_num_threads(before)
