@@ -102,7 +102,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
                   : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
         s.xpad = s.xend = nullptr;
     } else {
-        s.xpad = padded_input(x, g, s.hp, s.wp, &s.xend);
+        s.xpad = s.xend = nullptr;  // conv2d: the batch's padded input, or packed_images' own
         // k row q's offset in a padded group, in k_row's order, from nested loops: k_row's 3
         // integer divisions a row had cost a 1x1 layer of 2048 channels 8 us a call
         const int64_t taps = g.kh * g.kw, plane = s.hp * s.wp;
@@ -214,45 +214,57 @@ void widen_all(const int8_t* packed, int64_t bytes, int32_t* wide) {
     }
 }
 
-// Activation block blk of group gi, k-quads [q0, q1) only. ring: the quad planes are a
-// thread's ring of that many images at `planes` (image n in slot n % ring), else 0 (the
-// batch's, s.quads.planes).
+// A thread's ring of images (packed_images): image n's quad planes or padded input at
+// base + n % slots * image; bytes up to `end` readable.
+struct Ring {
+    uint8_t* base = nullptr;
+    int64_t slots = 0, image = 0;
+    const uint8_t* end = nullptr;
+};
+
+// Activation block blk of group gi, k-quads [q0, q1) only, from the batch's quad planes or
+// padded input, or from a thread's ring of images (ring.base not null).
 void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, int64_t q0,
-               int64_t q1, uint8_t* buf, const uint8_t* planes = nullptr, int64_t ring = 0) {
+               int64_t q1, uint8_t* buf, const Ring& ring = Ring{}) {
     Span spans[kPos];
     Run runs[kPos + 2];
     const int64_t p0 = s.start[blk], npos = s.start[blk + 1] - p0;
     const int64_t nspans = block_spans(s.p, p0, npos, spans);
+    for (int64_t t = 0; t < nspans && ring.base; ++t) spans[t].n %= ring.slots;
     if (s.from_quads) {
         const QuadInput& in = s.quads;
-        for (int64_t t = 0; t < nspans && ring; ++t) spans[t].n %= ring;
         const int64_t nr = block_runs(g, g.groups * in.group_quads, in.qp.wph, 1, spans, nspans,
                                       runs);
-        s.qpack((ring ? planes : in.planes) + gi * in.group_quads * kGroup, in.qoff.data() + q0,
-                q1 - q0, runs, nr, buf + q0 * kPos * kGroup);
+        s.qpack((ring.base ? ring.base : in.planes) + gi * in.group_quads * kGroup,
+                in.qoff.data() + q0, q1 - q0, runs, nr, buf + q0 * kPos * kGroup);
         return;
     }
     const int64_t nr = block_runs(g, g.c * s.hp * s.wp, g.sh * s.wp, g.sw, spans, nspans, runs);
     const int64_t k0 = q0 * kGroup, kend = s.kg < q1 * kGroup ? s.kg : q1 * kGroup;
-    s.pack(s.xpad + gi * s.cg * s.hp * s.wp, s.xend, s.koff.data() + k0, kend - k0,
-           (q1 - q0) * kGroup, runs, nr, g.sw, buf + k0 * kPos);
+    s.pack((ring.base ? ring.base : s.xpad) + gi * s.cg * s.hp * s.wp,
+           ring.base ? ring.end : s.xend, s.koff.data() + k0, kend - k0, (q1 - q0) * kGroup,
+           runs, nr, g.sw, buf + k0 * kPos);
 }
 
-// Blocks copied from quad planes with several images a thread (the batch 2 or more images a
-// thread, one channel chunk, a block at a time, not AMX): each thread takes an even share of
-// the blocks in order and rewrites the images they cover, as they come, into a ring of planes
+// Blocks from quad planes or a padded copy with several images a thread (the batch 2 or more
+// images a thread, one channel chunk, a block at a time, not AMX): each thread takes an even
+// share of the blocks in order and rewrites the images they cover, as they come, into a ring
 // of its own (as many images as a block spans; the same bytes every few images, so they stay
 // in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
 // direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
-// rewritten by both.
-void packed_images(const ConvPlan& s, const ConvGeom& g, const uint8_t* x, const int8_t* packed,
+// rewritten by both. The batch's planes, written first and shared, had gone through L3 both
+// ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their time so (Zen 5).
+void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_t* packed,
                    const std::vector<int32_t>& b, const Requant& r, uint8_t* out) {
-    const QuadInput& in = s.quads;
     const int64_t me = omp_get_thread_num(), threads = omp_get_num_threads();
     const int64_t b0 = s.blocks * me / threads, b1 = s.blocks * (me + 1) / threads;
     if (b0 >= b1) return;
-    const int64_t ring = (kPos - 2) / s.p + 2, image = g.groups * in.group_quads * kGroup;
-    uint8_t* planes = thread_space(Space::quads, ring * image);
+    Ring ring;
+    ring.slots = (kPos - 2) / s.p + 2;
+    ring.image = s.from_quads ? g.groups * s.quads.group_quads * kGroup : g.c * s.hp * s.wp;
+    const int64_t size = ring.slots * ring.image + 2 * kPos;  // the gather's slack
+    ring.base = thread_space(s.from_quads ? Space::quads : Space::pad, size);
+    ring.end = ring.base + size;
     uint8_t* buf = thread_space(Space::block, s.kp * kPos);
     const int64_t bytes = g.c * g.h * g.w;  // an image's input
     const int64_t last = (s.start[b1] - 1) / s.p;
@@ -260,16 +272,22 @@ void packed_images(const ConvPlan& s, const ConvGeom& g, const uint8_t* x, const
     AmxGemmState st;
     for (int64_t blk = b0; blk < b1; ++blk) {
         const int64_t p0 = s.start[blk], p1 = s.start[blk + 1];
-        for (; done < (p1 - 1) / s.p; ++done)
-            fill_image_planes(x, g, in, done + 1, planes + (done + 1) % ring * image);
+        for (; done < (p1 - 1) / s.p; ++done) {
+            uint8_t* slot = ring.base + (done + 1) % ring.slots * ring.image;
+            if (s.from_quads) {
+                fill_image_planes(x.data, g, s.quads, done + 1, slot);
+            } else {
+                pad_image(x, g, s.hp, s.wp, done + 1, slot);
+            }
+        }
         if (done < last) {  // the block's share of the next image's input
             const int64_t at = p0 / s.p * s.p, lo = (p0 - at) * bytes / s.p;
             const int64_t hi = (p1 - at) * bytes / s.p < bytes ? (p1 - at) * bytes / s.p : bytes;
-            const uint8_t* next = x + (done + 1) * bytes;
+            const uint8_t* next = x.data + (done + 1) * bytes;
             for (int64_t o = lo & ~int64_t{63}; o < hi; o += 64) __builtin_prefetch(next + o, 0, 2);
         }
         for (int64_t gi = 0; gi < g.groups; ++gi) {
-            pack_part(s, g, gi, blk, 0, s.kp / kGroup, buf, planes, ring);
+            pack_part(s, g, gi, blk, 0, s.kp / kGroup, buf, ring);
             run_tiles(s, g, packed, b, r, buf, gi, blk, 0, s.ob_per_chunk, out, st);
         }
     }
@@ -335,15 +353,16 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
         wide.reset(new int32_t[static_cast<size_t>(g.oc * s.kp / 2)]);
         s.wide = wide.get();
     }
-    const bool images = s.from_quads && s.chunks == 1 && s.run == 1 && !s.amx &&
-                        g.n >= 2 * omp_get_max_threads();
+    const bool images = (s.from_quads || needs_padding(x, g)) && s.chunks == 1 && s.run == 1 &&
+                        !s.amx && g.n >= 2 * omp_get_max_threads();
     if (s.from_quads && !images) s.quads.planes = batch_planes(g, s.quads);
+    if (!s.from_quads && !images) s.xpad = padded_input(x, g, s.hp, s.wp, &s.xend);
     if (images) {
 #pragma omp parallel
         {
             if (s.wide) widen_all(packed, g.oc * s.kp, wide.get());
             if (table) fill_chans(b.data(), r.multiplier, r.shift, g.oc, r, table);
-            packed_images(s, g, x.data, packed, b, r, out);
+            packed_images(s, g, x, packed, b, r, out);
         }
         return;
     }

@@ -19,10 +19,14 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
                                     int32_t z);
 
 // x (N, C, H, W) -> (N, C, Hp, Wp) u8 with the sign bit flipped for s8 and the zero
-// point as padding; x itself when nothing needs changing. *end: the readable end (the
-// padded copy has 2 * kPos bytes of slack, in the calling thread's Space::pad).
+// point as padding; x itself when nothing needs changing (needs_padding false). *end: the
+// readable end (the padded copy has 2 * kPos bytes of slack, in the calling thread's
+// Space::pad). pad_image writes image n's (C, Hp, Wp) alone to dst.
+bool needs_padding(const QIn& x, const ConvGeom& g);
 const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp,
                             const uint8_t** end);
+void pad_image(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp, int64_t n,
+               uint8_t* dst);
 
 // The images a block of positions of the batch covers: lanes [lane, lane + len) are image
 // n's positions [q, q + len).

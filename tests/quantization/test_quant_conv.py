@@ -153,11 +153,12 @@ def test_conv2d_algorithms(case, algorithm, in_dtype, in_zp, relu):
                 lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
-# Quad planes an image at a time in each thread's own buffer: the direct algorithm with whole
-# images a thread (a batch of a multiple of the threads, 16 or more blocks a thread); packed
-# blocks copied from a ring of images (2 or more images a thread; 7x7 and stride-2 maps, whose
-# blocks span 3 images, and groups). On 2 threads a batch of 3 runs direct from the batch's
-# planes, shared.
+# Quad planes or padded input an image at a time in each thread's own buffer: the direct
+# algorithm with whole images a thread (a batch of a multiple of the threads, 16 or more blocks
+# a thread); packed blocks from a ring of images (2 or more images a thread; 7x7 and stride-2
+# maps, whose blocks span 3 images, groups; gathered from padded copies: 3 channels, a 7x7
+# stem, a 1x1 layer whose s8 input is copied flipped). On 2 threads a batch of 3 runs direct
+# from the batch's planes, shared.
 @pytest.mark.parametrize("algorithm,case", [
     ("direct", (2, 8, 24, 40, 7, 3, 3, 1, 1, 1, 1)),
     ("direct", (4, 16, 12, 30, 12, 3, 3, 1, 1, 1, 2)),
@@ -166,7 +167,10 @@ def test_conv2d_algorithms(case, algorithm, in_dtype, in_zp, relu):
     ("packed", (4, 8, 7, 7, 10, 3, 3, 1, 1, 1, 1)),
     ("packed", (5, 8, 12, 14, 6, 3, 3, 2, 1, 1, 1)),
     ("packed", (4, 16, 8, 8, 12, 3, 3, 1, 1, 1, 2)),
-    ("packed", (4, 8, 12, 12, 6, 3, 3, 1, 1, 1, 1))])
+    ("packed", (4, 8, 12, 12, 6, 3, 3, 1, 1, 1, 1)),
+    ("packed", (4, 3, 9, 10, 6, 3, 3, 2, 1, 1, 1)),
+    ("packed", (4, 3, 20, 22, 8, 7, 7, 2, 3, 1, 1)),
+    ("packed", (4, 8, 5, 7, 6, 1, 1, 1, 0, 1, 1))])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_conv2d_image_planes(algorithm, case, threads):
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 9)
