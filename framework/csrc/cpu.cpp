@@ -54,6 +54,7 @@ CpuFeatures detect() {
     f.avx512vl = f.avx512f && ((b >> 31) & 1);
     f.avx512vnni = f.avx512f && ((c >> 11) & 1);
     f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
+    f.avx512vbmi2 = f.avx512f && ((c >> 6) & 1);
     f.amx_tile = (d >> 24) & 1;
     f.amx_int8 = (d >> 25) & 1;
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;  // leaf 7 sub-leaf 1: EAX bit 4, AVX-VNNI

@@ -19,6 +19,7 @@ struct CpuFeatures {
     bool avx512dq = false;
     bool avx512vnni = false;
     bool avx512vbmi = false;  // byte permutes (the AMX store's transpose)
+    bool avx512vbmi2 = false;  // byte expand (int8 quad planes at unit stride)
     bool avxvnni = false;     // vpdpbusd on ymm, VEX-encoded
     bool amx_tile = false;
     bool amx_int8 = false;

@@ -247,6 +247,12 @@ struct QuadPlanes {
 void quad_planes_generic(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
 void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst);
+// Unit stride, AVX512-VBMI2 (CpuFeatures::avx512vbmi2): lanes (chunks,) from plane_lanes.
+void quad_planes_vbmi2(const uint8_t* const* rows4, const QuadPlanes& p, const uint64_t* lanes,
+                       int64_t chunks, uint8_t* dst);
+// The plane's positions 64 at a time (chunks of ceil(hph * wph / 64)), bit l of chunk k set
+// where position 64k + l holds an input byte (not padding; positions past the plane: unset).
+std::vector<uint64_t> plane_lanes(const QuadPlanes& p);
 
 struct ConvGeom;
 struct QIn;
@@ -264,6 +270,8 @@ struct QuadInput {
     int64_t cq, span, group_quads;  // channel quads per group; quads per channel quad, per group
     std::vector<int64_t> qoff;      // (kp / 4,) bytes
     uint8_t* planes;
+    // plane_lanes where the planes are written by quad_planes_vbmi2, else empty
+    std::vector<uint64_t> lanes;
 };
 QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z);
 uint8_t* batch_planes(const ConvGeom& g, const QuadInput& in);

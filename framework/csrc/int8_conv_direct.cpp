@@ -129,7 +129,20 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
         }
     }
     in.planes = nullptr;
+    if (g.sh == 1 && g.sw == 1 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi2)
+        in.lanes = plane_lanes(in.qp);
     return in;
+}
+
+std::vector<uint64_t> plane_lanes(const QuadPlanes& p) {
+    std::vector<uint64_t> lanes(static_cast<size_t>((p.hph * p.wph + 63) / 64), 0);
+    for (int64_t y = p.pt; y < p.pt + p.h && y < p.hph; ++y) {
+        for (int64_t x = p.pl; x < p.pl + p.w && x < p.wph; ++x) {
+            const int64_t at = y * p.wph + x;
+            lanes[at / 64] |= uint64_t{1} << (at % 64);
+        }
+    }
+    return lanes;
 }
 
 uint8_t* batch_planes(const ConvGeom& g, const QuadInput& in) {
@@ -151,7 +164,12 @@ void fill_plane(QuadPlanesFn quads, const uint8_t* x, const ConvGeom& g, const Q
                 int64_t n, int64_t t, uint8_t* dst) {
     const uint8_t* rows4[kGroup];
     for (int64_t i = 0; i < kGroup; ++i) rows4[i] = x + (n * g.c + t * kGroup + i) * g.h * g.w;
-    quads(rows4, in.qp, dst);
+    if (in.lanes.empty()) {
+        quads(rows4, in.qp, dst);
+    } else {
+        quad_planes_vbmi2(rows4, in.qp, in.lanes.data(), static_cast<int64_t>(in.lanes.size()),
+                          dst);
+    }
 }
 }  // namespace
 
