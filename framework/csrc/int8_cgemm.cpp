@@ -252,8 +252,9 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 // of its own (as many images as a block spans; the same bytes every few images, so they stay
 // in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
 // direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
-// rewritten by both. The batch's planes, written first and shared, had gone through L3 both
-// ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their time so (Zen 5).
+// rewritten by both. The batch's planes or padded copy, written first and shared, had gone
+// through L3 both ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their
+// time so, its 7x7 stem 0.94-1.01x (median 0.96; Zen 5, 2 threads, alternating processes).
 void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_t* packed,
                    const std::vector<int32_t>& b, const Requant& r, uint8_t* out) {
     const int64_t me = omp_get_thread_num(), threads = omp_get_num_threads();
@@ -283,8 +284,7 @@ void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int
         if (done < last) {  // the block's share of the next image's input
             const int64_t at = p0 / s.p * s.p, lo = (p0 - at) * bytes / s.p;
             const int64_t hi = (p1 - at) * bytes / s.p < bytes ? (p1 - at) * bytes / s.p : bytes;
-            const uint8_t* next = x.data + (done + 1) * bytes;
-            for (int64_t o = lo & ~int64_t{63}; o < hi; o += 64) __builtin_prefetch(next + o, 0, 2);
+            prefetch_input(x.data + (done + 1) * bytes, lo, hi);
         }
         for (int64_t gi = 0; gi < g.groups; ++gi) {
             pack_part(s, g, gi, blk, 0, s.kp / kGroup, buf, ring);

@@ -303,18 +303,15 @@ void direct_images(const uint8_t* x, const ConvGeom& g, const QuadInput& in,
                    const DirectPlan& d, CTileFn tile, const int8_t* packed,
                    const NarrowWeights* nw, const int32_t* bias, const uint8_t* table,
                    const Requant& r, uint8_t* out) {
-    const int64_t per = g.n / omp_get_num_threads(), first = omp_get_thread_num() * per;
+    const int64_t me = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t first = g.n * me / threads, end = g.n * (me + 1) / threads;
     uint8_t* planes = thread_space(Space::quads, g.groups * in.group_quads * kGroup);
     const int64_t tasks = g.groups * d.vblocks, bytes = g.c * g.h * g.w;  // an image's input
-    for (int64_t n = first; n < first + per; ++n) {
+    for (int64_t n = first; n < end; ++n) {
         fill_image_planes(x, g, in, n, planes);
-        const uint8_t* next = n + 1 < first + per ? x + (n + 1) * bytes : nullptr;
+        const uint8_t* next = n + 1 < end ? x + (n + 1) * bytes : nullptr;
         for (int64_t t = 0; t < tasks; ++t) {  // t = gi * vblocks + vb
-            if (next) {
-                for (int64_t b = t * bytes / tasks & ~int64_t{63}; b < (t + 1) * bytes / tasks;
-                     b += 64)
-                    __builtin_prefetch(next + b, 0, 2);
-            }
+            if (next) prefetch_input(next, t * bytes / tasks, (t + 1) * bytes / tasks);
             direct_tiles(d, in, planes, g, tile, packed, nw, bias, table, r, n, t / d.vblocks,
                          t % d.vblocks, 0, d.ob_per_chunk, out);
         }
