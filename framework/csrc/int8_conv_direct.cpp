@@ -129,6 +129,8 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
         }
     }
     in.planes = nullptr;
+    // at the vnni and amx levels (VBMI2 came with VNNI), so that TIANYUAN_ISA=avx512 still runs
+    // the row-by-row planes on the same host
     if (g.sh == 1 && g.sw == 1 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi2)
         in.lanes = plane_lanes(in.qp);
     return in;
