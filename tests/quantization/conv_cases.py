@@ -118,6 +118,9 @@ ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + 
     # phase): even widths, so that each phase row's last quad is input, not padding
     (2, 8, 10, 40, 6, 3, 3, 2, 1, 1, 1),
     (1, 4, 8, 12, 5, 3, 3, 2, 1, 1, 1),
+    # stride 2: rows wider than 64 bytes, odd widths, no left padding
+    (1, 4, 6, 70, 5, 3, 3, 2, 1, 1, 1),
+    (2, 8, 7, 9, 6, 3, 3, 2, 0, 1, 1),
     # unit stride, where a row's right padding is the next row's left (pr <= pl) and the reads
     # past a row's end wrap onto it: pl > pr; pr > pl (not shared); kw 2, no column dropped
     (2, 8, 6, 7, 5, 3, 3, 1, (1, 2, 2, 1), 1, 1),
