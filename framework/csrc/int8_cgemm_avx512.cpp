@@ -303,6 +303,8 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
 // ResNet-18's planes 1.9-2.0x faster at 56x56 and 28x28, 3.2-3.7x at 14x14 and 7x7 (Zen 5,
 // one thread, L2-resident: 4.4-11.8 input bytes a cycle, from 1.2-6.0); its convolutions
 // 0.992x (0.969-1.007) at batch 16, 0.98x at batch 1 (2 threads, alternating processes).
+// VBMI2 by a target attribute, not a unit of its own, to share this unit's transpose; callers
+// check CpuFeatures::avx512vbmi2 (quad_input).
 __attribute__((target("avx512vbmi2"))) void quad_planes_vbmi2(const uint8_t* const* rows4,
                                                              const QuadPlanes& p,
                                                              const uint64_t* lanes,
