@@ -1,6 +1,6 @@
 // What the int8 drivers share outside the kernels (generic translation units only): the
 // zero-point correction of the bias, the padded input, and the packed convolution's blocks of
-// positions (int8_cgemm.cpp) as spans of images and runs along input rows. Defined in
+// positions (int8_cgemm_plan.cpp) as spans of images and runs along input rows. Defined in
 // int8_cgemm_blocks.cpp.
 #pragma once
 

@@ -61,7 +61,7 @@ QuadPlanes plane_geometry(const ConvGeom& g) {
 
 // Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
 // over one image's virtual positions, wph - ow of every wph dropped and the last block short.
-// Since the packed blocks copy from the same quad planes (int8_cgemm.cpp), all the direct
+// Since the packed blocks copy from the same quad planes (int8_cgemm_plan.cpp), all the direct
 // algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it took only
 // shapes where it computes no more lanes (below: the copy is counted now). Measured on
 // ResNet-18's 3x3 layers (2 threads, 5 alternating rounds, 2026-12-02): at batch 16 direct

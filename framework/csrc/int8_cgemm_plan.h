@@ -1,0 +1,104 @@
+// The packed int8 convolution's plan and block work (int8_cgemm_plan.cpp), shared by its
+// driver (conv2d in int8_cgemm.cpp): the plan of a call, a block's activations packed, the
+// weight blocks run over it, and the per-image path. Generic translation units only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "int8_amx.h"
+#include "int8_cgemm.h"
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+using PackFn = void (*)(const uint8_t*, const uint8_t*, const int64_t*, int64_t, int64_t,
+                        const Run*, int64_t, int64_t, uint8_t*);
+
+using QuadPackFn = void (*)(const uint8_t*, const int64_t*, int64_t, const Run*, int64_t,
+                           uint8_t*);
+
+// Blocks gather from the padded input (xpad, koff, pack) or, for kernels of 2 or more taps
+// with C/groups % 4 == 0, copy from the quad planes (quads, qpack): the planes are one
+// interleaving pass over the input, and a block's k-quads are then plain copies of runs,
+// where gathering interleaves 4 input rows per k-quad of every block (9 times per input byte
+// for a 3x3 kernel).
+struct ConvPlan {
+    bool from_quads;
+    QuadInput quads;
+    QuadPackFn qpack;
+    const uint8_t* xpad;
+    const uint8_t* xend;  // xpad's readable end
+    int64_t hp, wp, cg, ocg, kg, kp, p, blocks, chunks, ob_per_chunk;
+    std::vector<int64_t> start;  // (blocks + 1,): block b is positions [start[b], start[b + 1])
+    std::vector<int64_t> koff;   // (kg,) offsets of k's (c, i, j) in a padded group
+    std::vector<int64_t> qoff;   // (kp / 4,) k-quad q's panels in a packed block
+    PackFn pack;
+    CTileFn tile;
+    const int32_t* res_ptr = nullptr;  // the narrow form's residual (NarrowWeights), or null
+    const int32_t* res = nullptr;
+    const uint8_t* chans = nullptr;  // the tile's channel table (chans_space), or null
+    int64_t run = 1;  // position blocks a task packs before its tiles (kRunBlocks)
+    // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or
+    // more position blocks reuse them and rows are kWideMinDepth deep or more or all of them
+    // widen to kWideMaxSmall bytes or fewer, else null (the tile widens its block's itself).
+    const int32_t* wide = nullptr;
+    // The blocks' products on AMX tiles instead (amx_gemm_block; ConvAlgo::packed_amx): the
+    // weights in its layout, K's chunks, and whether the tiles are emulated.
+    const int8_t* amx = nullptr;
+    int64_t amx_chunks = 0;
+    bool amx_emulate = false;
+};
+
+// ResNet-18's 3x3 layers on Zen 3 at batch 1, interleaved against per-tile widening (4-5 % of
+// their samples): 14 to 49 blocks (28x28, 56x56) 0.88-0.98x the time; 2 and 4 blocks (7x7,
+// 14x14) 1.02-1.12x, where the widened copy (twice the bytes) is read back from L2 / L3
+// while a tile's own stays in L1; the stem (148 deep) and 1x1 layers (64-256) 1.04-1.08x.
+// Small weights widened stay in L1 as a tile's own do, and the tiles skip their widening:
+// MobileNetV2's 32 -> 16 1x1 layer at batch 16 1.44-1.46 -> 1.38-1.39 ms (8-bit weights, Zen
+// 3). The 10 % of its 16 -> 96 layer that `perf` had put in the per-tile widening was mostly
+// a wait on the output's stores (the whole layer's stall: 96 rows of NCHW bytes written 64
+// at a time), which moved into the tile.
+constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512, kWideMaxSmall = 8192;
+
+// A thread's ring of images (packed_images): image n's quad planes or padded input at
+// base + n % slots * image; bytes up to `end` readable.
+struct Ring {
+    uint8_t* base = nullptr;
+    int64_t slots = 0, image = 0;
+    const uint8_t* end = nullptr;
+};
+
+// amx: the blocks' products run on AMX tiles (amx_gemm_block), channels kAmxOc a block.
+ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx);
+
+// Weight blocks [ob0, ob1) of group gi over the packed activation block blk. A block inside
+// one image is written in place; one that spans images goes through a staging tile.
+void run_tiles(const ConvPlan& s, const ConvGeom& g, const int8_t* packed,
+               const std::vector<int32_t>& b, const Requant& r, const uint8_t* buf, int64_t gi,
+               int64_t blk, int64_t ob0, int64_t ob1, uint8_t* out, AmxGemmState& st);
+
+// All packed weights (bytes, a multiple of 4) widened for the AVX2 tile, as an orphaned
+// `omp for`: inside a parallel region, its threads share the work.
+void widen_all(const int8_t* packed, int64_t bytes, int32_t* wide);
+
+// Activation block blk of group gi, k-quads [q0, q1) only, from the batch's quad planes or
+// padded input, or from a thread's ring of images (ring.base not null).
+void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, int64_t q0,
+               int64_t q1, uint8_t* buf, const Ring& ring = Ring{});
+
+// Blocks from quad planes or a padded copy with several images a thread (the batch 2 or more
+// images a thread, one channel chunk, a block at a time, not AMX): each thread takes an even
+// share of the blocks in order and rewrites the images they cover, as they come, into a ring
+// of its own (as many images as a block spans; the same bytes every few images, so they stay
+// in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
+// direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
+// rewritten by both. The batch's planes or padded copy, written first and shared, had gone
+// through L3 both ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their
+// time so, its 7x7 stem 0.94-1.01x (median 0.96; Zen 5, 2 threads, alternating processes).
+void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_t* packed,
+                   const std::vector<int32_t>& b, const Requant& r, uint8_t* out);
+
+}  // namespace int8
+}  // namespace tianyuan
