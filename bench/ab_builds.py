@@ -1,15 +1,17 @@
-"""Two builds of tianyuan (or one build under two environments) timed against each other on
-the int8 convolution layers of a bench_int8 network, in alternating processes. Each round
-starts one process a side, in the order A B, then B A the next round; a process times every
-chosen layer (one warm-up call, then --calls calls: their minimum and median). Per layer and
-for the total, the ratio B / A of each round's minima, then the median over the rounds and
-their range. Made for changes of a few per cent on a shared machine whose speed drifts
-between runs minutes apart: a ratio is only as good as its range (bench/RESULTS.md, the
-twenty-fifth session's store experiments: 0.97x in two comparisons, 1.00x in a third).
+"""Two builds of tianyuan (or one build under two environments) timed against each other on the
+int8 convolution layers of a bench_int8 network, in alternating processes. Each round starts
+one process a side, in the order A B, then B A the next round; a process times every chosen
+layer (one warm-up call, then --calls calls: their minimum and median). Per layer and for
+the total, the ratio B / A of each round's minima (--stat median: medians, as bench_int8
+takes), then the median over the rounds and their range. Made for changes of a few per cent
+on a shared machine whose speed drifts between runs minutes apart: a ratio is only as good
+as its range (bench/RESULTS.md, the twenty-fifth session's store experiments: 0.97x in two
+comparisons, 1.00x in a third).
 
     python bench/ab_builds.py A B [--env-a K=V,...] [--env-b K=V,...] [--net resnet18]
                               [--batch 16] [--layers all|NAME,PREFIX*,...] [--rounds 6]
-                              [--calls 10] [--threads 2] [--algorithm auto] [--json PATH]
+                              [--calls 10] [--stat min|median] [--threads 2]
+                              [--algorithm auto] [--json PATH]
 
 A and B are checkouts of this repository with the native extension built in place
 (`python setup.py build_ext --inplace`), or the same checkout twice with --env-b setting,
@@ -29,6 +31,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+STATS = ["min", "median"]  # what a process reports of a layer's calls, in this order
 
 
 def package_roots(checkout):
@@ -125,17 +128,18 @@ def run_side(site, env, args):
     return result["layers"]
 
 
-def compare(rounds_a, rounds_b):
-    """Per layer and "total": the median over rounds of B's minimum / A's, and its range."""
+def compare(rounds_a, rounds_b, stat=0):
+    """Per layer and "total": the median over rounds of B's time / A's, and its range; a
+    round's time is its calls' minimum (stat 0) or median (stat 1)."""
     names = list(rounds_a[0])
     rows = {}
     for name in names + ["total"]:
         if name == "total":
-            a = [sum(r[n][0] for n in names) for r in rounds_a]
-            b = [sum(r[n][0] for n in names) for r in rounds_b]
+            a = [sum(r[n][stat] for n in names) for r in rounds_a]
+            b = [sum(r[n][stat] for n in names) for r in rounds_b]
         else:
-            a = [r[name][0] for r in rounds_a]
-            b = [r[name][0] for r in rounds_b]
+            a = [r[name][stat] for r in rounds_a]
+            b = [r[name][stat] for r in rounds_b]
         ratios = [y / x for x, y in zip(a, b)]
         rows[name] = {"a_ms": float(np.median(a)), "b_ms": float(np.median(b)),
                       "ratio": float(np.median(ratios)),
@@ -154,6 +158,8 @@ def main():
     parser.add_argument("--layers", default="all", help="all, or NAME,PREFIX*,...")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=10, help="timed calls a layer a process")
+    parser.add_argument("--stat", choices=STATS, default="min",
+                        help="a round's time of a layer: its calls' minimum or median")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--algorithm", default="auto", help="PreparedConv's, where it applies")
     parser.add_argument("--json", help="also write the per-round times and ratios here")
@@ -174,9 +180,9 @@ def main():
             totals = [sum(v[0] for v in side[-1].values()) for side in times]
             print(f"round {r + 1}/{args.rounds}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms",
                   flush=True)
-    rows = compare(*times)
+    rows = compare(*times, STATS.index(args.stat))
     print(f"{args.net} batch {args.batch}, {args.threads} threads, {args.rounds} rounds of "
-          f"{args.calls} calls; ms = median over rounds of each round's minimum")
+          f"{args.calls} calls; ms = median over rounds of each round's {args.stat}")
     print(f"{'layer':<28}{'A ms':>10}{'B ms':>10}{'B/A':>8}  range")
     for name, row in rows.items():
         print(f"{name:<28}{row['a_ms']:10.4f}{row['b_ms']:10.4f}{row['ratio']:8.3f}  "

@@ -63,6 +63,8 @@ def test_ratios_are_b_over_a_per_round_then_the_median_and_range():
     # the total: each round's sums, 3.1 / 3, 3 / 4, 2.2 / 2
     assert rows["total"]["ratio"] == pytest.approx(3.1 / 3)
     assert (rows["total"]["low"], rows["total"]["high"]) == pytest.approx((0.75, 1.1))
+    # --stat median: the second of each layer's pair
+    assert ab_builds.compare(a, b, 1)["x"]["ratio"] == 0
 
 
 def test_one_round_of_this_checkout_against_itself(tmp_path):
