@@ -104,6 +104,7 @@ def child(args):
 
 
 def parse_env(text, flag):
+    """"K=V,K=V" (flag: the option, for the error) -> {K: V}."""
     env = {}
     for item in filter(None, (text or "").split(",")):
         key, sep, value = item.partition("=")
@@ -117,7 +118,7 @@ def run_side(site, env, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--net", args.net,
            "--batch", str(args.batch), "--layers", args.layers, "--calls", str(args.calls),
            "--threads", str(args.threads), "--algorithm", args.algorithm]
-    full = dict(os.environ, **env, PYTHONPATH=site)
+    full = {**os.environ, **env, "PYTHONPATH": site}
     done = subprocess.run(cmd, env=full, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"ab_builds: the side at {site} failed:\n{done.stderr[-2000:]}")
@@ -147,6 +148,13 @@ def compare(rounds_a, rounds_b, stat=0):
     return rows
 
 
+def write_json(args, times, rows):
+    """--json: the arguments, every round's times a side, the ratios so far."""
+    with open(args.json, "w") as f:
+        json.dump({"args": vars(args), "a": times[0], "b": times[1], "ratios": rows}, f,
+                  indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", nargs="?", help="checkout A (the baseline)")
@@ -173,24 +181,22 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ab_builds_") as tmp:
         sites = [make_site(path, os.path.join(tmp, side)) for path, side in
                  ((args.a, "a"), (args.b, "b"))]
-        times = [[], []]
+        times, stat = [[], []], STATS.index(args.stat)
         for r in range(args.rounds):
             for side in ((0, 1) if r % 2 == 0 else (1, 0)):
                 times[side].append(run_side(sites[side], envs[side], args))
-            totals = [sum(v[0] for v in side[-1].values()) for side in times]
+            totals = [sum(v[stat] for v in side[-1].values()) for side in times]
             print(f"round {r + 1}/{args.rounds}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms",
                   flush=True)
-    rows = compare(*times, STATS.index(args.stat))
+            if args.json:  # rewritten each round: a killed run keeps what it has
+                write_json(args, times, compare(*times, stat))
+    rows = compare(*times, stat)
     print(f"{args.net} batch {args.batch}, {args.threads} threads, {args.rounds} rounds of "
           f"{args.calls} calls; ms = median over rounds of each round's {args.stat}")
     print(f"{'layer':<28}{'A ms':>10}{'B ms':>10}{'B/A':>8}  range")
     for name, row in rows.items():
         print(f"{name:<28}{row['a_ms']:10.4f}{row['b_ms']:10.4f}{row['ratio']:8.3f}  "
               f"{row['low']:.3f}-{row['high']:.3f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "a": times[0], "b": times[1], "ratios": rows}, f,
-                      indent=1)
 
 
 if __name__ == "__main__":
