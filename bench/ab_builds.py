@@ -114,17 +114,19 @@ def parse_env(text, flag):
     return env
 
 
-def run_side(site, env, args):
+def run_side(checkout, site, env, args):
+    """One side's process on `checkout` (imported from `site`) -> {layer: [min, median]}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--net", args.net,
            "--batch", str(args.batch), "--layers", args.layers, "--calls", str(args.calls),
            "--threads", str(args.threads), "--algorithm", args.algorithm]
     full = {**os.environ, **env, "PYTHONPATH": site}
     done = subprocess.run(cmd, env=full, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"ab_builds: the side at {site} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"ab_builds: the side of {checkout} (environment {env}) failed:\n"
+                         f"{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if os.path.realpath(result["package"]) != os.path.realpath(os.path.join(site, "tianyuan")):
-        raise SystemExit(f"ab_builds: the side at {site} imported tianyuan from "
+        raise SystemExit(f"ab_builds: the side of {checkout} imported tianyuan from "
                          f"{result['package']} (an installed copy first on the path?)")
     return result["layers"]
 
@@ -184,7 +186,8 @@ def main():
         times, stat = [[], []], STATS.index(args.stat)
         for r in range(args.rounds):
             for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-                times[side].append(run_side(sites[side], envs[side], args))
+                times[side].append(run_side((args.a, args.b)[side], sites[side], envs[side],
+                                            args))
             totals = [sum(v[stat] for v in side[-1].values()) for side in times]
             print(f"round {r + 1}/{args.rounds}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms",
                   flush=True)

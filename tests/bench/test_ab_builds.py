@@ -54,8 +54,8 @@ def test_environments():
 def test_ratios_are_b_over_a_per_round_then_the_median_and_range():
     a = [{"x": [1.0, 9], "y": [2.0, 9]}, {"x": [2.0, 9], "y": [2.0, 9]},
          {"x": [1.0, 9], "y": [1.0, 9]}]
-    b = [{"x": [1.1, 0], "y": [2.0, 0]}, {"x": [1.0, 0], "y": [2.0, 0]},
-         {"x": [1.2, 0], "y": [1.0, 0]}]
+    b = [{"x": [1.1, 18], "y": [2.0, 9]}, {"x": [1.0, 27], "y": [2.0, 9]},
+         {"x": [1.2, 9], "y": [1.0, 9]}]
     rows = ab_builds.compare(a, b)
     assert rows["x"]["ratio"] == pytest.approx(1.1)  # of 1.1, 0.5, 1.2 (minima, not medians)
     assert (rows["x"]["low"], rows["x"]["high"]) == pytest.approx((0.5, 1.2))
@@ -63,8 +63,8 @@ def test_ratios_are_b_over_a_per_round_then_the_median_and_range():
     # the total: each round's sums, 3.1 / 3, 3 / 4, 2.2 / 2
     assert rows["total"]["ratio"] == pytest.approx(3.1 / 3)
     assert (rows["total"]["low"], rows["total"]["high"]) == pytest.approx((0.75, 1.1))
-    # --stat median: the second of each layer's pair
-    assert ab_builds.compare(a, b, 1)["x"]["ratio"] == 0
+    # --stat median: the second of each layer's pair (2, 3, 1 for x)
+    assert ab_builds.compare(a, b, 1)["x"]["ratio"] == pytest.approx(2)
 
 
 def test_one_round_of_this_checkout_against_itself(tmp_path):
@@ -78,3 +78,14 @@ def test_one_round_of_this_checkout_against_itself(tmp_path):
     assert len(result["a"]) == len(result["b"]) == 1
     assert list(result["a"][0]) == ["layer4.1.conv2"]
     assert result["ratios"]["total"]["ratio"] > 0
+
+
+def test_a_side_that_fails_is_named_with_its_environment():
+    # side B's environment reaches its process: an ISA the library refuses at import
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "ab_builds.py"), REPO, REPO,
+         "--env-b", "TIANYUAN_ISA=bogus", "--layers", "layer4.1.conv2", "--batch", "1",
+         "--rounds", "1", "--calls", "1"], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert f"the side of {REPO} (environment {{'TIANYUAN_ISA': 'bogus'}}) failed" in done.stderr
+    assert "TIANYUAN_ISA=bogus" in done.stderr
