@@ -10,6 +10,7 @@
 #include "cpu.h"
 #include "int8_amx.h"
 #include "int8_cgemm.h"
+#include "int8_conv_nhwc.h"
 #include "int8_ops.h"
 
 #include "bind_int8_common.h"
@@ -69,13 +70,17 @@ py::tuple int8_pack_conv(const Array<int8_t>& w) {
 
 // The geometry of x (N, C, H, W) against weights of shape wshape (OC, C/groups, kh, kw);
 // op names the binding in the messages.
+// channels_last: x is (N, H, W, C).
 int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int64_t> stride,
                          Quad pad, std::pair<int64_t, int64_t> dil, int64_t groups,
-                         const char* op) {
+                         const char* op, bool channels_last = false) {
     if (x.ndim() != 4) {
-        throw std::invalid_argument(std::string(op) + ": x must be (N, C, H, W), got " +
-                                    shape_str(x));
+        throw std::invalid_argument(std::string(op) + ": x must be " +
+                                    (channels_last ? "(N, H, W, C)" : "(N, C, H, W)") +
+                                    ", got " + shape_str(x));
     }
+    const int64_t c = x.shape(channels_last ? 3 : 1), h = x.shape(channels_last ? 1 : 2),
+                  w = x.shape(channels_last ? 2 : 3);
     const auto [oc, cg, kh, kw] = wshape;
     const auto [pt, pb, pl, pr] = pad;
     const auto describe = [&] {
@@ -87,13 +92,13 @@ int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int
                ", " + std::to_string(dil.second) + "), padding (" + std::to_string(pt) + ", " +
                std::to_string(pb) + ", " + std::to_string(pl) + ", " + std::to_string(pr) + ")";
     };
-    if (groups < 1 || x.shape(1) != cg * groups || oc % groups || stride.first < 1 ||
+    if (groups < 1 || c != cg * groups || oc % groups || stride.first < 1 ||
         stride.second < 1 || dil.first < 1 || dil.second < 1 || pt < 0 || pb < 0 || pl < 0 ||
         pr < 0) {
         throw std::invalid_argument(describe() + ": channels, groups, strides, dilations or "
                                     "padding do not fit");
     }
-    int8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), oc, kh, kw, stride.first,
+    int8::ConvGeom g{x.shape(0), c, h, w, oc, kh, kw, stride.first,
                      stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, 0, 0};
     g.oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) / g.sh + 1;
     g.ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) / g.sw + 1;
@@ -113,10 +118,12 @@ class Int8Conv {
              Quad wshape, const Array<int32_t>& bias, const Array<int32_t>& mult,
              const Array<int32_t>& shift, int out_zp, bool relu, bool out_signed, int out_max,
              Pair stride, Quad pad, Pair dil, int64_t groups, int algo,
-             const std::optional<Array<int8_t>>& amx, const std::optional<NarrowArrays>& narrow)
+             const std::optional<Array<int8_t>>& amx, const std::optional<NarrowArrays>& narrow,
+             const std::optional<Array<int8_t>>& nhwc)
         : depthwise_(depthwise), op_(depthwise ? "int8_depthwise_conv2d" : "int8_conv2d"),
           w_(w), bias_(bias), mult_(mult), shift_(shift), wshape_(wshape), stride_(stride),
-          pad_(pad), dil_(dil), groups_(groups), algo_(algo), amx_(amx), narrow_(narrow) {
+          pad_(pad), dil_(dil), groups_(groups), algo_(algo), amx_(amx), narrow_(narrow),
+          nhwc_(nhwc) {
         const auto [oc, cg, kh, kw] = wshape;
         if (depthwise) {
             if (w.ndim() != 4 || w.shape(1) != 1) {
@@ -149,6 +156,14 @@ class Int8Conv {
                                             std::to_string(oc * cg * groups * kh * kw));
             }
             if (narrow_) nw_ = int8_check_narrow(*narrow_, w.size(), oc);
+            if (nhwc_ && (groups != 1 || cg % 4 ||
+                          nhwc_->size() != int8::nhwc_packed_size(oc, cg, kh * kw))) {
+                throw std::invalid_argument(
+                    "int8_conv2d: channels-last weights of " + std::to_string(nhwc_->size()) +
+                    " bytes for groups " + std::to_string(groups) + ", C " + std::to_string(cg) +
+                    " (groups 1 and C a multiple of 4 only), expected " +
+                    std::to_string(int8::nhwc_packed_size(oc, cg, kh * kw)));
+            }
             // the packed_amx algorithm's weights, once, where it may run (int8_amx.h)
             const CpuFeatures& cpu = cpu_features();
             const int64_t kp = int8::round_up(cg * kh * kw, int8::kGroup);
@@ -181,6 +196,25 @@ class Int8Conv {
         return out;
     }
 
+    // x (N, H, W, C) u8 C-contiguous -> (N, OH, OW, OC): int8_conv_nhwc.h; needs the
+    // channels-last weights.
+    py::array channels_last(const py::array& x, int zp) const {
+        const char* op = "int8_conv2d (channels-last)";
+        if (!nhwc_) {
+            throw std::invalid_argument(std::string(op) + ": made without channels-last weights");
+        }
+        const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op, true);
+        const int8::QIn in = int8_input(x, zp, op);
+        if (in.is_signed) {
+            throw std::invalid_argument(std::string(op) + ": input must be uint8, got int8");
+        }
+        py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::conv2d_nhwc(in.data, zp, g, nhwc_->data(), sums_.data(), r_, o);
+        return out;
+    }
+
   private:
     bool depthwise_;
     const char* op_;
@@ -194,6 +228,7 @@ class Int8Conv {
     int algo_;
     std::optional<Array<int8_t>> amx_;
     std::optional<NarrowArrays> narrow_;
+    std::optional<Array<int8_t>> nhwc_;
     int8::NarrowWeights nw_{};
     std::vector<int32_t> dw_words_, dw_sums_;  // depthwise: the weights' depthwise_consts
     std::vector<int8_t> gemm_;                  // the packed_amx algorithm's weights, or empty
@@ -213,13 +248,32 @@ void bind_int8_conv(py::module_& m) {
                       const Array<int32_t>&, const Array<int32_t>&, const Array<int32_t>&, int,
                       bool, bool, int, Pair, Quad, Pair, int64_t, int,
                       const std::optional<Array<int8_t>>&,
-                      const std::optional<NarrowArrays>&>(),
+                      const std::optional<NarrowArrays>&,
+                      const std::optional<Array<int8_t>>&>(),
              py::arg("depthwise"), py::arg("w"), py::arg("sums"), py::arg("wshape"),
              py::arg("bias"), py::arg("mult"), py::arg("shift"), py::arg("out_zp"),
              py::arg("relu"), py::arg("out_signed"), py::arg("out_max"), py::arg("stride"),
              py::arg("pad"), py::arg("dil"), py::arg("groups"), py::arg("algo") = 0,
-             py::arg("amx") = py::none(), py::arg("narrow") = py::none())
-        .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"));
+             py::arg("amx") = py::none(), py::arg("narrow") = py::none(),
+             py::arg("nhwc") = py::none())
+        .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"))
+        .def("channels_last", &Int8Conv::channels_last, py::arg("x"), py::arg("zp"),
+             "x (N, H, W, C) uint8 -> (N, OH, OW, OC): the channels-last engine "
+             "(int8_conv_nhwc.h); groups 1, C a multiple of 4");
+    m.def("int8_pack_conv_weights_nhwc", [](const Array<int8_t>& w) {
+        if (w.ndim() != 4 || w.shape(1) % 4) {
+            throw std::invalid_argument("int8_pack_conv_weights_nhwc: w must be (OC, C, kh, kw) "
+                                        "with C a multiple of 4, got " + shape_str(w));
+        }
+        const int64_t oc = w.shape(0), c = w.shape(1), taps = w.shape(2) * w.shape(3);
+        Array<int8_t> out(int8::nhwc_packed_size(oc, c, taps));
+        int8::nhwc_pack_weights(w.data(), oc, c, taps, out.mutable_data());
+        return out;
+    }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the channels-last engine's blocks "
+                     "(int8_conv_nhwc.h)");
+    m.def("int8_nhwc_fast", &int8::nhwc_fast,
+          "whether the current ISA runs the channels-last engine on its VNNI tile (else "
+          "the generic one)");
     m.def("int8_narrow_tile", &int8::narrow_tile,
           "whether the current ISA's convolution tile reads the narrow form (int8_cgemm.h)");
     m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,

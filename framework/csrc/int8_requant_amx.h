@@ -18,59 +18,6 @@ namespace tianyuan {
 namespace int8 {
 namespace {
 
-// Sixteen channels' requantization constants, one channel per s32 lane (requant16 with the
-// parameters as vectors instead of broadcasts): the accumulator tiles hold a position per
-// row and a channel per lane, so the rows requantize as they are, without a transpose.
-struct LaneQ {
-    __m512i bias, mult, mult_odd, half_even, half_odd, shift_even, shift_odd, shift32;
-    __m512i lo, hi;  // s64 lanes: the clamp of the narrow path (requant16_y's)
-    __m512i half_hi;  // fold: 2^(s - 33), the rounding half on the high halves
-    bool wide;        // every channel's shift >= 32: the high halves, shifted on s32 lanes
-    bool fold;        // every shift >= 33: the half added to the high halves (requant16_y's)
-};
-
-static inline __attribute__((always_inline)) LaneQ
-lane_q(const int32_t* bias, const int32_t* mult, const int32_t* shift, const Requant& r) {
-    LaneQ c;
-    c.bias = _mm512_loadu_si512(bias);
-    c.mult = _mm512_loadu_si512(mult);
-    c.mult_odd = _mm512_srli_epi64(c.mult, 32);
-    const __m512i s = _mm512_loadu_si512(shift);
-    c.shift_even = _mm512_and_si512(s, _mm512_set1_epi64(0xFFFFFFFF));
-    c.shift_odd = _mm512_srli_epi64(s, 32);
-    const __m512i one = _mm512_set1_epi64(1);
-    c.half_even = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_even, one));
-    c.half_odd = _mm512_sllv_epi64(one, _mm512_sub_epi64(c.shift_odd, one));
-    c.wide = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(32)) == 0;
-    c.fold = _mm512_cmplt_epi32_mask(s, _mm512_set1_epi32(33)) == 0;
-    c.shift32 = _mm512_sub_epi32(s, _mm512_set1_epi32(32));
-    c.half_hi = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(s, _mm512_set1_epi32(33)));
-    const int32_t lo = r.lo - r.zero_point, hi = r.hi - r.zero_point;
-    c.lo = _mm512_set1_epi64(lo);
-    c.hi = _mm512_set1_epi64(hi);
-    return c;
-}
-
-// requant16_y (int8_requant_avx512.h), lane j with channel j's constants.
-static inline __attribute__((always_inline)) __m512i
-requant_lanes_y(__m512i acc, const LaneQ& c) {
-    const __m512i t = _mm512_add_epi32(acc, c.bias);
-    // the fold form: one add fewer than the wide form's two 64-bit ones
-    if (c.fold) return fold_lanes(t, c.mult, c.mult_odd, c.half_hi, c.shift32);
-    const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(t, c.mult), c.half_even);
-    const __m512i po = _mm512_add_epi64(
-        _mm512_mul_epi32(_mm512_srli_epi64(t, 32), c.mult_odd), c.half_odd);
-    if (c.wide) {
-        return _mm512_srav_epi32(high_halves(pe, po), c.shift32);
-    }
-    __m512i ye = _mm512_srav_epi64(pe, c.shift_even);
-    __m512i yo = _mm512_srav_epi64(po, c.shift_odd);
-    ye = _mm512_min_epi64(_mm512_max_epi64(ye, c.lo), c.hi);
-    yo = _mm512_min_epi64(_mm512_max_epi64(yo, c.lo), c.hi);
-    return _mm512_mask_mov_epi32(ye, 0xAAAA, _mm512_slli_epi64(yo, 32));
-}
-
-
 // The 16 x 16 byte transpose of a unit (16 channels x 16 positions): the rows (a position's
 // 16 output bytes each) gathered 4 to a register g[k] (rows 4k .. 4k + 3); register j of the
 // result takes channels 4j .. 4j + 3, byte 16i + p of it is row p's byte 4j + i, which lies in

@@ -35,7 +35,8 @@ class PackedWeight:
                              f"with OC divisible by groups={groups}")
         self.shape, self.groups = tuple(w.shape), int(groups)
         self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
-        self._w4, self._amx, self._narrow = (w if w.ndim == 4 and groups == 1 else None), None, None
+        self._w4 = w if w.ndim == 4 and groups == 1 else None
+        self._amx, self._narrow, self._nhwc = None, None, None
         if self.depthwise:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
@@ -51,7 +52,8 @@ class PackedWeight:
         self.__dict__.update(state)
         self.__dict__.pop("narrow", None)  # a bool before the narrow form replaced it
         self.__dict__.setdefault("_narrow", None)
-        for key in ("packed", "_amx"):
+        self.__dict__.setdefault("_nhwc", None)
+        for key in ("packed", "_amx", "_nhwc"):
             if getattr(self, key, None) is not None:
                 setattr(self, key, _aligned(getattr(self, key)))
         if self._narrow:
@@ -73,6 +75,14 @@ class PackedWeight:
         return self._amx
 
     @property
+    def nhwc(self):
+        """The channels-last engine's layout (framework/csrc/int8_conv_nhwc.h), packed on first
+        use; None where it cannot run this weight (groups 1 and C a multiple of 4 only)."""
+        if self._nhwc is None and self._w4 is not None and self.shape[1] % 4 == 0:
+            self._nhwc = _aligned(_C.int8_pack_conv_weights_nhwc(self._w4))
+        return self._nhwc
+
+    @property
     def narrow(self):
         """The narrow form for the AVX2 tile without VNNI (framework/csrc/int8_cgemm.h,
         NarrowWeights): (packed s8, res_ptr s32 (OC + 1,), res s32), made on first use; None
@@ -92,7 +102,7 @@ class PackedWeight:
 
     @property
     def nbytes(self):
-        extra = [a for a in (self._amx,) + (self._narrow or ())
+        extra = [a for a in (self._amx, self._nhwc) + (self._narrow or ())
                  if a is not None and a is not self.packed]
         return (self.raw.nbytes if self.depthwise
                 else self.packed.nbytes + self.row_sums.nbytes + sum(a.nbytes for a in extra))
@@ -272,6 +282,7 @@ class PreparedConv:
         tail = (b, m, s, int(out_zero_point), bool(relu), _signed(dtype), top, _pair(stride),
                 _quad(padding), _pair(dilation))
         self.packed, self.out_channels = packed, packed.shape[0]
+        self.nhwc = not packed.depthwise and packed.nhwc is not None
         if packed.depthwise:
             self.run = _C.Int8Conv(True, packed.raw, None, packed.raw.shape, *tail, 1)
         else:
@@ -282,16 +293,39 @@ class PreparedConv:
                 packed.shape[2] * packed.shape[3] > 1) else None
             self.run = _C.Int8Conv(False, packed.packed, packed.row_sums, packed.shape, *tail,
                                    packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
-                                   packed.narrow if _C.int8_narrow_tile() else None)
+                                   packed.narrow if _C.int8_narrow_tile() else None,
+                                   packed.nhwc if self.nhwc else None)
 
     def __call__(self, x, x_zero_point):
-        """x u8/s8 (N, C, H, W) C-contiguous -> (N, OC, OH, OW); `run` (the native
-        `_C.Int8Conv`, which checks x against the weights) without the int()."""
-        return self.run(x, int(x_zero_point))
+        """x u8/s8 (N, C, H, W) -> (N, OC, OH, OW). C-contiguous: `run` (the native
+        `_C.Int8Conv`, which checks x against the weights) without the int(). Channels-last
+        (`is_channels_last`) gives a channels-last result, from the channels-last engine
+        (framework/csrc/int8_conv_nhwc.h) where it runs: uint8 x, groups 1, C a multiple of 4,
+        on VNNI and AMX hosts (and the generic ISA); else through a C-contiguous copy."""
+        if x.flags.c_contiguous:
+            return self.run(x, int(x_zero_point))
+        zp = int(x_zero_point)
+        if not is_channels_last(x):
+            return self.run(np.ascontiguousarray(x), zp)
+        if self.nhwc and x.dtype == np.uint8 and (
+                _C.int8_nhwc_fast() or _C.current_isa() == "generic"):
+            return self.run.channels_last(x.transpose(0, 2, 3, 1), zp).transpose(0, 3, 1, 2)
+        return to_channels_last(self.run(np.ascontiguousarray(x), zp))
 
     def __reduce__(self):
         # copies and pickles (of a model that has run) make the native object anew
         return (PreparedConv, self._args)
+
+
+def is_channels_last(x):
+    """Whether x (N, C, H, W) is a view of C-contiguous (N, H, W, C) memory: the layout the
+    channels-last engine reads and writes (PyTorch's channels_last memory format)."""
+    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def to_channels_last(x):
+    """x (N, C, H, W) -> the same values in channels-last memory (a copy)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
@@ -305,7 +339,8 @@ def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
     """
     conv = PreparedConv(packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride,
                         padding, dilation, out_max, algorithm)
-    return conv(_input(x), x_zero_point)
+    x = np.asarray(x)
+    return conv(x if is_channels_last(x) else _input(x), x_zero_point)
 
 
 def quantize(x, scale, zero_point, dtype):

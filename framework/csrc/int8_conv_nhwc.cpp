@@ -1,0 +1,158 @@
+// The channels-last int8 convolution's packing, driver and generic tile (int8_conv_nhwc.h).
+// The driver splits the output positions into one contiguous share a thread (or, with fewer
+// positions than 8 tiles a thread and 2 or more weight blocks a thread, the blocks), runs each
+// weight block over all of a thread's tiles before the next (a block's weights, 36 KB for 64
+// channels of a 64-channel 3x3 layer, stay in L1 or L2 for all its tiles), and gives a tile
+// its positions' base pointers where no tap falls in the padding, else a table of each tap's
+// pointer with the zero-point row for those that do.
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "int8_conv_nhwc.h"
+
+namespace tianyuan {
+namespace int8 {
+
+namespace {
+int64_t block_vectors(int64_t oc, int64_t b) {
+    const int64_t n = oc - b * kNhwcOc < kNhwcOc ? oc - b * kNhwcOc : kNhwcOc;
+    return (n + 15) / 16;
+}
+}  // namespace
+
+int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t taps) {
+    return (oc + 15) / 16 * 16 * taps * c;
+}
+
+void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* out) {
+    std::memset(out, 0, static_cast<size_t>(nhwc_packed_size(oc, c, taps)));
+    const int64_t cq = c / 4;
+    for (int64_t b = 0; b * kNhwcOc < oc; ++b) {
+        const int64_t lanes = 16 * block_vectors(oc, b);
+        int8_t* blk = out + b * kNhwcOc * taps * c;
+        for (int64_t j = 0; j < lanes && b * kNhwcOc + j < oc; ++j) {
+            const int8_t* row = w + (b * kNhwcOc + j) * c * taps;
+            for (int64_t t = 0; t < taps; ++t) {
+                for (int64_t ch = 0; ch < c; ++ch) {
+                    blk[((t * cq + ch / 4) * lanes + j) * 4 + ch % 4] = row[ch * taps + t];
+                }
+            }
+        }
+    }
+}
+
+void nhwc_tile_generic(const NhwcTile& t) {
+    const int64_t lanes = 16 * t.nv;
+    for (int m = 0; m < t.npos; ++m) {
+        for (int64_t j = 0; j < t.nbytes; ++j) {
+            uint32_t acc = 0;  // wraps like vpdpbusd; the corrected sum fits int32
+            for (int64_t k = 0; k < t.taps; ++k) {
+                const uint8_t* a = t.table ? t.table[k * kNhwcPos + m] : t.base[m] + t.toff[k];
+                const int8_t* b = t.w + k * t.cq * lanes * 4 + j * 4;
+                for (int64_t q = 0; q < t.cq; ++q) {
+                    for (int i = 0; i < 4; ++i) {
+                        acc += static_cast<uint32_t>(static_cast<int32_t>(a[4 * q + i]) *
+                                                     b[q * lanes * 4 + i]);
+                    }
+                }
+            }
+            t.out[m * t.ldo + j] = requant_one(static_cast<int32_t>(acc), t.bias[j], t.mult[j],
+                                               t.shift[j], *t.r);
+        }
+    }
+}
+
+bool nhwc_fast() { return current_isa() >= Isa::vnni; }
+
+void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* wp,
+                 const int32_t* sums, const Requant& r, uint8_t* out) {
+    const int64_t taps = g.kh * g.kw, cq = g.c / 4, nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
+    const int64_t padded = nb * kNhwcOc, ohw = g.oh * g.ow, all = g.n * ohw;
+    // the per-channel arrays padded to whole blocks (shift 33: any valid value)
+    std::vector<int32_t> bias(padded, 0), mult(padded, 0), shift(padded, 33);
+    for (int64_t j = 0; j < g.oc; ++j) {
+        bias[j] = static_cast<int32_t>(static_cast<uint32_t>(r.bias[j]) -
+                                       static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[j]));
+        mult[j] = r.multiplier[j];
+        shift[j] = r.shift[j];
+    }
+    std::vector<uint8_t> zrow(g.c, static_cast<uint8_t>(z));
+    std::vector<int64_t> toff(taps);
+    for (int64_t k = 0; k < taps; ++k) toff[k] = ((k / g.kw) * g.dh * g.w + (k % g.kw) * g.dw) * g.c;
+    // the output rows and columns none of whose taps fall in the padding
+    const auto first_in = [](int64_t pad, int64_t s) { return (pad + s - 1) / s; };
+    const int64_t oy0 = first_in(g.pt, g.sh), ox0 = first_in(g.pl, g.sw);
+    const auto end_in = [](int64_t last, int64_t s) { return last < 0 ? 0 : last / s + 1; };
+    const int64_t oy1 = end_in(g.h - 1 + g.pt - (g.kh - 1) * g.dh, g.sh);  // exclusive
+    const int64_t ox1 = end_in(g.w - 1 + g.pl - (g.kw - 1) * g.dw, g.sw);
+    const NhwcTileFn tile = nhwc_fast() ? nhwc_tile_vnni : nhwc_tile_generic;
+    const int64_t threads = omp_get_max_threads();
+    const bool by_block = all < 8 * kNhwcPos * threads && nb >= 2 * threads;
+#pragma omp parallel num_threads(threads)
+    {
+        const int64_t me = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t p0 = 0, p1 = all, b0 = 0, b1 = nb;
+        if (by_block) {
+            b0 = nb * me / nt;
+            b1 = nb * (me + 1) / nt;
+        } else {
+            p0 = all * me / nt / kNhwcPos * kNhwcPos;
+            p1 = me + 1 == nt ? all : all * (me + 1) / nt / kNhwcPos * kNhwcPos;
+        }
+        const uint8_t* base[kNhwcPos];
+        const uint8_t* table[64 * kNhwcPos];
+        std::vector<const uint8_t*> big;
+        const uint8_t** tab = taps <= 64 ? table : (big.resize(taps * kNhwcPos), big.data());
+        for (int64_t b = b0; b < b1; ++b) {
+            NhwcTile t{base, toff.data(), nullptr, taps, cq, wp + b * kNhwcOc * taps * g.c,
+                       static_cast<int>(block_vectors(g.oc, b)), 0, bias.data() + b * kNhwcOc,
+                       mult.data() + b * kNhwcOc, shift.data() + b * kNhwcOc, &r, nullptr,
+                       g.oc, g.oc - b * kNhwcOc < kNhwcOc ? g.oc - b * kNhwcOc : kNhwcOc};
+            // the tile's positions as (image, row, column), stepped without divisions
+            int64_t n = p0 / ohw, oy = p0 % ohw / g.ow, ox = p0 % g.ow;
+            for (int64_t p = p0; p < p1; p += kNhwcPos) {
+                t.npos = static_cast<int>(p1 - p < kNhwcPos ? p1 - p : kNhwcPos);
+                t.out = out + p * g.oc + b * kNhwcOc;
+                int64_t pn[kNhwcPos], py[kNhwcPos], px[kNhwcPos];
+                bool inner = true;
+                for (int m = 0; m < t.npos; ++m) {
+                    pn[m] = n;
+                    py[m] = oy;
+                    px[m] = ox;
+                    inner = inner && oy >= oy0 && oy < oy1 && ox >= ox0 && ox < ox1;
+                    if (++ox == g.ow) {
+                        ox = 0;
+                        if (++oy == g.oh) {
+                            oy = 0;
+                            ++n;
+                        }
+                    }
+                }
+                t.table = inner ? nullptr : tab;
+                for (int m = 0; m < t.npos; ++m) {
+                    const int64_t iy0 = py[m] * g.sh - g.pt, ix0 = px[m] * g.sw - g.pl;
+                    if (inner) {
+                        base[m] = x + ((pn[m] * g.h + iy0) * g.w + ix0) * g.c;
+                        continue;
+                    }
+                    for (int64_t ky = 0; ky < g.kh; ++ky) {
+                        const int64_t iy = iy0 + ky * g.dh;
+                        for (int64_t kx = 0; kx < g.kw; ++kx) {
+                            const int64_t ix = ix0 + kx * g.dw;
+                            const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+                            tab[(ky * g.kw + kx) * kNhwcPos + m] =
+                                in ? x + ((pn[m] * g.h + iy) * g.w + ix) * g.c : zrow.data();
+                        }
+                    }
+                }
+                tile(t);
+            }
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,64 @@
+// int8 convolution on channels-last activations: x (N, H, W, C) u8 in, (N, OH, OW, OC) out,
+// groups 1, C a multiple of 4. The output channels run in the vector lanes and each output
+// position's activations are broadcast, 4 input channels (one k-quad) at a time, from where
+// they lie in x: no copy of the input (no planes, no padded rows, no lanes for positions the
+// output drops), and each position's channels are stored as one run of bytes. Taps that fall
+// in the padding read a row of zero-point bytes instead (an indirection like XNNPACK's, made
+// only for the tiles that touch the border).
+//
+// Weights (nhwc_pack_weights): blocks of kNhwcOc output channels; block b holds, per tap
+// t = ky * kw + kx and channel quad q, its nv(b) * 16 channels' 4 bytes (channel c of the
+// block at 4 c), nv(b) = ceil(min(kNhwcOc, OC - b * kNhwcOc) / 16), channels past OC zero.
+#pragma once
+
+#include <cstdint>
+
+#include "int8_gemm.h"
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+constexpr int64_t kNhwcOc = 64;  // output channels per weight block: 4 zmm of 16 lanes
+constexpr int kNhwcPos = 6;      // output positions per tile: 6 x 4 accumulators
+
+int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t taps);
+// w (OC, C, taps) s8 row-major -> the blocks above.
+void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* out);
+
+// One tile's work: npos (<= kNhwcPos) consecutive output positions x one weight block.
+// Position m's activations for tap t start at base[m] + toff[t] (no tap in the padding), or,
+// with table set, at table[t * kNhwcPos + m]; k-quad q of a tap is the 4 bytes 4 q further.
+// The sums go through the block's per-channel requantization (bias corrected for the input
+// zero point; every array padded to the block's whole vectors) into out + m * ldo, nbytes
+// (the block's real channels) a position.
+struct NhwcTile {
+    const uint8_t* const* base;
+    const int64_t* toff;
+    const uint8_t* const* table;
+    int64_t taps, cq;  // kernel taps, channel quads
+    const int8_t* w;   // the block
+    int nv, npos;
+    const int32_t* bias;  // corrected: bias - z * row sums
+    const int32_t* mult;
+    const int32_t* shift;
+    const Requant* r;  // zero point and bounds
+    uint8_t* out;
+    int64_t ldo, nbytes;
+};
+using NhwcTileFn = void (*)(const NhwcTile&);
+void nhwc_tile_generic(const NhwcTile& t);
+void nhwc_tile_vnni(const NhwcTile& t);
+
+// Whether the current ISA has a fast tile for this engine (VNNI and AMX hosts); elsewhere it
+// runs the generic tile, exact but slow.
+bool nhwc_fast();
+
+// x (N, H, W, C) u8 with zero point z (g: the geometry, groups 1, C % 4 == 0); wp the packed
+// blocks, sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1)
+// -> out (N, OH, OW, OC).
+void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* wp,
+                 const int32_t* sums, const Requant& r, uint8_t* out);
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,121 @@
+// AVX512-VNNI tile of the channels-last int8 convolution (int8_conv_nhwc.h): M positions x V
+// vectors of 16 output channels in M * V zmm accumulators (up to 6 x 4). Per tap, each
+// position's pointer; per k-quad, V loads of the block's weights (s8 operand) and M
+// broadcasts of a position's 4 activation bytes (u8 operand), M * V `vpdpbusd`. The sums go
+// to the stack once the loop is done (int8_cgemm_vnni.cpp says why), then each position's
+// V vectors are requantized with per-lane constants (requant_lanes_y, exactly
+// reference.requantize) and packed into one 64-byte vector, stored whole or masked to the
+// block's channels.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "int8_conv_nhwc.h"
+#include "int8_requant_avx512.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+inline int32_t load4(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+// Named accumulators: GCC keeps arrays of vectors in memory.
+#define TY_ACC(m) __m512i c##m##0 = z, c##m##1 = z, c##m##2 = z, c##m##3 = z;
+#define TY_PTR(m) \
+    const uint8_t* p##m = M > m ? (Table ? t.table[k * kNhwcPos + m] : t.base[m] + t.toff[k]) : 0;
+#define TY_DOT(m)                                                              \
+    if (M > m) {                                                               \
+        const __m512i b = _mm512_set1_epi32(load4(p##m + 4 * q));              \
+        c##m##0 = _mm512_dpbusd_epi32(c##m##0, b, w0);                         \
+        if (V > 1) c##m##1 = _mm512_dpbusd_epi32(c##m##1, b, w1);              \
+        if (V > 2) c##m##2 = _mm512_dpbusd_epi32(c##m##2, b, w2);              \
+        if (V > 3) c##m##3 = _mm512_dpbusd_epi32(c##m##3, b, w3);              \
+    }
+#define TY_SAVE(m)                                                             \
+    if (M > m) {                                                               \
+        _mm512_store_si512(acc + m * 64, c##m##0);                             \
+        if (V > 1) _mm512_store_si512(acc + m * 64 + 16, c##m##1);             \
+        if (V > 2) _mm512_store_si512(acc + m * 64 + 32, c##m##2);             \
+        if (V > 3) _mm512_store_si512(acc + m * 64 + 48, c##m##3);             \
+    }
+
+template <int M, int V, bool Table>
+void tile(const NhwcTile& t) {
+    const __m512i z = _mm512_setzero_si512();
+    TY_ACC(0) TY_ACC(1) TY_ACC(2) TY_ACC(3) TY_ACC(4) TY_ACC(5)
+    const int64_t step = V * 64;  // weight bytes a k-quad
+    for (int64_t k = 0; k < t.taps; ++k) {
+        TY_PTR(0) TY_PTR(1) TY_PTR(2) TY_PTR(3) TY_PTR(4) TY_PTR(5)
+        const int8_t* wk = t.w + k * t.cq * step;
+        for (int64_t q = 0; q < t.cq; ++q) {
+            const int8_t* wq = wk + q * step;
+            const __m512i w0 = _mm512_loadu_si512(wq);
+            const __m512i w1 = V > 1 ? _mm512_loadu_si512(wq + 64) : z;
+            const __m512i w2 = V > 2 ? _mm512_loadu_si512(wq + 128) : z;
+            const __m512i w3 = V > 3 ? _mm512_loadu_si512(wq + 192) : z;
+            TY_DOT(0) TY_DOT(1) TY_DOT(2) TY_DOT(3) TY_DOT(4) TY_DOT(5)
+        }
+    }
+    alignas(64) int32_t acc[M * 64];
+    TY_SAVE(0) TY_SAVE(1) TY_SAVE(2) TY_SAVE(3) TY_SAVE(4) TY_SAVE(5)
+    const RowQ rq = row_q(*t.r);
+    LaneQ lq[V];
+    for (int v = 0; v < V; ++v) lq[v] = lane_q(t.bias + 16 * v, t.mult + 16 * v, t.shift + 16 * v,
+                                               *t.r);
+    const __mmask64 mask = low_mask64(t.nbytes);
+    for (int m = 0; m < M; ++m) {
+        const int32_t* a = acc + m * 64;
+        const __m512i v = requant_row64(
+            requant_lanes_y(_mm512_load_si512(a), lq[0]),
+            V > 1 ? requant_lanes_y(_mm512_load_si512(a + 16), lq[V > 1 ? 1 : 0]) : z,
+            V > 2 ? requant_lanes_y(_mm512_load_si512(a + 32), lq[V > 2 ? 2 : 0]) : z,
+            V > 3 ? requant_lanes_y(_mm512_load_si512(a + 48), lq[V > 3 ? 3 : 0]) : z, rq);
+        if (t.nbytes == 64) {
+            _mm512_storeu_si512(t.out + m * t.ldo, v);
+        } else {
+            _mm512_mask_storeu_epi8(t.out + m * t.ldo, mask, v);
+        }
+    }
+}
+
+#undef TY_ACC
+#undef TY_PTR
+#undef TY_DOT
+#undef TY_SAVE
+
+template <int V, bool Table>
+void by_positions(const NhwcTile& t) {
+    switch (t.npos) {
+        case 1: return tile<1, V, Table>(t);
+        case 2: return tile<2, V, Table>(t);
+        case 3: return tile<3, V, Table>(t);
+        case 4: return tile<4, V, Table>(t);
+        case 5: return tile<5, V, Table>(t);
+        default: return tile<6, V, Table>(t);
+    }
+}
+
+template <bool Table>
+void by_vectors(const NhwcTile& t) {
+    switch (t.nv) {
+        case 1: return by_positions<1, Table>(t);
+        case 2: return by_positions<2, Table>(t);
+        case 3: return by_positions<3, Table>(t);
+        default: return by_positions<4, Table>(t);
+    }
+}
+
+}  // namespace
+
+void nhwc_tile_vnni(const NhwcTile& t) {
+    if (t.table) return by_vectors<true>(t);
+    by_vectors<false>(t);
+}
+
+}  // namespace int8
+}  // namespace tianyuan
