@@ -11,11 +11,13 @@ comparisons, 1.00x in a third).
     python bench/ab_builds.py A B [--env-a K=V,...] [--env-b K=V,...] [--net resnet18]
                               [--batch 16] [--layers all|NAME,PREFIX*,...] [--rounds 6]
                               [--calls 10] [--stat min|median] [--threads 2]
-                              [--algorithm auto] [--json PATH]
+                              [--algorithm auto] [--layout-a nchw|channels_last]
+                              [--layout-b ...] [--json PATH]
 
 A and B are checkouts of this repository with the native extension built in place
 (`python setup.py build_ext --inplace`), or the same checkout twice with --env-b setting,
-say, a switch of a timing-only build. Each side imports its own checkout's package
+say, a switch of a timing-only build, or --layout-b giving B's convolutions their input
+channels-last (bench_int8.ours). Each side imports its own checkout's package
 (assembled from symbolic links as setup.py's ROOTS map it); the layers and their timing
 are this file's bench_int8.py.
 """
@@ -92,7 +94,7 @@ def child(args):
     out = {}
     for name, conv, shape in select(B.conv_layers(args.net), args.layers):
         x_u8, x_f32 = B.layer_inputs(shape, args.batch)
-        fn = B.ours(conv, x_u8, x_f32, 8, args.algorithm)[0]
+        fn = B.ours(conv, x_u8, x_f32, 8, args.algorithm, args.layout)[0]
         fn()
         times = []
         for _ in range(args.calls):
@@ -114,11 +116,11 @@ def parse_env(text, flag):
     return env
 
 
-def run_side(checkout, site, env, args):
+def run_side(checkout, site, env, args, layout="nchw"):
     """One side's process on `checkout` (imported from `site`) -> {layer: [min, median]}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--net", args.net,
            "--batch", str(args.batch), "--layers", args.layers, "--calls", str(args.calls),
-           "--threads", str(args.threads), "--algorithm", args.algorithm]
+           "--threads", str(args.threads), "--algorithm", args.algorithm, "--layout", layout]
     full = {**os.environ, **env, "PYTHONPATH": site}
     done = subprocess.run(cmd, env=full, capture_output=True, text=True)
     if done.returncode != 0:
@@ -172,6 +174,10 @@ def main():
                         help="a round's time of a layer: its calls' minimum or median")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--algorithm", default="auto", help="PreparedConv's, where it applies")
+    for side in "ab":
+        parser.add_argument(f"--layout-{side}", default="nchw", choices=["nchw", "channels_last"],
+                            help=f"the layout of {side.upper()}'s int8 inputs")
+    parser.add_argument("--layout", default="nchw", help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--json", help="also write the per-round times and ratios here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -187,7 +193,7 @@ def main():
         for r in range(args.rounds):
             for side in ((0, 1) if r % 2 == 0 else (1, 0)):
                 times[side].append(run_side((args.a, args.b)[side], sites[side], envs[side],
-                                            args))
+                                            args, (args.layout_a, args.layout_b)[side]))
             totals = [sum(v[stat] for v in side[-1].values()) for side in times]
             print(f"round {r + 1}/{args.rounds}: total A {totals[0]:.3f} ms, B {totals[1]:.3f} ms",
                   flush=True)

@@ -101,10 +101,16 @@ def median_ms(fn, repeat, stat="median"):
     return 1000 * float(STAT[stat](times))
 
 
-def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto"):
+LAYOUTS = ("nchw", "channels_last")  # of our int8 conv's input (and so its output)
+
+
+def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto", layout="nchw"):
     """(int8 fn, float32 fn) for one layer, weights quantized (on the grid of weight_bits: 8,
     or 7 as reduce_range gives) and packed outside the timing; algorithm: PreparedConv's,
-    the automatic choice where the layer cannot take it."""
+    the automatic choice where the layer cannot take it; layout: the int8 input's (made
+    outside the timing)."""
+    if layout == "channels_last":
+        x_u8 = K.to_channels_last(x_u8)
     w = conv.weight.data
     top = 2 ** (weight_bits - 1) - 1
     scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(1) / top, 1e-8)

@@ -156,13 +156,13 @@ class Int8Conv {
                                             std::to_string(oc * cg * groups * kh * kw));
             }
             if (narrow_) nw_ = int8_check_narrow(*narrow_, w.size(), oc);
-            if (nhwc_ && (groups != 1 || cg % 4 ||
-                          nhwc_->size() != int8::nhwc_packed_size(oc, cg, kh * kw))) {
+            if (nhwc_ && (groups != 1 ||
+                          nhwc_->size() != int8::nhwc_packed_size(oc, cg, kh, kw))) {
                 throw std::invalid_argument(
                     "int8_conv2d: channels-last weights of " + std::to_string(nhwc_->size()) +
                     " bytes for groups " + std::to_string(groups) + ", C " + std::to_string(cg) +
-                    " (groups 1 and C a multiple of 4 only), expected " +
-                    std::to_string(int8::nhwc_packed_size(oc, cg, kh * kw)));
+                    " (groups 1 only), expected " +
+                    std::to_string(int8::nhwc_packed_size(oc, cg, kh, kw)));
             }
             // the packed_amx algorithm's weights, once, where it may run (int8_amx.h)
             const CpuFeatures& cpu = cpu_features();
@@ -196,22 +196,31 @@ class Int8Conv {
         return out;
     }
 
-    // x (N, H, W, C) u8 C-contiguous -> (N, OH, OW, OC): int8_conv_nhwc.h; needs the
-    // channels-last weights.
+    // x (N, H, W, C) u8, its channels side by side (any other strides) -> (N, OH, OW, OC):
+    // int8_conv_nhwc.h; needs the channels-last weights.
     py::array channels_last(const py::array& x, int zp) const {
         const char* op = "int8_conv2d (channels-last)";
         if (!nhwc_) {
             throw std::invalid_argument(std::string(op) + ": made without channels-last weights");
         }
         const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op, true);
-        const int8::QIn in = int8_input(x, zp, op);
+        const int8::QIn in = int8_input(x, zp, op, false);
         if (in.is_signed) {
             throw std::invalid_argument(std::string(op) + ": input must be uint8, got int8");
         }
+        if (x.strides(3) != 1 && g.c > 1) {
+            throw std::invalid_argument(std::string(op) + ": input " + shape_str(x) +
+                                        " must have its channels side by side, got strides (" +
+                                        std::to_string(x.strides(0)) + ", " +
+                                        std::to_string(x.strides(1)) + ", " +
+                                        std::to_string(x.strides(2)) + ", " +
+                                        std::to_string(x.strides(3)) + ")");
+        }
+        const int64_t strides[3] = {x.strides(0), x.strides(1), x.strides(2)};
         py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
-        int8::conv2d_nhwc(in.data, zp, g, nhwc_->data(), sums_.data(), r_, o);
+        int8::conv2d_nhwc(in.data, strides, zp, g, nhwc_->data(), sums_.data(), r_, o);
         return out;
     }
 
@@ -259,15 +268,15 @@ void bind_int8_conv(py::module_& m) {
         .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"))
         .def("channels_last", &Int8Conv::channels_last, py::arg("x"), py::arg("zp"),
              "x (N, H, W, C) uint8 -> (N, OH, OW, OC): the channels-last engine "
-             "(int8_conv_nhwc.h); groups 1, C a multiple of 4");
+             "(int8_conv_nhwc.h); groups 1");
     m.def("int8_pack_conv_weights_nhwc", [](const Array<int8_t>& w) {
-        if (w.ndim() != 4 || w.shape(1) % 4) {
-            throw std::invalid_argument("int8_pack_conv_weights_nhwc: w must be (OC, C, kh, kw) "
-                                        "with C a multiple of 4, got " + shape_str(w));
+        if (w.ndim() != 4) {
+            throw std::invalid_argument("int8_pack_conv_weights_nhwc: w must be (OC, C, kh, kw), "
+                                        "got " + shape_str(w));
         }
-        const int64_t oc = w.shape(0), c = w.shape(1), taps = w.shape(2) * w.shape(3);
-        Array<int8_t> out(int8::nhwc_packed_size(oc, c, taps));
-        int8::nhwc_pack_weights(w.data(), oc, c, taps, out.mutable_data());
+        const int64_t oc = w.shape(0), c = w.shape(1), kh = w.shape(2), kw = w.shape(3);
+        Array<int8_t> out(int8::nhwc_packed_size(oc, c, kh, kw));
+        int8::nhwc_pack_weights(w.data(), oc, c, kh, kw, out.mutable_data());
         return out;
     }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the channels-last engine's blocks "
                      "(int8_conv_nhwc.h)");

@@ -23,25 +23,47 @@ int64_t block_vectors(int64_t oc, int64_t b) {
 }
 }  // namespace
 
-int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t taps) {
-    return (oc + 15) / 16 * 16 * taps * c;
-}
-
-void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* out) {
-    std::memset(out, 0, static_cast<size_t>(nhwc_packed_size(oc, c, taps)));
-    const int64_t cq = c / 4;
+namespace {
+// One form of the weights: per block, `steps` steps of `quads` quads each; byte i of a step
+// is weight `at(step, i)` of the output channel ((channel, tap) -> index into the channel's
+// C * kh * kw weights), or -1 for a zero.
+template <class At>
+void pack_form(const int8_t* w, int64_t oc, int64_t k, int64_t steps, int64_t quads, At at,
+               int8_t* out) {
     for (int64_t b = 0; b * kNhwcOc < oc; ++b) {
         const int64_t lanes = 16 * block_vectors(oc, b);
-        int8_t* blk = out + b * kNhwcOc * taps * c;
+        int8_t* blk = out + b * kNhwcOc * steps * quads * 4;
         for (int64_t j = 0; j < lanes && b * kNhwcOc + j < oc; ++j) {
-            const int8_t* row = w + (b * kNhwcOc + j) * c * taps;
-            for (int64_t t = 0; t < taps; ++t) {
-                for (int64_t ch = 0; ch < c; ++ch) {
-                    blk[((t * cq + ch / 4) * lanes + j) * 4 + ch % 4] = row[ch * taps + t];
+            const int8_t* row = w + (b * kNhwcOc + j) * k;
+            for (int64_t t = 0; t < steps; ++t) {
+                for (int64_t i = 0; i < 4 * quads; ++i) {
+                    const int64_t src = at(t, i);
+                    blk[((t * quads + i / 4) * lanes + j) * 4 + i % 4] = src < 0 ? 0 : row[src];
                 }
             }
         }
     }
+}
+}  // namespace
+
+int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t kh, int64_t kw) {
+    const int64_t lanes = (oc + 15) / 16 * 16, taps = lanes * kh * kw * nhwc_quads(c) * 4;
+    return c % 4 ? taps + lanes * kh * nhwc_row_quads(c, kw) * 4 : taps;
+}
+
+void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
+                       int8_t* out) {
+    std::memset(out, 0, static_cast<size_t>(nhwc_packed_size(oc, c, kh, kw)));
+    const int64_t taps = kh * kw, cq = nhwc_quads(c), k = c * taps;
+    // by tap: channel i of tap t (w's (o, i, t)), zero past C
+    pack_form(w, oc, k, taps, cq, [&](int64_t t, int64_t i) { return i < c ? i * taps + t : -1; },
+              out);
+    if (c % 4 == 0) return;
+    // by kernel row: byte i of row r is tap (r, i / C)'s channel i % C, zero past kw * C
+    const int64_t rq = nhwc_row_quads(c, kw);
+    pack_form(w, oc, k, kh, rq, [&](int64_t r, int64_t i) {
+        return i < kw * c ? i % c * taps + r * kw + i / c : -1;
+    }, out + (oc + 15) / 16 * 16 * taps * cq * 4);
 }
 
 void nhwc_tile_generic(const NhwcTile& t) {
@@ -67,9 +89,10 @@ void nhwc_tile_generic(const NhwcTile& t) {
 
 bool nhwc_fast() { return current_isa() >= Isa::vnni; }
 
-void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* wp,
-                 const int32_t* sums, const Requant& r, uint8_t* out) {
-    const int64_t taps = g.kh * g.kw, cq = g.c / 4, nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
+void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
+                 const int8_t* wp, const int32_t* sums, const Requant& r, uint8_t* out) {
+    const int64_t taps = g.kh * g.kw, cq = nhwc_quads(g.c), nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
+    const int64_t si = stride[0], sy = stride[1], sx = stride[2];
     const int64_t padded = nb * kNhwcOc, ohw = g.oh * g.ow, all = g.n * ohw;
     // the per-channel arrays padded to whole blocks (shift 33: any valid value)
     std::vector<int32_t> bias(padded, 0), mult(padded, 0), shift(padded, 33);
@@ -79,9 +102,24 @@ void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* w
         mult[j] = r.multiplier[j];
         shift[j] = r.shift[j];
     }
-    std::vector<uint8_t> zrow(g.c, static_cast<uint8_t>(z));
+    std::vector<uint8_t> zrow(cq * 4, static_cast<uint8_t>(z));
     std::vector<int64_t> toff(taps);
-    for (int64_t k = 0; k < taps; ++k) toff[k] = ((k / g.kw) * g.dh * g.w + (k % g.kw) * g.dw) * g.c;
+    for (int64_t k = 0; k < taps; ++k) toff[k] = k / g.kw * g.dh * sy + k % g.kw * g.dw * sx;
+    // At column dilation 1 with the pixels side by side, a kernel row's taps lie side by side
+    // in x: tiles off the border run each row as one step of rq quads (with C % 4 == 0 the
+    // taps' weights in their own order; else the rows' form).
+    const bool rows = g.dw == 1 && sx == g.c;
+    const int64_t rq = nhwc_row_quads(g.c, g.kw);
+    const int8_t* wrows = g.c % 4 ? wp + (g.oc + 15) / 16 * 16 * taps * cq * 4 : wp;
+    std::vector<int64_t> roff(g.kh);
+    for (int64_t k = 0; k < g.kh; ++k) roff[k] = k * g.dh * sy;
+    // With C % 4 != 0 a step reads up to 3 bytes past its last pixel's channels (their weights
+    // zero): a tile whose reads could pass the end of x's highest pixel takes the table, and
+    // a tap there reads a copy of its pixel.
+    const auto up = [](int64_t v) { return v > 0 ? v : 0; };
+    const uint8_t* readable = x + (g.n - 1) * up(si) + (g.h - 1) * up(sy) + (g.w - 1) * up(sx) + g.c;
+    const int64_t reach = up((g.kh - 1) * g.dh * sy) +
+                          (rows ? 4 * rq : up((g.kw - 1) * g.dw * sx) + 4 * cq);
     // the output rows and columns none of whose taps fall in the padding
     const auto first_in = [](int64_t pad, int64_t s) { return (pad + s - 1) / s; };
     const int64_t oy0 = first_in(g.pt, g.sh), ox0 = first_in(g.pl, g.sw);
@@ -105,9 +143,10 @@ void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* w
         const uint8_t* base[kNhwcPos];
         const uint8_t* table[64 * kNhwcPos];
         std::vector<const uint8_t*> big;
+        std::vector<uint8_t> spill(g.c % 4 ? taps * kNhwcPos * cq * 4 : 0);
         const uint8_t** tab = taps <= 64 ? table : (big.resize(taps * kNhwcPos), big.data());
         for (int64_t b = b0; b < b1; ++b) {
-            NhwcTile t{base, toff.data(), nullptr, taps, cq, wp + b * kNhwcOc * taps * g.c,
+            NhwcTile t{base, toff.data(), nullptr, taps, cq, wp + b * kNhwcOc * taps * cq * 4,
                        static_cast<int>(block_vectors(g.oc, b)), 0, bias.data() + b * kNhwcOc,
                        mult.data() + b * kNhwcOc, shift.data() + b * kNhwcOc, &r, nullptr,
                        g.oc, g.oc - b * kNhwcOc < kNhwcOc ? g.oc - b * kNhwcOc : kNhwcOc};
@@ -122,7 +161,9 @@ void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* w
                     pn[m] = n;
                     py[m] = oy;
                     px[m] = ox;
-                    inner = inner && oy >= oy0 && oy < oy1 && ox >= ox0 && ox < ox1;
+                    inner = inner && oy >= oy0 && oy < oy1 && ox >= ox0 && ox < ox1 &&
+                            (g.c % 4 == 0 || x + n * si + (oy * g.sh - g.pt) * sy +
+                                                     (ox * g.sw - g.pl) * sx + reach <= readable);
                     if (++ox == g.ow) {
                         ox = 0;
                         if (++oy == g.oh) {
@@ -132,10 +173,16 @@ void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* w
                     }
                 }
                 t.table = inner ? nullptr : tab;
+                const bool merged = inner && rows;
+                t.taps = merged ? g.kh : taps;
+                t.cq = merged ? rq : cq;
+                t.toff = merged ? roff.data() : toff.data();
+                t.w = (merged ? wrows + b * kNhwcOc * g.kh * rq * 4
+                              : wp + b * kNhwcOc * taps * cq * 4);
                 for (int m = 0; m < t.npos; ++m) {
                     const int64_t iy0 = py[m] * g.sh - g.pt, ix0 = px[m] * g.sw - g.pl;
                     if (inner) {
-                        base[m] = x + ((pn[m] * g.h + iy0) * g.w + ix0) * g.c;
+                        base[m] = x + pn[m] * si + iy0 * sy + ix0 * sx;
                         continue;
                     }
                     for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -143,8 +190,13 @@ void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* w
                         for (int64_t kx = 0; kx < g.kw; ++kx) {
                             const int64_t ix = ix0 + kx * g.dw;
                             const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                            tab[(ky * g.kw + kx) * kNhwcPos + m] =
-                                in ? x + ((pn[m] * g.h + iy) * g.w + ix) * g.c : zrow.data();
+                            const int64_t k = (ky * g.kw + kx) * kNhwcPos + m;
+                            const uint8_t* at = x + pn[m] * si + iy * sy + ix * sx;
+                            if (in && at + 4 * cq > readable) {  // a copy of the pixel
+                                std::memcpy(spill.data() + k * cq * 4, at, g.c);
+                                at = spill.data() + k * cq * 4;
+                            }
+                            tab[k] = in ? at : zrow.data();
                         }
                     }
                 }

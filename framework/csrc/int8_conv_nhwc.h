@@ -1,5 +1,5 @@
 // int8 convolution on channels-last activations: x (N, H, W, C) u8 in, (N, OH, OW, OC) out,
-// groups 1, C a multiple of 4. The output channels run in the vector lanes and each output
+// groups 1. The output channels run in the vector lanes and each output
 // position's activations are broadcast, 4 input channels (one k-quad) at a time, from where
 // they lie in x: no copy of the input (no planes, no padded rows, no lanes for positions the
 // output drops), and each position's channels are stored as one run of bytes. Taps that fall
@@ -7,8 +7,12 @@
 // only for the tiles that touch the border).
 //
 // Weights (nhwc_pack_weights): blocks of kNhwcOc output channels; block b holds, per tap
-// t = ky * kw + kx and channel quad q, its nv(b) * 16 channels' 4 bytes (channel c of the
-// block at 4 c), nv(b) = ceil(min(kNhwcOc, OC - b * kNhwcOc) / 16), channels past OC zero.
+// t = ky * kw + kx and channel quad q (nhwc_quads(C) of them, input channels past C zero), its
+// nv(b) * 16 channels' 4 bytes (channel c of the block at 4 c), nv(b) = ceil(min(kNhwcOc,
+// OC - b * kNhwcOc) / 16), output channels past OC zero. Where C % 4 != 0 a second form
+// follows, by kernel row: row r's nhwc_row_quads(C, kw) quads hold its taps' channels side by
+// side, (kx, c) at byte kx * C + c, zero past kw * C (a 7x7 RGB kernel: 6 quads a row, not 7);
+// with C % 4 == 0 the first form is that already.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +26,12 @@ namespace int8 {
 constexpr int64_t kNhwcOc = 64;  // output channels per weight block: 4 zmm of 16 lanes
 constexpr int kNhwcPos = 6;      // output positions per tile: 6 x 4 accumulators
 
-int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t taps);
-// w (OC, C, taps) s8 row-major -> the blocks above.
-void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* out);
+inline int64_t nhwc_quads(int64_t c) { return (c + 3) / 4; }
+inline int64_t nhwc_row_quads(int64_t c, int64_t kw) { return (kw * c + 3) / 4; }
+int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t kh, int64_t kw);
+// w (OC, C, kh, kw) s8 row-major -> the blocks above.
+void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
+                       int8_t* out);
 
 // One tile's work: npos (<= kNhwcPos) consecutive output positions x one weight block.
 // Position m's activations for tap t start at base[m] + toff[t] (no tap in the padding), or,
@@ -54,11 +61,13 @@ void nhwc_tile_vnni(const NhwcTile& t);
 // runs the generic tile, exact but slow.
 bool nhwc_fast();
 
-// x (N, H, W, C) u8 with zero point z (g: the geometry, groups 1, C % 4 == 0); wp the packed
-// blocks, sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1)
-// -> out (N, OH, OW, OC).
-void conv2d_nhwc(const uint8_t* x, int32_t z, const ConvGeom& g, const int8_t* wp,
-                 const int32_t* sums, const Requant& r, uint8_t* out);
+// x (N, H, W, C) u8, element (n, y, x, c) at x + n stride[0] + y stride[1] + x stride[2] + c,
+// zero point z (g: the geometry, groups 1); wp the packed blocks, sums the weights' row sums
+// (OC,), r the requantization (r.bias the raw bias, step 1) -> out (N, OH, OW, OC). Where C
+// is not a multiple of 4 the reads run up to 3 bytes past a pixel's channels (zero weights),
+// never past the highest pixel's (int8_conv_nhwc.cpp).
+void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
+                 const int8_t* wp, const int32_t* sums, const Requant& r, uint8_t* out);
 
 }  // namespace int8
 }  // namespace tianyuan

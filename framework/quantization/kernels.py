@@ -77,8 +77,8 @@ class PackedWeight:
     @property
     def nhwc(self):
         """The channels-last engine's layout (framework/csrc/int8_conv_nhwc.h), packed on first
-        use; None where it cannot run this weight (groups 1 and C a multiple of 4 only)."""
-        if self._nhwc is None and self._w4 is not None and self.shape[1] % 4 == 0:
+        use; None where it cannot run this weight (groups 1 only)."""
+        if self._nhwc is None and self._w4 is not None:
             self._nhwc = _aligned(_C.int8_pack_conv_weights_nhwc(self._w4))
         return self._nhwc
 
@@ -300,8 +300,8 @@ class PreparedConv:
         """x u8/s8 (N, C, H, W) -> (N, OC, OH, OW). C-contiguous: `run` (the native
         `_C.Int8Conv`, which checks x against the weights) without the int(). Channels-last
         (`is_channels_last`) gives a channels-last result, from the channels-last engine
-        (framework/csrc/int8_conv_nhwc.h) where it runs: uint8 x, groups 1, C a multiple of 4,
-        on VNNI and AMX hosts (and the generic ISA); else through a C-contiguous copy."""
+        (framework/csrc/int8_conv_nhwc.h) where it runs: uint8 x, groups 1, on VNNI and AMX
+        hosts (and the generic ISA); else through a C-contiguous copy."""
         if x.flags.c_contiguous:
             return self.run(x, int(x_zero_point))
         zp = int(x_zero_point)
@@ -318,9 +318,10 @@ class PreparedConv:
 
 
 def is_channels_last(x):
-    """Whether x (N, C, H, W) is a view of C-contiguous (N, H, W, C) memory: the layout the
-    channels-last engine reads and writes (PyTorch's channels_last memory format)."""
-    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
+    """Whether x (N, C, H, W) has each pixel's channels side by side (PyTorch's channels_last
+    memory format, whatever the pixels' strides): the layout the channels-last engine reads
+    and writes. With C = 1, or H = W = 1 and C-contiguous, both layouts are the same."""
+    return x.ndim == 4 and (x.strides[1] == x.itemsize or x.shape[1] == 1)
 
 
 def to_channels_last(x):

@@ -1,7 +1,7 @@
 """int8 convolutions on channels-last activations (framework/csrc/int8_conv_nhwc.h): bit-exact
 to the reference on every ISA path, the result channels-last; the engine itself where it
 runs (VNNI and AMX hosts, and the generic ISA), a C-contiguous copy elsewhere and for what it
-does not take (groups, C not a multiple of 4, int8 input)."""
+does not take (groups, int8 input)."""
 import numpy as np
 import pytest
 from conv_cases import ALGO_CASES, CASES, conv_case
@@ -34,17 +34,36 @@ NHWC_CASES = [
 ]
 
 
+def _channels_last_views(x):
+    """x (N, C, H, W) as channels-last arrays: packed; each pixel in C + 5 bytes (a slice of
+    the channels); every other pixel of a row and rows 1.. of twice as many (a crop)."""
+    n, c, h, w = x.shape
+    wide = np.zeros((n, h, w, c + 5), x.dtype)
+    wide[..., 2:c + 2] = x.transpose(0, 2, 3, 1)
+    crop = np.zeros((n, h + 1, 2 * w, c), x.dtype)
+    crop[:, 1:, ::2] = x.transpose(0, 2, 3, 1)
+    return [K.to_channels_last(x), wide[..., 2:c + 2].transpose(0, 3, 1, 2),
+            crop[:, 1:, ::2].transpose(0, 3, 1, 2)]
+
+
 def _run_channels_last(x, zp, packed, args, geom):
-    y = K.conv2d(K.to_channels_last(x), zp, packed, *args, **geom)
-    assert K.is_channels_last(y), f"{ty.current_isa()}: result strides {y.strides}"
-    return y
+    ys = []
+    for view in _channels_last_views(x):
+        assert K.is_channels_last(view) and np.array_equal(view, x)
+        y = K.conv2d(view, zp, packed, *args, **geom)
+        assert K.is_channels_last(y), f"{ty.current_isa()}: result strides {y.strides}"
+        ys.append(y)
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0], err_msg=f"{ty.current_isa()}: a strided view")
+    return ys[0]
 
 
 @pytest.mark.parametrize("case", NHWC_CASES + CASES[:24] + ALGO_CASES[-6:])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_conv2d_channels_last(case, threads):
     """u8 in (the engine where it takes the conv), u8 out with ReLU6's clamp; s8 in (a copy),
-    s8 out; shifts on both sides of 33 (the per-lane forms of the requantization)."""
+    s8 out; shifts on both sides of 33 (the per-lane forms of the requantization); each as
+    packed channels-last, pixels wider than their channels and a crop."""
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 3)
     before = ty.get_num_threads()
     try:
@@ -90,9 +109,8 @@ def test_channels_last_engine(case):
 
 
 def test_channels_last_takes_and_refuses():
-    wt = np.ones((8, 3, 3, 3), np.int8)
-    assert not K.PreparedConv(K.pack_weights(wt), 0, 1 << 30, 33, 0, False, np.uint8).nhwc
-    assert K.pack_weights(wt).nhwc is None
+    assert K.pack_weights(np.ones((8, 3, 3, 3), np.int8)).nhwc is not None  # C 3: copied
+    assert K.pack_weights(np.ones((8, 1, 3, 3), np.int8), 8).nhwc is None  # depthwise
     grouped = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8), 2), 0, 1 << 30, 33,
                              0, False, np.uint8)
     assert not grouped.nhwc
@@ -106,8 +124,10 @@ def test_channels_last_takes_and_refuses():
         conv.run.channels_last(np.zeros((1, 5, 5, 3), np.uint8), 0)
     with pytest.raises(ValueError, match=r"must be \(N, H, W, C\)"):
         conv.run.channels_last(np.zeros((5, 5, 4), np.uint8), 0)
-    with pytest.raises(ValueError, match="C a multiple of 4"):
-        _C.int8_pack_conv_weights_nhwc(np.ones((8, 3, 3, 3), np.int8))
+    with pytest.raises(ValueError, match=r"channels side by side, got strides \(100, 5, 1, 25\)"):
+        conv.run.channels_last(np.zeros((1, 4, 5, 5), np.uint8).transpose(0, 2, 3, 1), 0)
+    with pytest.raises(ValueError, match=r"must be \(OC, C, kh, kw\)"):
+        _C.int8_pack_conv_weights_nhwc(np.ones((8, 27), np.int8))
 
 
 def test_channels_last_layout_helpers():
@@ -115,5 +135,6 @@ def test_channels_last_layout_helpers():
     y = K.to_channels_last(x)
     assert K.is_channels_last(y) and not K.is_channels_last(x)
     np.testing.assert_array_equal(x, y)
-    assert not K.is_channels_last(x[:, :, :2])  # a strided view of neither layout
+    assert not K.is_channels_last(x[:, :, :2])  # a strided view of NCHW
+    assert K.is_channels_last(y[:, :, 1:, ::2])  # a crop of channels-last
     assert not K.is_channels_last(x.reshape(6, 4, 5))
