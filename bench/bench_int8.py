@@ -15,7 +15,10 @@ alternate --rounds times, so that a slow spell of the shared machine hits both, 
 layer's time is the median over the rounds of its per-round times. Time = median (or
 --stat min) of --repeat runs after a warm-up; TOP/s = 2 * MACs / time. --json PATH also
 writes every layer's times and the totals. Ours runs as the int8 modules do: a
-`PreparedConv` made once (per input scale), one native call per conv, NCHW in and out.
+`PreparedConv` made once (per input scale), one native call per conv, NCHW in and out, or
+channels-last where the int8 model carries that layout (`quantization.carries_channels_last`:
+every conv of groups 1, on hosts whose channels-last engine runs its VNNI tile: ResNet there;
+the report says which).
 PyTorch: torch.ao.nn.quantized.Conv2d, per-channel qint8 weights, quint8 activations in the
 channels-last layout its quantized models carry between layers. ONNX Runtime: a one-conv QDQ
 model (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT
@@ -51,6 +54,7 @@ from blas_env import in_child, restart_with_blas_threads, without_our_env
 import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn, zoo
+from tianyuan import quantization as Q
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -256,23 +260,31 @@ def peer_rows(specs, batch, repeat, stat, threads):
     return rows
 
 
-def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False, algorithm=None):
+def our_layout(layers):
+    """The layout of our int8 convs' inputs in the network's int8 model (QuantStub's)."""
+    convs = [conv for _, conv, _ in layers]
+    return "channels_last" if K.channels_last_fast() and Q.carries_channels_last(convs) else "nchw"
+
+
+def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False, algorithm=None,
+              layout="nchw"):
     """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds;
     reduce_range: also ours with 7-bit weights ("int8r"); algorithm: also ours with that
-    algorithm forced where a layer takes it ("int8a")."""
+    algorithm forced where a layer takes it ("int8a"); layout: our int8 inputs'."""
     specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
     runs = []
     for _ in range(rounds):
         mine = []
         for name, conv, shape in layers:
             x_u8, x_f32 = layer_inputs(shape, batch)
-            int8, f32 = ours(conv, x_u8, x_f32)
+            int8, f32 = ours(conv, x_u8, x_f32, layout=layout)
             mine.append({"int8": median_ms(int8, repeat, stat),
                          "f32": median_ms(f32, repeat, stat)})
             if reduce_range:
-                mine[-1]["int8r"] = median_ms(ours(conv, x_u8, x_f32, 7)[0], repeat, stat)
+                mine[-1]["int8r"] = median_ms(ours(conv, x_u8, x_f32, 7, layout=layout)[0],
+                                              repeat, stat)
             if algorithm:
-                mine[-1]["int8a"] = median_ms(ours(conv, x_u8, x_f32, 8, algorithm)[0],
+                mine[-1]["int8a"] = median_ms(ours(conv, x_u8, x_f32, 8, algorithm, layout)[0],
                                               repeat, stat)
         peers = in_child(peer_rows, specs, batch, repeat, stat, ty.get_num_threads())
         runs.append([dict(m, **p) for m, p in zip(mine, peers)])
@@ -314,7 +326,7 @@ def measured_peaks(seen):
     return {name: max(s[name] for s in seen) for name in now}
 
 
-def report(net, batch, rows, show_layers, peaks):
+def report(net, batch, rows, show_layers, peaks, layout="nchw"):
     cols = [c for c in ("int8", "int8r", "int8a", "f32", "torch", "ort") if c in rows[0][1]]
     if show_layers:
         print(f"\n{net} batch {batch}: ms per layer")
@@ -324,7 +336,7 @@ def report(net, batch, rows, show_layers, peaks):
     tops = {c: 2 * total["macs"] / (total[c] / 1000) / 1e12 for c in cols}
     line = "  ".join(f"{c} {total[c]:8.2f} ms ({tops[c]:.3f} TOP/s)" for c in cols)
     peers = [total[c] for c in ("torch", "ort") if c in total]
-    print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}")
+    print(f"{net:<20} b{batch:<3} {len(rows):>3} convs  {line}  (ours {layout})")
     for c in (c for c in ("int8", "int8r", "int8a") if c in total):
         vs_f32 = total[c] / total["f32"]
         ratio = f"{c}/f32 {vs_f32:.2f}x ({_target(vs_f32, TARGET_VS_F32)})"
@@ -337,7 +349,7 @@ def report(net, batch, rows, show_layers, peaks):
                                                f"peak ({p:.2f} TOP/s)"
                                                for name, p in peaks.items()))
     return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops,
-            "peak_tops": peaks}
+            "peak_tops": peaks, "layout": layout}
 
 
 def _peer_notes():
@@ -384,11 +396,12 @@ def main():
     peaks_seen = []
     measured_peaks(peaks_seen)
     for net, layers, batch in networks_and_batches(parser, args.nets, args.batches):
+        layout = our_layout(layers)
         rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
-                         args.reduce_range, args.algorithm)
+                         args.reduce_range, args.algorithm, layout)
         # the peak is measured after each network too, as the shared machine's speed drifts
         results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
-                                                        measured_peaks(peaks_seen))
+                                                        measured_peaks(peaks_seen), layout)
         if args.json:  # rewritten after each network: a killed run keeps what it has
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -314,6 +314,37 @@ void bind_int8_eltwise(py::module_& m) {
         int8::max_pool2d(in, g, o);
         return out;
     });
+    m.def("int8_max_pool2d_nhwc", [](const py::array& x, std::pair<int64_t, int64_t> k,
+                                     std::pair<int64_t, int64_t> s, Quad p) {
+        if (x.ndim() != 4) {
+            throw std::invalid_argument("int8_max_pool2d_nhwc: x must be (N, H, W, C), got " +
+                                        shape_str(x));
+        }
+        // the pool geometry of x seen as (N, C, H, W), then per image
+        const int64_t c = x.shape(3);
+        const py::array nchw = x.attr("transpose")(0, 3, 1, 2);
+        int8::PoolGeom g = int8_pool_geom(nchw, k, s, p);
+        g.planes = x.shape(0);
+        const int8::QIn in = int8_input(x, 0, "int8_max_pool2d_nhwc");
+        py::array out = int8_output(in.is_signed, {x.shape(0), g.oh, g.ow, c});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::max_pool2d_nhwc(in, g, c, o);
+        return out;
+    }, "x u8/s8 (N, H, W, C) C-contiguous -> (N, OH, OW, C): max_pool2d channels-last");
+    m.def("int8_to_channels_last", [](const py::array& x) {
+        if (x.ndim() != 4) {
+            throw std::invalid_argument("int8_to_channels_last: x must be (N, C, H, W), got " +
+                                        shape_str(x));
+        }
+        const int8::QIn in = int8_input(x, 0, "int8_to_channels_last");
+        py::array out = int8_output(in.is_signed, {x.shape(0), x.shape(2), x.shape(3),
+                                                   x.shape(1)});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::to_channels_last(in.data, x.shape(0), x.shape(1), x.shape(2) * x.shape(3), o);
+        return out;
+    }, "x u8/s8 (N, C, H, W) C-contiguous -> the same values as (N, H, W, C)");
     m.def("int8_avg_pool2d", [](const py::array& x, int zp, std::pair<int64_t, int64_t> k,
                                 std::pair<int64_t, int64_t> s, Quad p, bool include_pad) {
         const int8::PoolGeom g = int8_pool_geom(x, k, s, p);

@@ -185,5 +185,11 @@ void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t
 // avg_pool2d's unpadded windows as wide as the plane (kw == w: global pooling).
 void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 
+// Channels-last activations (int8_conv_nhwc.h; int8_channels_last.cpp): x (N, C, HW) bytes
+// -> out (N, HW, C); max pooling of x (N, H, W, C) packed -> out (N, OH, OW, C), g.planes = N
+// and c channels, padding never winning (qmin), like max_pool2d.
+void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out);
+void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
+
 }  // namespace int8
 }  // namespace tianyuan

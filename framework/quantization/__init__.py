@@ -24,5 +24,6 @@ from .qconfig import (FAKE_QUANTIZERS, OBSERVERS, QConfig, calibration_qconfig,
                       calibration_reduce_range_qconfig, ema_fakequant_qconfig,
                       int8_symmetric_qconfig, lsq_qconfig, min_max_fakequant_qconfig,
                       reduce_range_qconfig, register_fake_quantizer, register_observer)
-from .quantize import (calibrate, disable_fake_quant, disable_observer, disable_quantize,
-                       enable_fake_quant, enable_observer, fuse, quantize, quantize_qat)
+from .quantize import (calibrate, carries_channels_last, disable_fake_quant, disable_observer,
+                       disable_quantize, enable_fake_quant, enable_observer, fuse, quantize,
+                       quantize_qat)

@@ -308,13 +308,19 @@ class PreparedConv:
         if not is_channels_last(x):
             return self.run(np.ascontiguousarray(x), zp)
         if self.nhwc and x.dtype == np.uint8 and (
-                _C.int8_nhwc_fast() or _C.current_isa() == "generic"):
+                channels_last_fast() or _C.current_isa() == "generic"):
             return self.run.channels_last(x.transpose(0, 2, 3, 1), zp).transpose(0, 3, 1, 2)
         return to_channels_last(self.run(np.ascontiguousarray(x), zp))
 
     def __reduce__(self):
         # copies and pickles (of a model that has run) make the native object anew
         return (PreparedConv, self._args)
+
+
+def channels_last_fast():
+    """Whether this host runs the channels-last conv engine fast (its VNNI tile: VNNI and AMX
+    hosts), so that int8 models carry channels-last activations (`QuantStub.channels_last`)."""
+    return _C.int8_nhwc_fast()
 
 
 def is_channels_last(x):
@@ -325,8 +331,17 @@ def is_channels_last(x):
 
 
 def to_channels_last(x):
-    """x (N, C, H, W) -> the same values in channels-last memory (a copy)."""
+    """x (N, C, H, W) -> the same values in channels-last memory (a copy; natively for
+    C-contiguous int8 and uint8)."""
+    if x.dtype in (np.uint8, np.int8) and x.flags.c_contiguous and x.ndim == 4:
+        return _C.int8_to_channels_last(x).transpose(0, 3, 1, 2)
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def _nhwc(x):
+    """A channels-last x (N, C, H, W) as packed (N, H, W, C) (a copy only where its pixels are
+    not packed)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
@@ -362,9 +377,15 @@ class PreparedAdd:
                       _signed(dtype))
 
     def __call__(self, a, b):
-        """a, b u8/s8 arrays of one shape."""
+        """a, b u8/s8 arrays of one shape; channels-last (4-D, either of them: the other is
+        made so) gives a channels-last result."""
         if a.shape != b.shape:
             raise ValueError(f"add: shapes differ, a {a.shape} b {b.shape}")
+        if not (a.flags.c_contiguous and b.flags.c_contiguous) and (
+                is_channels_last(a) or is_channels_last(b)):
+            a, b = (v if is_channels_last(v) else to_channels_last(v) for v in (a, b))
+            out = _C.int8_add(_nhwc(a), self._za, _nhwc(b), self._zb, *self._tail)
+            return out.transpose(0, 3, 1, 2)
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
         if not b.flags.c_contiguous:
@@ -410,13 +431,27 @@ def concat(xs, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1, 
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):
-    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same quantization."""
+    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same quantization; channels-last in,
+    channels-last out."""
     stride = kernel if stride is None else stride
+    x = np.asarray(x)
+    if not x.flags.c_contiguous and is_channels_last(x):
+        return _C.int8_max_pool2d_nhwc(_nhwc(x), _pair(kernel), _pair(stride),
+                                       _quad(padding)).transpose(0, 3, 1, 2)
     return _C.int8_max_pool2d(_input(x), _pair(kernel), _pair(stride), _quad(padding))
 
 
 def avg_pool2d(x, zero_point, kernel, stride=None, padding=0, count_include_pad=True):
-    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same scale and zero point, rounded half up."""
+    """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same scale and zero point, rounded half up.
+    Global pooling of channels-last x sums each image's pixels as they lie."""
     stride = kernel if stride is None else stride
+    x = np.asarray(x)
+    if (not x.flags.c_contiguous and is_channels_last(x) and _pair(kernel) == x.shape[2:]
+            and _quad(padding) == (0, 0, 0, 0)):
+        n, c = x.shape[:2]
+        count = np.int64(x.shape[2] * x.shape[3])
+        sums = _nhwc(x).reshape(n, -1, c).sum(1, dtype=np.int64) - count * int(zero_point)
+        q = (2 * sums + count) // (2 * count) + int(zero_point)  # reference.avg_pool2d's
+        return q.astype(x.dtype).reshape(n, c, 1, 1)
     return _C.int8_avg_pool2d(_input(x), int(zero_point), _pair(kernel), _pair(stride),
                               _quad(padding), bool(count_include_pad))

@@ -75,7 +75,8 @@ def dequantize_tensor(x):
     q = getattr(x, "data", x)
     if not isinstance(q, QArray):
         return x
-    return Tensor(R.dequantize(q.view(np.ndarray), q.scale, q.zero_point))
+    # C-contiguous whatever the layout of q (channels-last int8 activations)
+    return Tensor(np.ascontiguousarray(R.dequantize(q.view(np.ndarray), q.scale, q.zero_point)))
 
 
 def qarray_of(x, op):

@@ -110,9 +110,10 @@ class Conv2d(_WeightedModule):
         q = qarray_of(x, type(self).__name__)
         # the cached prepared conv at once (prepared()'s key: an input scale equals its float)
         prepared = self._cache.get(("conv", q.scale)) or self.prepared(q.scale)
-        values = q if q.flags.c_contiguous else np.ascontiguousarray(q)
-        # the native call itself (PreparedConv.run), which checks x against the weights
-        return wrap(prepared.run(values, q.zero_point), *self.output())
+        if q.flags.c_contiguous:
+            # the native call itself (PreparedConv.run), which checks x against the weights
+            return wrap(prepared.run(q, q.zero_point), *self.output())
+        return wrap(prepared(q, q.zero_point), *self.output())  # channels-last, or a copy
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -10,6 +10,12 @@ from .module import QuantizedModule
 
 
 class QuantStub(QuantizedModule):
+    """float -> int8. `channels_last` (set by `quantize` where every conv of the model takes
+    the channels-last engine): a 4-D result in channels-last memory on hosts where that
+    engine runs fast, so that the layers after it read and write channels-last
+    (`kernels.is_channels_last`); elsewhere, and with it False, NCHW."""
+    channels_last = False
+
     @classmethod
     def from_qat(cls, qat):
         m = cls()
@@ -17,7 +23,10 @@ class QuantStub(QuantizedModule):
         return m
 
     def forward(self, x):
-        return quantized_tensor(x, self.out_scale, self.out_zero_point, self.out_dtype)
+        q = quantized_tensor(x, self.out_scale, self.out_zero_point, self.out_dtype)
+        if self.channels_last and q.data.ndim == 4 and K.channels_last_fast():
+            return wrap(K.to_channels_last(q.data.view(np.ndarray)), *self.output())
+        return q
 
 
 class DequantStub(QuantizedModule):

@@ -1,0 +1,64 @@
+// Channels-last int8 activations outside the convolution (int8_ops.h): the transpose into
+// channels-last, and max pooling on it. Plain loops: a model carries channels-last from its
+// QuantStub to its DequantStub, so the transpose runs once on the input image, and a pooled
+// pixel's max runs over its C contiguous bytes (vectorized by the compiler).
+#include <omp.h>
+
+#include <cstring>
+
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out) {
+    constexpr int64_t kBlock = 64;  // pixels a block: c rows of 64 bytes read, 64 pixels written
+    const int64_t blocks = (hw + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n * c * hw > (1 << 16))
+    for (int64_t i = 0; i < n * blocks; ++i) {
+        const int64_t img = i / blocks, p0 = i % blocks * kBlock;
+        const int64_t p1 = p0 + kBlock < hw ? p0 + kBlock : hw;
+        const uint8_t* src = x + img * c * hw;
+        uint8_t* dst = out + img * hw * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+            const uint8_t* row = src + ch * hw;
+            for (int64_t p = p0; p < p1; ++p) dst[p * c + ch] = row[p];
+        }
+    }
+}
+
+namespace {
+template <class T>
+void max_pool_nhwc(const T* x, const PoolGeom& g, int64_t c, T lowest, T* out) {
+#pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow * c > (1 << 16))
+    for (int64_t r = 0; r < g.planes * g.oh; ++r) {
+        const int64_t n = r / g.oh, oy = r % g.oh;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+            T* o = out + (r * g.ow + ox) * c;
+            for (int64_t ch = 0; ch < c; ++ch) o[ch] = lowest;
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+                const int64_t iy = oy * g.sh - g.pt + ky;
+                if (iy < 0 || iy >= g.h) continue;
+                for (int64_t kx = 0; kx < g.kw; ++kx) {
+                    const int64_t ix = ox * g.sw - g.pl + kx;
+                    if (ix < 0 || ix >= g.w) continue;
+                    const T* p = x + ((n * g.h + iy) * g.w + ix) * c;
+                    for (int64_t ch = 0; ch < c; ++ch) o[ch] = p[ch] > o[ch] ? p[ch] : o[ch];
+                }
+            }
+        }
+    }
+}
+}  // namespace
+
+void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
+    if (x.is_signed) {
+        max_pool_nhwc(reinterpret_cast<const int8_t*>(x.data), g, c, int8_t{-128},
+                      reinterpret_cast<int8_t*>(out));
+    } else {
+        max_pool_nhwc(x.data, g, c, uint8_t{0}, out);
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan
