@@ -102,14 +102,15 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
         mult[j] = r.multiplier[j];
         shift[j] = r.shift[j];
     }
-    std::vector<uint8_t> zrow(cq * 4, static_cast<uint8_t>(z));
     std::vector<int64_t> toff(taps);
     for (int64_t k = 0; k < taps; ++k) toff[k] = k / g.kw * g.dh * sy + k % g.kw * g.dw * sx;
     // At column dilation 1 with the pixels side by side, a kernel row's taps lie side by side
-    // in x: tiles off the border run each row as one step of rq quads (with C % 4 == 0 the
-    // taps' weights in their own order; else the rows' form).
+    // in x: each row runs as one step of rq quads (with C % 4 == 0 the taps' weights in their
+    // own order; else the rows' form); on the border a row in part in the padding is read
+    // from a copy, one wholly in it from the zero-point row. Else each tap is a step.
     const bool rows = g.dw == 1 && sx == g.c;
     const int64_t rq = nhwc_row_quads(g.c, g.kw);
+    std::vector<uint8_t> zrow(4 * (rows ? rq : cq), static_cast<uint8_t>(z));
     const int8_t* wrows = g.c % 4 ? wp + (g.oc + 15) / 16 * 16 * taps * cq * 4 : wp;
     std::vector<int64_t> roff(g.kh);
     for (int64_t k = 0; k < g.kh; ++k) roff[k] = k * g.dh * sy;
@@ -143,7 +144,9 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
         const uint8_t* base[kNhwcPos];
         const uint8_t* table[64 * kNhwcPos];
         std::vector<const uint8_t*> big;
-        std::vector<uint8_t> spill(g.c % 4 ? taps * kNhwcPos * cq * 4 : 0);
+        // copies of rows (or of pixels) in part in the padding or at x's end
+        std::vector<uint8_t> spill(rows ? g.kh * kNhwcPos * rq * 4
+                                        : g.c % 4 ? taps * kNhwcPos * cq * 4 : 0, 0);
         const uint8_t** tab = taps <= 64 ? table : (big.resize(taps * kNhwcPos), big.data());
         for (int64_t b = b0; b < b1; ++b) {
             NhwcTile t{base, toff.data(), nullptr, taps, cq, wp + b * kNhwcOc * taps * cq * 4,
@@ -173,30 +176,50 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
                     }
                 }
                 t.table = inner ? nullptr : tab;
-                const bool merged = inner && rows;
-                t.taps = merged ? g.kh : taps;
-                t.cq = merged ? rq : cq;
-                t.toff = merged ? roff.data() : toff.data();
-                t.w = (merged ? wrows + b * kNhwcOc * g.kh * rq * 4
-                              : wp + b * kNhwcOc * taps * cq * 4);
+                t.taps = rows ? g.kh : taps;
+                t.cq = rows ? rq : cq;
+                t.toff = rows ? roff.data() : toff.data();
+                t.w = rows ? wrows + b * kNhwcOc * g.kh * rq * 4 : wp + b * kNhwcOc * taps * cq * 4;
                 for (int m = 0; m < t.npos; ++m) {
                     const int64_t iy0 = py[m] * g.sh - g.pt, ix0 = px[m] * g.sw - g.pl;
+                    const uint8_t* at0 = x + pn[m] * si + iy0 * sy + ix0 * sx;
                     if (inner) {
-                        base[m] = x + pn[m] * si + iy0 * sy + ix0 * sx;
-                        continue;
-                    }
-                    for (int64_t ky = 0; ky < g.kh; ++ky) {
-                        const int64_t iy = iy0 + ky * g.dh;
-                        for (int64_t kx = 0; kx < g.kw; ++kx) {
-                            const int64_t ix = ix0 + kx * g.dw;
-                            const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                            const int64_t k = (ky * g.kw + kx) * kNhwcPos + m;
-                            const uint8_t* at = x + pn[m] * si + iy * sy + ix * sx;
-                            if (in && at + 4 * cq > readable) {  // a copy of the pixel
-                                std::memcpy(spill.data() + k * cq * 4, at, g.c);
-                                at = spill.data() + k * cq * 4;
+                        base[m] = at0;
+                    } else if (rows) {
+                        for (int64_t ky = 0; ky < g.kh; ++ky) {
+                            const int64_t iy = iy0 + ky * g.dh, k = ky * kNhwcPos + m;
+                            const uint8_t* at = at0 + ky * g.dh * sy;
+                            if (iy < 0 || iy >= g.h) {
+                                tab[k] = zrow.data();
+                            } else if (ix0 >= 0 && ix0 + g.kw <= g.w && at + 4 * rq <= readable) {
+                                tab[k] = at;
+                            } else {  // a row in part in the padding, or at x's end: a copy
+                                uint8_t* row = spill.data() + k * rq * 4;
+                                for (int64_t kx = 0; kx < g.kw; ++kx) {
+                                    const int64_t ix = ix0 + kx;
+                                    if (ix >= 0 && ix < g.w) {
+                                        std::memcpy(row + kx * g.c, at + kx * sx, g.c);
+                                    } else {
+                                        std::memset(row + kx * g.c, z, g.c);
+                                    }
+                                }
+                                tab[k] = row;
                             }
-                            tab[k] = in ? at : zrow.data();
+                        }
+                    } else {
+                        for (int64_t ky = 0; ky < g.kh; ++ky) {
+                            const int64_t iy = iy0 + ky * g.dh;
+                            for (int64_t kx = 0; kx < g.kw; ++kx) {
+                                const int64_t ix = ix0 + kx * g.dw;
+                                const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+                                const int64_t k = (ky * g.kw + kx) * kNhwcPos + m;
+                                const uint8_t* at = at0 + ky * g.dh * sy + kx * g.dw * sx;
+                                if (in && at + 4 * cq > readable) {  // a copy of the pixel
+                                    std::memcpy(spill.data() + k * cq * 4, at, g.c);
+                                    at = spill.data() + k * cq * 4;
+                                }
+                                tab[k] = in ? at : zrow.data();
+                            }
                         }
                     }
                 }
