@@ -195,13 +195,11 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
                                 tab[k] = at;
                             } else {  // a row in part in the padding, or at x's end: a copy
                                 uint8_t* row = spill.data() + k * rq * 4;
-                                for (int64_t kx = 0; kx < g.kw; ++kx) {
-                                    const int64_t ix = ix0 + kx;
-                                    if (ix >= 0 && ix < g.w) {
-                                        std::memcpy(row + kx * g.c, at + kx * sx, g.c);
-                                    } else {
-                                        std::memset(row + kx * g.c, z, g.c);
-                                    }
+                                const int64_t lo = ix0 < 0 ? -ix0 : 0;  // taps in x: [lo, hi)
+                                const int64_t hi = ix0 + g.kw > g.w ? g.w - ix0 : g.kw;
+                                std::memset(row, z, g.kw * g.c);
+                                if (hi > lo) {
+                                    std::memcpy(row + lo * g.c, at + lo * g.c, (hi - lo) * g.c);
                                 }
                                 tab[k] = row;
                             }
