@@ -17,8 +17,8 @@ layer's time is the median over the rounds of its per-round times. Time = median
 writes every layer's times and the totals. Ours runs as the int8 modules do: a
 `PreparedConv` made once (per input scale), one native call per conv, NCHW in and out, or
 channels-last where the int8 model carries that layout (`quantization.carries_channels_last`:
-every conv of groups 1, on hosts whose channels-last engine runs its VNNI tile: ResNet there;
-the report says which).
+every conv of groups 1, on the vnni ISA: `kernels.channels_last_wins`; ResNet there; the report
+says which).
 PyTorch: torch.ao.nn.quantized.Conv2d, per-channel qint8 weights, quint8 activations in the
 channels-last layout its quantized models carry between layers. ONNX Runtime: a one-conv QDQ
 model (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT
@@ -263,7 +263,7 @@ def peer_rows(specs, batch, repeat, stat, threads):
 def our_layout(layers):
     """The layout of our int8 convs' inputs in the network's int8 model (QuantStub's)."""
     convs = [conv for _, conv, _ in layers]
-    return "channels_last" if K.channels_last_fast() and Q.carries_channels_last(convs) else "nchw"
+    return "channels_last" if K.channels_last_wins() and Q.carries_channels_last(convs) else "nchw"
 
 
 def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False, algorithm=None,

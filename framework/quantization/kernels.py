@@ -308,7 +308,7 @@ class PreparedConv:
         if not is_channels_last(x):
             return self.run(np.ascontiguousarray(x), zp)
         if self.nhwc and x.dtype == np.uint8 and (
-                channels_last_fast() or _C.current_isa() == "generic"):
+                _C.int8_nhwc_fast() or _C.current_isa() == "generic"):
             return self.run.channels_last(x.transpose(0, 2, 3, 1), zp).transpose(0, 3, 1, 2)
         return to_channels_last(self.run(np.ascontiguousarray(x), zp))
 
@@ -317,10 +317,12 @@ class PreparedConv:
         return (PreparedConv, self._args)
 
 
-def channels_last_fast():
-    """Whether this host runs the channels-last conv engine fast (its VNNI tile: VNNI and AMX
-    hosts), so that int8 models carry channels-last activations (`QuantStub.channels_last`)."""
-    return _C.int8_nhwc_fast()
+def channels_last_wins():
+    """Whether int8 models carry channels-last activations here (`QuantStub.channels_last`):
+    on the vnni ISA, where the channels-last engine runs its VNNI tile. Not on amx, where the
+    NCHW convolutions' AMX tiles run 3x3 layers in 0.5-0.8x the VNNI algorithms' time
+    (framework/csrc/int8_amx.h), nor without VNNI (the engine's generic tile)."""
+    return _C.current_isa() == "vnni"
 
 
 def is_channels_last(x):

@@ -89,6 +89,6 @@ def test_int8_model_channels_last(name, carries):
         out = int8(x).numpy()
         assert out.flags.c_contiguous
         seen = [v for v in layouts if v is not None]
-        assert seen and all(v == (carries and K.channels_last_fast()) for v in seen)
+        assert seen and all(v == (carries and K.channels_last_wins()) for v in seen)
         stubs[0].channels_last = False
         np.testing.assert_array_equal(int8(x).numpy(), out)
