@@ -11,13 +11,14 @@ comparisons, 1.00x in a third).
     python bench/ab_builds.py A B [--env-a K=V,...] [--env-b K=V,...] [--net resnet18]
                               [--batch 16] [--layers all|NAME,PREFIX*,...] [--rounds 6]
                               [--calls 10] [--stat min|median] [--threads 2]
-                              [--algorithm auto] [--layout-a nchw|channels_last]
+                              [--algorithm auto] [--layout-a model|nchw|channels_last|...]
                               [--layout-b ...] [--json PATH]
 
 A and B are checkouts of this repository with the native extension built in place
 (`python setup.py build_ext --inplace`), or the same checkout twice with --env-b setting,
-say, a switch of a timing-only build, or --layout-b giving B's convolutions their input
-channels-last (bench_int8.ours). Each side imports its own checkout's package
+say, a switch of a timing-only build, or --layout-b giving B's convolutions another layout
+(bench_int8.LAYOUTS; by default each layer's in the network's int8 model, as bench_int8 times
+it). Each side imports its own checkout's package
 (assembled from symbolic links as setup.py's ROOTS map it); the layers and their timing
 are this file's bench_int8.py.
 """
@@ -34,6 +35,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATS = ["min", "median"]  # what a process reports of a layer's calls, in this order
+LAYOUTS = ["nchw", "channels_last", "to_channels_last"]  # bench_int8.LAYOUTS (not imported here)
 
 
 def package_roots(checkout):
@@ -92,9 +94,12 @@ def child(args):
     import tianyuan as ty
     ty.set_num_threads(args.threads)
     out = {}
-    for name, conv, shape in select(B.conv_layers(args.net), args.layers):
+    layers = B.conv_layers(args.net)
+    model = dict(zip([name for name, _, _ in layers], B.our_layouts(layers)))
+    for name, conv, shape in select(layers, args.layers):
         x_u8, x_f32 = B.layer_inputs(shape, args.batch)
-        fn = B.ours(conv, x_u8, x_f32, 8, args.algorithm, args.layout)[0]
+        layout = model[name] if args.layout == "model" else args.layout
+        fn = B.ours(conv, x_u8, x_f32, 8, args.algorithm, layout)[0]
         fn()
         times = []
         for _ in range(args.calls):
@@ -116,7 +121,7 @@ def parse_env(text, flag):
     return env
 
 
-def run_side(checkout, site, env, args, layout="nchw"):
+def run_side(checkout, site, env, args, layout="model"):
     """One side's process on `checkout` (imported from `site`) -> {layer: [min, median]}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--net", args.net,
            "--batch", str(args.batch), "--layers", args.layers, "--calls", str(args.calls),
@@ -175,9 +180,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--algorithm", default="auto", help="PreparedConv's, where it applies")
     for side in "ab":
-        parser.add_argument(f"--layout-{side}", default="nchw", choices=["nchw", "channels_last"],
-                            help=f"the layout of {side.upper()}'s int8 inputs")
-    parser.add_argument("--layout", default="nchw", help=argparse.SUPPRESS)  # a child's
+        parser.add_argument(f"--layout-{side}", default="model", choices=["model", *LAYOUTS],
+                            help=f"{side.upper()}'s int8 convs' layouts (model: as bench_int8)")
+    parser.add_argument("--layout", default="model", help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--json", help="also write the per-round times and ratios here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

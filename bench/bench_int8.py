@@ -18,7 +18,8 @@ writes every layer's times and the totals. Ours runs as the int8 modules do: a
 `PreparedConv` made once (per input scale), one native call per conv, NCHW in and out, or
 channels-last where the int8 model carries that layout (`quantization.carries_channels_last`:
 every conv of groups 1, on the vnni ISA: `kernels.channels_last_wins`; ResNet there; the report
-says which).
+says which): its first conv reads the QuantStub's NCHW and writes channels-last, the others
+read and write channels-last.
 PyTorch: torch.ao.nn.quantized.Conv2d, per-channel qint8 weights, quint8 activations in the
 channels-last layout its quantized models carry between layers. ONNX Runtime: a one-conv QDQ
 model (DequantizeLinear -> Conv -> QuantizeLinear) built with the `onnx` helper, which ORT
@@ -105,14 +106,16 @@ def median_ms(fn, repeat, stat="median"):
     return 1000 * float(STAT[stat](times))
 
 
-LAYOUTS = ("nchw", "channels_last")  # of our int8 conv's input (and so its output)
+# Our int8 conv's layouts: NCHW in and out; channels-last in and out; NCHW in, channels-last out
+# (the first conv of a model that carries channels-last: its input is the QuantStub's).
+LAYOUTS = ("nchw", "channels_last", "to_channels_last")
 
 
 def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto", layout="nchw"):
     """(int8 fn, float32 fn) for one layer, weights quantized (on the grid of weight_bits: 8,
     or 7 as reduce_range gives) and packed outside the timing; algorithm: PreparedConv's,
-    the automatic choice where the layer cannot take it; layout: the int8 input's (made
-    outside the timing)."""
+    the automatic choice where the layer cannot take it; layout: one of LAYOUTS (the input
+    made outside the timing)."""
     if layout == "channels_last":
         x_u8 = K.to_channels_last(x_u8)
     w = conv.weight.data
@@ -132,6 +135,8 @@ def ours(conv, x_u8, x_f32, weight_bits=8, algorithm="auto", layout="nchw"):
         except ValueError:        # e.g. amx: C not a multiple of 64
             prepared = prepare("auto")
     int8 = lambda: prepared(x_u8, 128)
+    if layout == "to_channels_last":
+        int8 = lambda: prepared.channels_last(x_u8, 128)
     xf = ty.tensor(x_f32)
     f32 = lambda: F.conv2d(xf, conv.weight, conv.bias, conv.stride, conv.padding,
                            conv.dilation, conv.groups)
@@ -260,22 +265,27 @@ def peer_rows(specs, batch, repeat, stat, threads):
     return rows
 
 
-def our_layout(layers):
-    """The layout of our int8 convs' inputs in the network's int8 model (QuantStub's)."""
-    convs = [conv for _, conv, _ in layers]
-    return "channels_last" if K.channels_last_wins() and Q.carries_channels_last(convs) else "nchw"
+def our_layouts(layers):
+    """Each layer's in LAYOUTS as the network's int8 model runs it: where it carries
+    channels-last, the first conv (reading the QuantStub's NCHW) writes it, the others read
+    and write it."""
+    if not (K.channels_last_wins() and Q.carries_channels_last([c for _, c, _ in layers])):
+        return ["nchw"] * len(layers)
+    return ["to_channels_last"] + ["channels_last"] * (len(layers) - 1)
 
 
 def bench_net(layers, batch, repeat, stat, rounds, reduce_range=False, algorithm=None,
-              layout="nchw"):
+              layouts=None):
     """[(name, {col: ms, "macs": n})] for every layer, each time the median over rounds;
     reduce_range: also ours with 7-bit weights ("int8r"); algorithm: also ours with that
-    algorithm forced where a layer takes it ("int8a"); layout: our int8 inputs'."""
+    algorithm forced where a layer takes it ("int8a"); layouts: our int8 convs', a layer each
+    (default NCHW)."""
+    layouts = layouts or ["nchw"] * len(layers)
     specs = [(conv_spec(conv), shape) for _, conv, shape in layers]
     runs = []
     for _ in range(rounds):
         mine = []
-        for name, conv, shape in layers:
+        for (name, conv, shape), layout in zip(layers, layouts):
             x_u8, x_f32 = layer_inputs(shape, batch)
             int8, f32 = ours(conv, x_u8, x_f32, layout=layout)
             mine.append({"int8": median_ms(int8, repeat, stat),
@@ -326,7 +336,9 @@ def measured_peaks(seen):
     return {name: max(s[name] for s in seen) for name in now}
 
 
-def report(net, batch, rows, show_layers, peaks, layout="nchw"):
+def report(net, batch, rows, show_layers, peaks, layouts=None):
+    layouts = layouts or ["nchw"] * len(rows)
+    layout = "nchw" if set(layouts) == {"nchw"} else "channels_last"
     cols = [c for c in ("int8", "int8r", "int8a", "f32", "torch", "ort") if c in rows[0][1]]
     if show_layers:
         print(f"\n{net} batch {batch}: ms per layer")
@@ -349,7 +361,7 @@ def report(net, batch, rows, show_layers, peaks, layout="nchw"):
                                                f"peak ({p:.2f} TOP/s)"
                                                for name, p in peaks.items()))
     return {"layers": {name: row for name, row in rows}, "total_ms": total, "tops": tops,
-            "peak_tops": peaks, "layout": layout}
+            "peak_tops": peaks, "layouts": dict(zip([name for name, _ in rows], layouts))}
 
 
 def _peer_notes():
@@ -396,12 +408,12 @@ def main():
     peaks_seen = []
     measured_peaks(peaks_seen)
     for net, layers, batch in networks_and_batches(parser, args.nets, args.batches):
-        layout = our_layout(layers)
+        layouts = our_layouts(layers)
         rows = bench_net(layers, batch, args.repeat, args.stat, args.rounds,
-                         args.reduce_range, args.algorithm, layout)
+                         args.reduce_range, args.algorithm, layouts)
         # the peak is measured after each network too, as the shared machine's speed drifts
         results["networks"][f"{net}_b{batch}"] = report(net, batch, rows, args.layers,
-                                                        measured_peaks(peaks_seen), layout)
+                                                        measured_peaks(peaks_seen), layouts)
         if args.json:  # rewritten after each network: a killed run keeps what it has
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

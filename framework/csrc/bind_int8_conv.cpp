@@ -70,17 +70,13 @@ py::tuple int8_pack_conv(const Array<int8_t>& w) {
 
 // The geometry of x (N, C, H, W) against weights of shape wshape (OC, C/groups, kh, kw);
 // op names the binding in the messages.
-// channels_last: x is (N, H, W, C).
 int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int64_t> stride,
                          Quad pad, std::pair<int64_t, int64_t> dil, int64_t groups,
-                         const char* op, bool channels_last = false) {
+                         const char* op) {
     if (x.ndim() != 4) {
-        throw std::invalid_argument(std::string(op) + ": x must be " +
-                                    (channels_last ? "(N, H, W, C)" : "(N, C, H, W)") +
-                                    ", got " + shape_str(x));
+        throw std::invalid_argument(std::string(op) + ": x must be (N, C, H, W), got " +
+                                    shape_str(x));
     }
-    const int64_t c = x.shape(channels_last ? 3 : 1), h = x.shape(channels_last ? 1 : 2),
-                  w = x.shape(channels_last ? 2 : 3);
     const auto [oc, cg, kh, kw] = wshape;
     const auto [pt, pb, pl, pr] = pad;
     const auto describe = [&] {
@@ -92,13 +88,13 @@ int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int
                ", " + std::to_string(dil.second) + "), padding (" + std::to_string(pt) + ", " +
                std::to_string(pb) + ", " + std::to_string(pl) + ", " + std::to_string(pr) + ")";
     };
-    if (groups < 1 || c != cg * groups || oc % groups || stride.first < 1 ||
+    if (groups < 1 || x.shape(1) != cg * groups || oc % groups || stride.first < 1 ||
         stride.second < 1 || dil.first < 1 || dil.second < 1 || pt < 0 || pb < 0 || pl < 0 ||
         pr < 0) {
         throw std::invalid_argument(describe() + ": channels, groups, strides, dilations or "
                                     "padding do not fit");
     }
-    int8::ConvGeom g{x.shape(0), c, h, w, oc, kh, kw, stride.first,
+    int8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), oc, kh, kw, stride.first,
                      stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, 0, 0};
     g.oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) / g.sh + 1;
     g.ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) / g.sw + 1;
@@ -196,27 +192,26 @@ class Int8Conv {
         return out;
     }
 
-    // x (N, H, W, C) u8, its channels side by side (any other strides) -> (N, OH, OW, OC):
-    // int8_conv_nhwc.h; needs the channels-last weights.
+    // x u8 (N, C, H, W) with its channels side by side (channels-last, any other strides) ->
+    // (N, OH, OW, OC): int8_conv_nhwc.h; needs the channels-last weights.
     py::array channels_last(const py::array& x, int zp) const {
         const char* op = "int8_conv2d (channels-last)";
         if (!nhwc_) {
             throw std::invalid_argument(std::string(op) + ": made without channels-last weights");
         }
-        const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op, true);
+        const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op);
         const int8::QIn in = int8_input(x, zp, op, false);
         if (in.is_signed) {
             throw std::invalid_argument(std::string(op) + ": input must be uint8, got int8");
         }
-        if (x.strides(3) != 1 && g.c > 1) {
-            throw std::invalid_argument(std::string(op) + ": input " + shape_str(x) +
-                                        " must have its channels side by side, got strides (" +
-                                        std::to_string(x.strides(0)) + ", " +
-                                        std::to_string(x.strides(1)) + ", " +
-                                        std::to_string(x.strides(2)) + ", " +
-                                        std::to_string(x.strides(3)) + ")");
+        const int64_t strides[4] = {x.strides(0), x.strides(1), x.strides(2), x.strides(3)};
+        if (strides[1] != 1 && g.c > 1) {
+            throw std::invalid_argument(
+                std::string(op) + ": input " + shape_str(x) + " with strides (" +
+                std::to_string(strides[0]) + ", " + std::to_string(strides[1]) + ", " +
+                std::to_string(strides[2]) + ", " + std::to_string(strides[3]) +
+                ") must have its channels side by side");
         }
-        const int64_t strides[3] = {x.strides(0), x.strides(1), x.strides(2)};
         py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
@@ -267,7 +262,7 @@ void bind_int8_conv(py::module_& m) {
              py::arg("nhwc") = py::none())
         .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"))
         .def("channels_last", &Int8Conv::channels_last, py::arg("x"), py::arg("zp"),
-             "x (N, H, W, C) uint8 -> (N, OH, OW, OC): the channels-last engine "
+             "x uint8 (N, C, H, W) channels-last -> (N, OH, OW, OC): the channels-last engine "
              "(int8_conv_nhwc.h); groups 1");
     m.def("int8_pack_conv_weights_nhwc", [](const Array<int8_t>& w) {
         if (w.ndim() != 4) {

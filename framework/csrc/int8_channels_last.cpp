@@ -1,17 +1,23 @@
 // Channels-last int8 activations outside the convolution (int8_ops.h): the transpose into
 // channels-last, and max pooling on it. Plain loops: a model carries channels-last from its
-// QuantStub to its DequantStub, so the transpose runs once on the input image, and a pooled
-// pixel's max runs over its C contiguous bytes (vectorized by the compiler).
+// first conv to its DequantStub, so the transpose runs once, on the input image (3 channels:
+// int8_channels_last_vbmi.cpp where the CPU has VBMI), and a pooled pixel's max runs over its
+// C contiguous bytes (vectorized by the compiler).
 #include <omp.h>
 
 #include <cstring>
 
+#include "cpu.h"
 #include "int8_ops.h"
 
 namespace tianyuan {
 namespace int8 {
 
 void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out) {
+    if (c == 3 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi) {
+        to_channels_last3_vbmi(x, n, hw, out);  // images: 0.46 -> 0.03 ms at 16 x 224 x 224
+        return;
+    }
     constexpr int64_t kBlock = 64;  // pixels a block: c rows of 64 bytes read, 64 pixels written
     const int64_t blocks = (hw + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n * c * hw > (1 << 16))

@@ -46,24 +46,38 @@ void pack_form(const int8_t* w, int64_t oc, int64_t k, int64_t steps, int64_t qu
 }
 }  // namespace
 
+// The forms' offsets from the blob's start: by tap, then by pixel row (C % 4 != 0).
+namespace {
+struct Forms {
+    int64_t taps, rows, size;
+};
+Forms forms(int64_t oc, int64_t c, int64_t kh, int64_t kw) {
+    const int64_t lanes = (oc + 15) / 16 * 16;
+    Forms f{0, 0, lanes * kh * kw * nhwc_quads(c) * 4};
+    f.rows = c % 4 ? f.size : 0;
+    f.size += c % 4 ? lanes * kh * nhwc_row_quads(c, kw) * 4 : 0;
+    return f;
+}
+}  // namespace
+
 int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t kh, int64_t kw) {
-    const int64_t lanes = (oc + 15) / 16 * 16, taps = lanes * kh * kw * nhwc_quads(c) * 4;
-    return c % 4 ? taps + lanes * kh * nhwc_row_quads(c, kw) * 4 : taps;
+    return forms(oc, c, kh, kw).size;
 }
 
 void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
                        int8_t* out) {
-    std::memset(out, 0, static_cast<size_t>(nhwc_packed_size(oc, c, kh, kw)));
-    const int64_t taps = kh * kw, cq = nhwc_quads(c), k = c * taps;
+    const Forms f = forms(oc, c, kh, kw);
+    std::memset(out, 0, static_cast<size_t>(f.size));
+    const int64_t taps = kh * kw, k = c * taps;
     // by tap: channel i of tap t (w's (o, i, t)), zero past C
-    pack_form(w, oc, k, taps, cq, [&](int64_t t, int64_t i) { return i < c ? i * taps + t : -1; },
-              out);
-    if (c % 4 == 0) return;
-    // by kernel row: byte i of row r is tap (r, i / C)'s channel i % C, zero past kw * C
-    const int64_t rq = nhwc_row_quads(c, kw);
-    pack_form(w, oc, k, kh, rq, [&](int64_t r, int64_t i) {
-        return i < kw * c ? i % c * taps + r * kw + i / c : -1;
-    }, out + (oc + 15) / 16 * 16 * taps * cq * 4);
+    pack_form(w, oc, k, taps, nhwc_quads(c),
+              [&](int64_t t, int64_t i) { return i < c ? i * taps + t : -1; }, out + f.taps);
+    // by pixel row: byte i of row r is tap (r, i / C)'s channel i % C, zero past kw * C
+    if (c % 4) {
+        pack_form(w, oc, k, kh, nhwc_row_quads(c, kw), [&](int64_t r, int64_t i) {
+            return i < kw * c ? i % c * taps + r * kw + i / c : -1;
+        }, out + f.rows);
+    }
 }
 
 void nhwc_tile_generic(const NhwcTile& t) {
@@ -91,8 +105,8 @@ bool nhwc_fast() { return current_isa() >= Isa::vnni; }
 
 void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
                  const int8_t* wp, const int32_t* sums, const Requant& r, uint8_t* out) {
-    const int64_t taps = g.kh * g.kw, cq = nhwc_quads(g.c), nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
-    const int64_t si = stride[0], sy = stride[1], sx = stride[2];
+    const int64_t taps = g.kh * g.kw, nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
+    const int64_t si = stride[0], sy = stride[2], sx = stride[3];  // stride[1] (channels): 1
     const int64_t padded = nb * kNhwcOc, ohw = g.oh * g.ow, all = g.n * ohw;
     // the per-channel arrays padded to whole blocks (shift 33: any valid value)
     std::vector<int32_t> bias(padded, 0), mult(padded, 0), shift(padded, 33);
@@ -102,25 +116,29 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
         mult[j] = r.multiplier[j];
         shift[j] = r.shift[j];
     }
-    std::vector<int64_t> toff(taps);
-    for (int64_t k = 0; k < taps; ++k) toff[k] = k / g.kw * g.dh * sy + k % g.kw * g.dw * sx;
-    // At column dilation 1 with the pixels side by side, a kernel row's taps lie side by side
-    // in x: each row runs as one step of rq quads (with C % 4 == 0 the taps' weights in their
-    // own order; else the rows' form); on the border a row in part in the padding is read
-    // from a copy, one wholly in it from the zero-point row. Else each tap is a step.
+    // The steps of the k-loop. Rows (pixels side by side, column dilation 1): kernel row ky,
+    // kw * C bytes, its taps' channels in the weights' order with C % 4 == 0 (else the rows'
+    // form). Else taps: C bytes each.
+    const Forms f = forms(g.oc, g.c, g.kh, g.kw);
     const bool rows = g.dw == 1 && sx == g.c;
-    const int64_t rq = nhwc_row_quads(g.c, g.kw);
-    std::vector<uint8_t> zrow(4 * (rows ? rq : cq), static_cast<uint8_t>(z));
-    const int8_t* wrows = g.c % 4 ? wp + (g.oc + 15) / 16 * 16 * taps * cq * 4 : wp;
-    std::vector<int64_t> roff(g.kh);
-    for (int64_t k = 0; k < g.kh; ++k) roff[k] = k * g.dh * sy;
-    // With C % 4 != 0 a step reads up to 3 bytes past its last pixel's channels (their weights
-    // zero): a tile whose reads could pass the end of x's highest pixel takes the table, and
-    // a tap there reads a copy of its pixel.
+    const int64_t steps = rows ? g.kh : taps;
+    const int64_t sq = rows ? nhwc_row_quads(g.c, g.kw) : nhwc_quads(g.c);
+    const int8_t* form = wp + (rows && g.c % 4 ? f.rows : f.taps);
+    std::vector<int64_t> soff(steps), sky(steps), skx(steps);  // skx -1: a row
+    for (int64_t s = 0; s < steps; ++s) {
+        sky[s] = rows ? s : s / g.kw;
+        skx[s] = rows ? -1 : s % g.kw;
+        soff[s] = sky[s] * g.dh * sy + (rows ? 0 : skx[s] * g.dw * sx);
+    }
+    const int64_t step_bytes = rows ? g.kw * g.c : g.c;
+    std::vector<uint8_t> zrow(4 * sq, static_cast<uint8_t>(z));
+    // Where a step's quads hold more bytes than it reads (zero weights past them), a read
+    // could pass x's last byte: a tile that could takes the table, with a copy of such a step.
+    const bool over = 4 * sq > step_bytes;
     const auto up = [](int64_t v) { return v > 0 ? v : 0; };
     const uint8_t* readable = x + (g.n - 1) * up(si) + (g.h - 1) * up(sy) + (g.w - 1) * up(sx) + g.c;
-    const int64_t reach = up((g.kh - 1) * g.dh * sy) +
-                          (rows ? 4 * rq : up((g.kw - 1) * g.dw * sx) + 4 * cq);
+    int64_t reach = 0;
+    for (int64_t s = 0; s < steps; ++s) reach = soff[s] + 4 * sq > reach ? soff[s] + 4 * sq : reach;
     // the output rows and columns none of whose taps fall in the padding
     const auto first_in = [](int64_t pad, int64_t s) { return (pad + s - 1) / s; };
     const int64_t oy0 = first_in(g.pt, g.sh), ox0 = first_in(g.pl, g.sw);
@@ -142,14 +160,11 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
             p1 = me + 1 == nt ? all : all * (me + 1) / nt / kNhwcPos * kNhwcPos;
         }
         const uint8_t* base[kNhwcPos];
-        const uint8_t* table[64 * kNhwcPos];
-        std::vector<const uint8_t*> big;
-        // copies of rows (or of pixels) in part in the padding or at x's end
-        std::vector<uint8_t> spill(rows ? g.kh * kNhwcPos * rq * 4
-                                        : g.c % 4 ? taps * kNhwcPos * cq * 4 : 0, 0);
-        const uint8_t** tab = taps <= 64 ? table : (big.resize(taps * kNhwcPos), big.data());
+        std::vector<const uint8_t*> tab(steps * kNhwcPos);
+        // copies of steps in part in the padding or at x's end
+        std::vector<uint8_t> spill(rows || over ? steps * kNhwcPos * sq * 4 : 0, 0);
         for (int64_t b = b0; b < b1; ++b) {
-            NhwcTile t{base, toff.data(), nullptr, taps, cq, wp + b * kNhwcOc * taps * cq * 4,
+            NhwcTile t{base, soff.data(), nullptr, steps, sq, form + b * kNhwcOc * steps * sq * 4,
                        static_cast<int>(block_vectors(g.oc, b)), 0, bias.data() + b * kNhwcOc,
                        mult.data() + b * kNhwcOc, shift.data() + b * kNhwcOc, &r, nullptr,
                        g.oc, g.oc - b * kNhwcOc < kNhwcOc ? g.oc - b * kNhwcOc : kNhwcOc};
@@ -158,15 +173,15 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
             for (int64_t p = p0; p < p1; p += kNhwcPos) {
                 t.npos = static_cast<int>(p1 - p < kNhwcPos ? p1 - p : kNhwcPos);
                 t.out = out + p * g.oc + b * kNhwcOc;
-                int64_t pn[kNhwcPos], py[kNhwcPos], px[kNhwcPos];
+                const uint8_t* at0[kNhwcPos];
+                int64_t py[kNhwcPos], px[kNhwcPos];
                 bool inner = true;
                 for (int m = 0; m < t.npos; ++m) {
-                    pn[m] = n;
-                    py[m] = oy;
-                    px[m] = ox;
+                    py[m] = oy * g.sh - g.pt;
+                    px[m] = ox * g.sw - g.pl;
+                    at0[m] = x + n * si + py[m] * sy + px[m] * sx;
                     inner = inner && oy >= oy0 && oy < oy1 && ox >= ox0 && ox < ox1 &&
-                            (g.c % 4 == 0 || x + n * si + (oy * g.sh - g.pt) * sy +
-                                                     (ox * g.sw - g.pl) * sx + reach <= readable);
+                            (!over || at0[m] + reach <= readable);
                     if (++ox == g.ow) {
                         ox = 0;
                         if (++oy == g.oh) {
@@ -175,48 +190,39 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
                         }
                     }
                 }
-                t.table = inner ? nullptr : tab;
-                t.taps = rows ? g.kh : taps;
-                t.cq = rows ? rq : cq;
-                t.toff = rows ? roff.data() : toff.data();
-                t.w = rows ? wrows + b * kNhwcOc * g.kh * rq * 4 : wp + b * kNhwcOc * taps * cq * 4;
+                t.table = inner ? nullptr : tab.data();
                 for (int m = 0; m < t.npos; ++m) {
-                    const int64_t iy0 = py[m] * g.sh - g.pt, ix0 = px[m] * g.sw - g.pl;
-                    const uint8_t* at0 = x + pn[m] * si + iy0 * sy + ix0 * sx;
                     if (inner) {
-                        base[m] = at0;
-                    } else if (rows) {
-                        for (int64_t ky = 0; ky < g.kh; ++ky) {
-                            const int64_t iy = iy0 + ky * g.dh, k = ky * kNhwcPos + m;
-                            const uint8_t* at = at0 + ky * g.dh * sy;
-                            if (iy < 0 || iy >= g.h) {
-                                tab[k] = zrow.data();
-                            } else if (ix0 >= 0 && ix0 + g.kw <= g.w && at + 4 * rq <= readable) {
+                        base[m] = at0[m];
+                        continue;
+                    }
+                    for (int64_t s = 0; s < steps; ++s) {
+                        const int64_t iy = py[m] + sky[s] * g.dh, k = s * kNhwcPos + m;
+                        const uint8_t* at = at0[m] + soff[s];
+                        uint8_t* copy = spill.data() + k * sq * 4;
+                        if (iy < 0 || iy >= g.h) {
+                            tab[k] = zrow.data();
+                        } else if (skx[s] < 0) {  // a row: its taps in x, [lo, hi)
+                            const int64_t lo = px[m] < 0 ? -px[m] : 0;
+                            const int64_t hi = px[m] + g.kw > g.w ? g.w - px[m] : g.kw;
+                            if (lo == 0 && hi == g.kw && (!over || at + 4 * sq <= readable)) {
                                 tab[k] = at;
-                            } else {  // a row in part in the padding, or at x's end: a copy
-                                uint8_t* row = spill.data() + k * rq * 4;
-                                const int64_t lo = ix0 < 0 ? -ix0 : 0;  // taps in x: [lo, hi)
-                                const int64_t hi = ix0 + g.kw > g.w ? g.w - ix0 : g.kw;
-                                std::memset(row, z, g.kw * g.c);
-                                if (hi > lo) {
-                                    std::memcpy(row + lo * g.c, at + lo * g.c, (hi - lo) * g.c);
-                                }
-                                tab[k] = row;
+                                continue;
                             }
-                        }
-                    } else {
-                        for (int64_t ky = 0; ky < g.kh; ++ky) {
-                            const int64_t iy = iy0 + ky * g.dh;
-                            for (int64_t kx = 0; kx < g.kw; ++kx) {
-                                const int64_t ix = ix0 + kx * g.dw;
-                                const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                                const int64_t k = (ky * g.kw + kx) * kNhwcPos + m;
-                                const uint8_t* at = at0 + ky * g.dh * sy + kx * g.dw * sx;
-                                if (in && at + 4 * cq > readable) {  // a copy of the pixel
-                                    std::memcpy(spill.data() + k * cq * 4, at, g.c);
-                                    at = spill.data() + k * cq * 4;
-                                }
-                                tab[k] = in ? at : zrow.data();
+                            std::memset(copy, z, g.kw * g.c);
+                            if (hi > lo) {
+                                std::memcpy(copy + lo * g.c, at + lo * g.c, (hi - lo) * g.c);
+                            }
+                            tab[k] = copy;
+                        } else {
+                            const int64_t ix = px[m] + skx[s] * g.dw;
+                            if (ix < 0 || ix >= g.w) {
+                                tab[k] = zrow.data();
+                            } else if (over && at + 4 * sq > readable) {
+                                std::memcpy(copy, at, g.c);
+                                tab[k] = copy;
+                            } else {
+                                tab[k] = at;
                             }
                         }
                     }

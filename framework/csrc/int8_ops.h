@@ -189,6 +189,7 @@ void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 // -> out (N, HW, C); max pooling of x (N, H, W, C) packed -> out (N, OH, OW, C), g.planes = N
 // and c channels, padding never winning (qmin), like max_pool2d.
 void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out);
+void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out);
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
 
 }  // namespace int8

@@ -117,16 +117,16 @@ def quantize(qat_model, inplace=False):
     for module in model.modules():
         if _disabled(module):
             module.register_forward_pre_hook(_dequantize_inputs)
-    if carries_channels_last([m for m in model.modules() if isinstance(m, nn.quantized.Conv2d)]):
-        for module in model.modules():
-            if isinstance(module, nn.quantized.QuantStub):
-                module.channels_last = True
+    convs = [m for m in model.modules() if isinstance(m, nn.quantized.Conv2d)]
+    if carries_channels_last(convs):
+        for conv in convs:
+            conv.channels_last = True
     return model.eval()
 
 
 def carries_channels_last(convs):
     """Whether an int8 model of these convs (float, QAT or int8 modules) carries its
-    activations channels-last (`nn.quantized.QuantStub.channels_last`): where every conv takes
+    activations channels-last (`nn.quantized.Conv2d.channels_last`): where every conv takes
     the channels-last engine (groups 1; depthwise and grouped convs read NCHW)."""
     return bool(convs) and all(conv.groups == 1 for conv in convs)
 

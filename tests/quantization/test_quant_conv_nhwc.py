@@ -86,26 +86,47 @@ def test_conv2d_channels_last(case, threads):
         ty.set_num_threads(before)
 
 
-@pytest.mark.parametrize("case", NHWC_CASES[:6])
+@pytest.mark.parametrize("case", NHWC_CASES[:6] + [CASES[7], (2, 1, 9, 8, 20, 3, 3, 2, 1, 1, 1),
+                                                  (1, 2, 6, 7, 70, 5, 4, 1, (2, 1, 0, 3), 1, 1)])
 def test_channels_last_engine(case):
-    """The native engine called directly, (N, H, W, C) in and out, on the ISAs that run it:
-    its VNNI tile on VNNI and AMX hosts, its generic one everywhere (TIANYUAN_ISA=generic)."""
+    """The native engine called directly, channels-last in, (N, H, W, C) out, on the ISAs that
+    run it: its VNNI tile on VNNI and AMX hosts, its generic one everywhere
+    (TIANYUAN_ISA=generic)."""
     rng = np.random.default_rng(sum(np.ravel(case[:7])))
     x, wt, bias, mult, shift, geom, _ = conv_case(rng, case, np.uint8)
     packed = K.pack_weights(wt)
     conv = K.PreparedConv(packed, bias, mult, shift, 7, False, np.uint8, **geom)
     assert conv.nhwc
     want = R.qconv2d(x, 201, wt, bias, mult, shift, 7, False, np.uint8, **geom)
-    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    inputs = [K.to_channels_last(x)]
     ran = []
     for isa in each_isa():
         if isa != "generic" and not _C.int8_nhwc_fast():
             continue
-        got = conv.run.channels_last(nhwc, 201)
-        assert got.flags.c_contiguous and got.shape == want.transpose(0, 2, 3, 1).shape
-        np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), want, err_msg=isa)
+        for view in inputs:
+            got = conv.run.channels_last(view, 201)
+            assert got.flags.c_contiguous and got.shape == want.transpose(0, 2, 3, 1).shape
+            np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), want, err_msg=isa)
         ran.append(isa)
     assert "generic" in ran
+
+
+@pytest.mark.parametrize("case", NHWC_CASES[:3] + [CASES[3], CASES[7], CASES[8], CASES[9]])
+def test_prepared_conv_channels_last(case):
+    """PreparedConv.channels_last: a channels-last result whatever the input's layout (NCHW
+    inputs through a channels-last copy, natively; s8 input, grouped and depthwise convs on
+    the NCHW algorithms and a copy)."""
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 5)
+    for in_dtype, in_zp in ((np.uint8, 90), (np.int8, -4)):
+        x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype)
+        args = (bias, mult, shift, 3, True, np.uint8)
+        conv = K.PreparedConv(K.pack_weights(wt, groups), *args, **geom)
+
+        def native():
+            y = conv.channels_last(x, in_zp)
+            assert K.is_channels_last(y), f"{ty.current_isa()}: result strides {y.strides}"
+            return y
+        check_quant(native, lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
 def test_channels_last_takes_and_refuses():
@@ -115,17 +136,17 @@ def test_channels_last_takes_and_refuses():
                              0, False, np.uint8)
     assert not grouped.nhwc
     with pytest.raises(ValueError, match="made without channels-last weights"):
-        grouped.run.channels_last(np.zeros((1, 5, 5, 8), np.uint8), 0)
+        grouped.run.channels_last(np.zeros((1, 8, 5, 5), np.uint8), 0)
     conv = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8)), 0, 1 << 30, 33, 0,
                           False, np.uint8, padding=1)
     with pytest.raises(ValueError, match=r"input must be uint8, got int8"):
-        conv.run.channels_last(np.zeros((1, 5, 5, 4), np.int8), 0)
-    with pytest.raises(ValueError, match=r"channels-last.*\(1, 5, 5, 3\)"):
-        conv.run.channels_last(np.zeros((1, 5, 5, 3), np.uint8), 0)
-    with pytest.raises(ValueError, match=r"must be \(N, H, W, C\)"):
+        conv.run.channels_last(np.zeros((1, 4, 5, 5), np.int8), 0)
+    with pytest.raises(ValueError, match=r"channels-last.*\(1, 3, 5, 5\)"):
+        conv.run.channels_last(np.zeros((1, 3, 5, 5), np.uint8), 0)
+    with pytest.raises(ValueError, match=r"must be \(N, C, H, W\)"):
         conv.run.channels_last(np.zeros((5, 5, 4), np.uint8), 0)
-    with pytest.raises(ValueError, match=r"channels side by side, got strides \(100, 5, 1, 25\)"):
-        conv.run.channels_last(np.zeros((1, 4, 5, 5), np.uint8).transpose(0, 2, 3, 1), 0)
+    with pytest.raises(ValueError, match=r"strides \(100, 25, 5, 1\) must have its channels"):
+        conv.run.channels_last(np.zeros((1, 4, 5, 5), np.uint8), 0)
     with pytest.raises(ValueError, match=r"must be \(OC, C, kh, kw\)"):
         _C.int8_pack_conv_weights_nhwc(np.ones((8, 27), np.int8))
 

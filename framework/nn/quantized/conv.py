@@ -77,7 +77,12 @@ def _padding(module):
 
 
 class Conv2d(_WeightedModule):
-    """Int8 conv: (N, C, H, W) QArray -> (N, OC, OH, OW) QArray."""
+    """Int8 conv: (N, C, H, W) QArray -> (N, OC, OH, OW) QArray, channels-last if the input
+    is. `channels_last` (set by `quantize` where every conv of the model takes the
+    channels-last engine): the result channels-last whatever the input's layout, where that
+    layout wins (`kernels.channels_last_wins`), so that the layers after the first conv read
+    and write channels-last (`kernels.is_channels_last`)."""
+    channels_last = False
 
     @classmethod
     def from_qat(cls, qat):
@@ -110,6 +115,8 @@ class Conv2d(_WeightedModule):
         q = qarray_of(x, type(self).__name__)
         # the cached prepared conv at once (prepared()'s key: an input scale equals its float)
         prepared = self._cache.get(("conv", q.scale)) or self.prepared(q.scale)
+        if self.channels_last and K.channels_last_wins():
+            return wrap(prepared.channels_last(q, q.zero_point), *self.output())
         if q.flags.c_contiguous:
             # the native call itself (PreparedConv.run), which checks x against the weights
             return wrap(prepared.run(q, q.zero_point), *self.output())

@@ -10,12 +10,6 @@ from .module import QuantizedModule
 
 
 class QuantStub(QuantizedModule):
-    """float -> int8. `channels_last` (set by `quantize` where every conv of the model takes
-    the channels-last engine): a 4-D result in channels-last memory where that layout wins
-    (`kernels.channels_last_wins`), so that the layers after it read and write channels-last
-    (`kernels.is_channels_last`); elsewhere, and with it False, NCHW."""
-    channels_last = False
-
     @classmethod
     def from_qat(cls, qat):
         m = cls()
@@ -23,10 +17,7 @@ class QuantStub(QuantizedModule):
         return m
 
     def forward(self, x):
-        q = quantized_tensor(x, self.out_scale, self.out_zero_point, self.out_dtype)
-        if self.channels_last and q.data.ndim == 4 and K.channels_last_wins():
-            return wrap(K.to_channels_last(q.data.view(np.ndarray)), *self.output())
-        return q
+        return quantized_tensor(x, self.out_scale, self.out_zero_point, self.out_dtype)
 
 
 class DequantStub(QuantizedModule):

@@ -1,0 +1,57 @@
+// 3-channel images into channels-last with AVX-512 VBMI byte permutes (to_channels_last,
+// int8_channels_last.cpp): 64 pixels at a time, the 3 planes' 64 bytes into 192 interleaved
+// ones, each 64-byte third by one two-plane permute and one masked permute of the third plane.
+// A channels-last int8 model's first conv reads its NCHW image through this copy.
+#include <immintrin.h>
+
+#include "int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+namespace {
+
+struct Interleave3 {
+    alignas(64) uint8_t ab[3][64];  // byte g of third k: a[i] (i) or b[i] (64 + i), i = g / 3
+    alignas(64) uint8_t c[3][64];   // c[i] where g % 3 == 2
+    __mmask64 from_c[3];
+    Interleave3() {
+        for (int k = 0; k < 3; ++k) {
+            from_c[k] = 0;
+            for (int o = 0; o < 64; ++o) {
+                const int g = 64 * k + o, i = g / 3, j = g % 3;
+                ab[k][o] = static_cast<uint8_t>(j == 1 ? 64 + i : i);
+                c[k][o] = static_cast<uint8_t>(i);
+                if (j == 2) from_c[k] |= __mmask64{1} << o;
+            }
+        }
+    }
+};
+const Interleave3 interleave3;
+
+}  // namespace
+
+void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out) {
+    const int64_t blocks = (hw + 63) / 64;
+#pragma omp parallel for schedule(static) if (n * hw > (1 << 15))
+    for (int64_t i = 0; i < n * blocks; ++i) {
+        const int64_t img = i / blocks, p = i % blocks * 64, left = hw - p < 64 ? hw - p : 64;
+        const uint8_t* src = x + img * 3 * hw + p;
+        uint8_t* dst = out + (img * hw + p) * 3;
+        const __mmask64 in = low_mask64(left);
+        const __m512i a = _mm512_maskz_loadu_epi8(in, src);
+        const __m512i b = _mm512_maskz_loadu_epi8(in, src + hw);
+        const __m512i c = _mm512_maskz_loadu_epi8(in, src + 2 * hw);
+        for (int k = 0; k < 3; ++k) {
+            const int64_t bytes = 3 * left - 64 * k;
+            if (bytes <= 0) break;
+            __m512i v = _mm512_permutex2var_epi8(
+                a, _mm512_load_si512(interleave3.ab[k]), b);
+            v = _mm512_mask_permutexvar_epi8(v, interleave3.from_c[k],
+                                             _mm512_load_si512(interleave3.c[k]), c);
+            _mm512_mask_storeu_epi8(dst + 64 * k, low_mask64(bytes), v);
+        }
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan
