@@ -332,6 +332,21 @@ void bind_int8_eltwise(py::module_& m) {
         int8::max_pool2d_nhwc(in, g, c, o);
         return out;
     }, "x u8/s8 (N, H, W, C) C-contiguous -> (N, OH, OW, C): max_pool2d channels-last");
+    m.def("int8_avg_pool_global_nhwc", [](const py::array& x, int zp) {
+        if (x.ndim() != 4) {
+            throw std::invalid_argument("int8_avg_pool_global_nhwc: x must be (N, H, W, C), got " +
+                                        shape_str(x));
+        }
+        const int8::QIn in = int8_input(x, zp, "int8_avg_pool_global_nhwc");
+        const int64_t n = x.shape(0), hw = x.shape(1) * x.shape(2), c = x.shape(3);
+        if (hw < 1) throw std::invalid_argument("int8_avg_pool_global_nhwc: no pixels");
+        py::array out = int8_output(in.is_signed, {n, c, 1, 1});
+        auto* o = static_cast<uint8_t*>(out.mutable_data());
+        py::gil_scoped_release unlocked;
+        int8::avg_pool_global_nhwc(in, n, hw, c, o);
+        return out;
+    }, "x u8/s8 (N, H, W, C) C-contiguous, zero point -> (N, C, 1, 1): avg_pool2d over all "
+       "pixels, channels-last");
     m.def("int8_to_channels_last", [](const py::array& x) {
         if (x.ndim() != 4) {
             throw std::invalid_argument("int8_to_channels_last: x must be (N, C, H, W), got " +

@@ -187,10 +187,17 @@ void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 
 // Channels-last activations (int8_conv_nhwc.h; int8_channels_last.cpp): x (N, C, HW) bytes
 // -> out (N, HW, C); max pooling of x (N, H, W, C) packed -> out (N, OH, OW, C), g.planes = N
-// and c channels, padding never winning (qmin), like max_pool2d.
+// and c channels, padding never winning (qmin), like max_pool2d (the _avx512 twin: the same
+// loops, 64 bytes a step).
 void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out);
 void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out);
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
+void max_pool2d_nhwc_avx512(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
+// Global average pooling of x (N, HW, C) packed -> out (N, C), as avg_pool2d; the ISA unit's
+// with n * c words of scratch.
+void avg_pool_global_nhwc(const QIn& x, int64_t n, int64_t hw, int64_t c, uint8_t* out);
+void avg_pool_global_nhwc_avx512(const QIn& x, int64_t n, int64_t hw, int64_t c, int32_t* sums,
+                                 uint8_t* out);
 
 }  // namespace int8
 }  // namespace tianyuan

@@ -455,15 +455,11 @@ def max_pool2d(x, kernel, stride=None, padding=0):
 
 def avg_pool2d(x, zero_point, kernel, stride=None, padding=0, count_include_pad=True):
     """x u8/s8 (N, C, H, W) -> (N, C, OH, OW), same scale and zero point, rounded half up.
-    Global pooling of channels-last x sums each image's pixels as they lie."""
+    Global pooling of channels-last x sums each image's pixels as they lie (natively)."""
     stride = kernel if stride is None else stride
     x = np.asarray(x)
     if (not x.flags.c_contiguous and is_channels_last(x) and _pair(kernel) == x.shape[2:]
             and _quad(padding) == (0, 0, 0, 0)):
-        n, c = x.shape[:2]
-        count = np.int64(x.shape[2] * x.shape[3])
-        sums = _nhwc(x).reshape(n, -1, c).sum(1, dtype=np.int64) - count * int(zero_point)
-        q = (2 * sums + count) // (2 * count) + int(zero_point)  # reference.avg_pool2d's
-        return q.astype(x.dtype).reshape(n, c, 1, 1)
+        return _C.int8_avg_pool_global_nhwc(_nhwc(x), int(zero_point))
     return _C.int8_avg_pool2d(_input(x), int(zero_point), _pair(kernel), _pair(stride),
                               _quad(padding), bool(count_include_pad))

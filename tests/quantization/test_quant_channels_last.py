@@ -31,9 +31,11 @@ def test_to_channels_last(shape, dtype):
 
 @pytest.mark.parametrize("geom", [(3, 2, 1), (2, 2, 0), (3, 1, 1), ((3, 2), (2, 1), (1, 0))])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-def test_max_pool2d_channels_last(geom, dtype):
+@pytest.mark.parametrize("channels", [20, 64, 130])
+def test_max_pool2d_channels_last(geom, dtype, channels):
+    """Every ISA path (AVX-512: 64 channels a step, a masked last one)."""
     kernel, stride, padding = geom
-    x = np.random.default_rng(1).integers(-128, 128, (2, 20, 9, 11)).astype(dtype)
+    x = np.random.default_rng(1).integers(-128, 128, (2, channels, 9, 11)).astype(dtype)
 
     def native():
         y = K.max_pool2d(K.to_channels_last(x), kernel, stride, padding)
@@ -42,12 +44,14 @@ def test_max_pool2d_channels_last(geom, dtype):
     check_quant(native, lambda: R.max_pool2d(x, kernel, stride, padding))
 
 
-@pytest.mark.parametrize("dtype,zp", [(np.uint8, 37), (np.int8, -5)])
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 37), (np.uint8, 250), (np.int8, -5),
+                                      (np.int8, 100)])
 def test_avg_pool2d_channels_last(dtype, zp):
-    """Global pooling sums each image's pixels in place; other windows take a copy."""
-    x = np.random.default_rng(2).integers(-128, 128, (3, 24, 7, 5)).astype(dtype)
+    """Global pooling sums each image's pixels in place (every ISA path; sums below the zero
+    point round toward minus infinity as the reference's); other windows take a copy."""
+    x = np.random.default_rng(2).integers(-128, 128, (3, 70, 7, 5)).astype(dtype)
     cl = K.to_channels_last(x)
-    np.testing.assert_array_equal(K.avg_pool2d(cl, zp, (7, 5)), R.avg_pool2d(x, zp, (7, 5)))
+    check_quant(lambda: K.avg_pool2d(cl, zp, (7, 5)), lambda: R.avg_pool2d(x, zp, (7, 5)))
     np.testing.assert_array_equal(K.avg_pool2d(cl, zp, 3, 2, 1),
                                   R.avg_pool2d(x, zp, 3, 2, 1))
 
