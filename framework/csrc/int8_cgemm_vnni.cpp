@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "int8_cgemm.h"
 #include "int8_requant_avx512.h"
@@ -26,13 +25,6 @@
 namespace tianyuan {
 namespace int8 {
 namespace {
-
-template <class T>
-inline int32_t load4(const T* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
 
 // Named accumulators: GCC keeps arrays of vectors in memory.
 #define TY_ACC(i) __m512i c##i##0 = z, c##i##1 = z, c##i##2 = z, c##i##3 = z;

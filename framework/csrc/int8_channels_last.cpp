@@ -1,9 +1,9 @@
 // Channels-last int8 activations outside the convolution (int8_ops.h): the transpose into
 // channels-last, max and global average pooling on it. A model carries channels-last from its
 // first conv to its DequantStub, so the transpose runs once, on the input image (3 channels:
-// int8_channels_last_vbmi.cpp where the CPU has VBMI); the pools' loops over a pixel's C
-// contiguous bytes (int8_channels_last_pool.h) run here and, AVX-512 wide, in
-// int8_channels_last_avx512.cpp.
+// int8_channels_last_vbmi.cpp where the CPU has VBMI); the pools loop over a pixel's C
+// contiguous bytes (max pooling's AVX-512 twin: int8_channels_last_avx512.cpp; global average
+// pooling's loop, shared with it: int8_channels_last_pool.h).
 #include <omp.h>
 
 #include <cstring>
@@ -35,6 +35,40 @@ void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_
         }
     }
 }
+
+namespace {
+template <class T>
+void max_pool_nhwc(const T* x, const PoolGeom& g, int64_t c, T lowest, T* out) {
+#pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow * c > (1 << 16))
+    for (int64_t r = 0; r < g.planes * g.oh; ++r) {
+        const int64_t n = r / g.oh, oy = r % g.oh;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+            T* o = out + (r * g.ow + ox) * c;
+            for (int64_t ch = 0; ch < c; ++ch) o[ch] = lowest;
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+                const int64_t iy = oy * g.sh - g.pt + ky;
+                if (iy < 0 || iy >= g.h) continue;
+                for (int64_t kx = 0; kx < g.kw; ++kx) {
+                    const int64_t ix = ox * g.sw - g.pl + kx;
+                    if (ix < 0 || ix >= g.w) continue;
+                    const T* p = x + ((n * g.h + iy) * g.w + ix) * c;
+                    for (int64_t ch = 0; ch < c; ++ch) o[ch] = p[ch] > o[ch] ? p[ch] : o[ch];
+                }
+            }
+        }
+    }
+}
+
+void max_pool_nhwc_any(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
+    if (x.is_signed) {
+        max_pool_nhwc(reinterpret_cast<const int8_t*>(x.data), g, c, int8_t{-128},
+                      reinterpret_cast<int8_t*>(out));
+    } else {
+        max_pool_nhwc(x.data, g, c, uint8_t{0}, out);
+    }
+}
+
+}  // namespace
 
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
     if (current_isa() >= Isa::avx512) return max_pool2d_nhwc_avx512(x, g, c, out);

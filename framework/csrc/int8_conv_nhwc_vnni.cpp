@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "int8_conv_nhwc.h"
 #include "int8_requant_avx512.h"
@@ -17,12 +16,6 @@
 namespace tianyuan {
 namespace int8 {
 namespace {
-
-inline int32_t load4(const uint8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
 
 // Named accumulators: GCC keeps arrays of vectors in memory.
 #define TY_ACC(m) __m512i c##m##0 = z, c##m##1 = z, c##m##2 = z, c##m##3 = z;

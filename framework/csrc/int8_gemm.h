@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace tianyuan {
 namespace int8 {
@@ -27,6 +28,12 @@ static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * 
 // The low min(max(n, 0), 64) bits set: the byte mask of the first n lanes of a 64-byte vector.
 static inline uint64_t low_mask64(int64_t n) {
     return n >= 64 ? ~uint64_t{0} : n <= 0 ? 0 : (uint64_t{1} << n) - 1;
+}
+// 4 bytes at p as one 32-bit word (a k-quad to broadcast), whatever p's alignment.
+static inline int32_t load4(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
 }
 static inline int64_t packed_size(int64_t n, int64_t k) {
     return round_up(n, kPanel) * round_up(k, kGroup);

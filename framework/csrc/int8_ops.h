@@ -187,8 +187,8 @@ void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 
 // Channels-last activations (int8_conv_nhwc.h; int8_channels_last.cpp): x (N, C, HW) bytes
 // -> out (N, HW, C); max pooling of x (N, H, W, C) packed -> out (N, OH, OW, C), g.planes = N
-// and c channels, padding never winning (qmin), like max_pool2d (the _avx512 twin: the same
-// loops, 64 bytes a step).
+// and c channels, padding never winning (qmin), like max_pool2d (the _avx512 twin: 64
+// channels a step).
 void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out);
 void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out);
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
