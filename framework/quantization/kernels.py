@@ -282,7 +282,11 @@ class PreparedConv:
         tail = (b, m, s, int(out_zero_point), bool(relu), _signed(dtype), top, _pair(stride),
                 _quad(padding), _pair(dilation))
         self.packed, self.out_channels = packed, packed.shape[0]
-        self.nhwc = not packed.depthwise and packed.nhwc is not None
+        # the channels-last engine's weights, where it takes the conv (groups 1) and runs: its
+        # VNNI tile, or the generic ISA's (packed here: not on the other ISAs, which never
+        # run it)
+        self.nhwc = packed.groups == 1 and (_C.int8_nhwc_fast() or
+                                            _C.current_isa() == "generic")
         if packed.depthwise:
             self.run = _C.Int8Conv(True, packed.raw, None, packed.raw.shape, *tail, 1)
         else:
@@ -312,8 +316,8 @@ class PreparedConv:
         """x u8/s8 (N, C, H, W), any layout -> (N, OC, OH, OW) channels-last: the channels-last
         engine where it runs (uint8 x, groups 1, on VNNI and AMX hosts and the generic ISA),
         reading x as it lies if it is channels-last, else a channels-last copy (a 3-channel
-        image: 0.03 ms at 16 x 224 x 224 with VBMI); elsewhere the NCHW algorithms and a copy
-        of their result."""
+        image: 0.04 ms at 16 x 224 x 224 with VBMI); elsewhere (and where this was made on an
+        ISA without the engine) the NCHW algorithms and a copy of their result."""
         zp = int(x_zero_point)
         if self.nhwc and x.dtype == np.uint8 and (
                 _C.int8_nhwc_fast() or _C.current_isa() == "generic"):

@@ -95,13 +95,13 @@ def test_channels_last_engine(case):
     rng = np.random.default_rng(sum(np.ravel(case[:7])))
     x, wt, bias, mult, shift, geom, _ = conv_case(rng, case, np.uint8)
     packed = K.pack_weights(wt)
-    conv = K.PreparedConv(packed, bias, mult, shift, 7, False, np.uint8, **geom)
-    assert conv.nhwc
     want = R.qconv2d(x, 201, wt, bias, mult, shift, 7, False, np.uint8, **geom)
     inputs = [K.to_channels_last(x)]
     ran = []
     for isa in each_isa():
-        if isa != "generic" and not _C.int8_nhwc_fast():
+        conv = K.PreparedConv(packed, bias, mult, shift, 7, False, np.uint8, **geom)
+        assert conv.nhwc == (isa == "generic" or _C.int8_nhwc_fast())
+        if not conv.nhwc:
             continue
         for view in inputs:
             got = conv.run.channels_last(view, 201)
@@ -130,15 +130,22 @@ def test_prepared_conv_channels_last(case):
 
 
 def test_channels_last_takes_and_refuses():
-    assert K.pack_weights(np.ones((8, 3, 3, 3), np.int8)).nhwc is not None  # C 3: copied
+    original = ty.current_isa()
+    assert K.pack_weights(np.ones((8, 3, 3, 3), np.int8)).nhwc is not None  # C 3: in place
     assert K.pack_weights(np.ones((8, 1, 3, 3), np.int8), 8).nhwc is None  # depthwise
     grouped = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8), 2), 0, 1 << 30, 33,
                              0, False, np.uint8)
     assert not grouped.nhwc
     with pytest.raises(ValueError, match="made without channels-last weights"):
         grouped.run.channels_last(np.zeros((1, 8, 5, 5), np.uint8), 0)
-    conv = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8)), 0, 1 << 30, 33, 0,
-                          False, np.uint8, padding=1)
+    try:  # the engine's weights are made only where it may run: its tile's ISAs, generic
+        if not _C.int8_nhwc_fast():
+            ty.set_isa("generic")
+        conv = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8)), 0, 1 << 30, 33,
+                              0, False, np.uint8, padding=1)
+    finally:
+        ty.set_isa(original)
+    assert conv.nhwc
     with pytest.raises(ValueError, match=r"input must be uint8, got int8"):
         conv.run.channels_last(np.zeros((1, 4, 5, 5), np.int8), 0)
     with pytest.raises(ValueError, match=r"channels-last.*\(1, 3, 5, 5\)"):
