@@ -1,10 +1,13 @@
-// int8 convolution on channels-last activations: x (N, H, W, C) u8 in, (N, OH, OW, OC) out,
-// groups 1. The output channels run in the vector lanes and each output
-// position's activations are broadcast, 4 input channels (one k-quad) at a time, from where
-// they lie in x: no copy of the input (no planes, no padded rows, no lanes for positions the
-// output drops), and each position's channels are stored as one run of bytes. Taps that fall
-// in the padding read a row of zero-point bytes instead (an indirection like XNNPACK's, made
-// only for the tiles that touch the border).
+// int8 convolution on channels-last activations: x u8 with each pixel's channels side by side
+// (logical shape (N, C, H, W), any pixel strides) in, (N, OH, OW, OC) out, groups 1. The
+// output channels run in the vector lanes and each output position's activations are
+// broadcast, 4 input channels (one k-quad) at a time, from where they lie in x: no copy of the
+// input (no planes, no padded rows, no lanes for positions the output drops), and each
+// position's channels are stored as one run of bytes. Steps in the padding read a row of
+// zero-point bytes instead (an indirection like XNNPACK's, made only for the tiles on the
+// border). On Zen 5 (2 threads, batch 16) ResNet-18's layers took 0.88-0.99x their NCHW
+// algorithms' time, and int8 ResNets carry this layout there (nn.quantized.Conv2d's
+// channels_last; bench/RESULTS.md, twenty-sixth session).
 //
 // Weights (nhwc_pack_weights): blocks of kNhwcOc output channels; block b holds, per tap
 // t = ky * kw + kx and channel quad q (nhwc_quads(C) of them, input channels past C zero), its
@@ -33,18 +36,19 @@ int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t kh, int64_t kw);
 void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
                        int8_t* out);
 
-// One tile's work: npos (<= kNhwcPos) consecutive output positions x one weight block.
-// Position m's activations for tap t start at base[m] + toff[t] (no tap in the padding), or,
-// with table set, at table[t * kNhwcPos + m]; k-quad q of a tap is the 4 bytes 4 q further.
-// The sums go through the block's per-channel requantization (bias corrected for the input
-// zero point; every array padded to the block's whole vectors) into out + m * ldo, nbytes
-// (the block's real channels) a position.
+// One tile's work: npos (<= kNhwcPos) consecutive output positions x one weight block, over
+// `steps` steps of the k-loop (kernel rows or taps, conv2d_nhwc's choice) of `quads` quads.
+// Position m's bytes for step s start at base[m] + soff[s] or, with table set, at
+// table[s * kNhwcPos + m]; quad q of a step is the 4 bytes 4 q further. The sums go through
+// the block's per-channel requantization (bias corrected for the input zero point; every array
+// padded to the block's whole vectors) into out + m * ldo, nbytes (the block's real channels)
+// a position.
 struct NhwcTile {
     const uint8_t* const* base;
-    const int64_t* toff;
+    const int64_t* soff;
     const uint8_t* const* table;
-    int64_t taps, cq;  // kernel taps, channel quads
-    const int8_t* w;   // the block
+    int64_t steps, quads;
+    const int8_t* w;  // the block, in the steps' form
     int nv, npos;
     const int32_t* bias;  // corrected: bias - z * row sums
     const int32_t* mult;

@@ -1,6 +1,6 @@
 // AVX512-VNNI tile of the channels-last int8 convolution (int8_conv_nhwc.h): M positions x V
-// vectors of 16 output channels in M * V zmm accumulators (up to 6 x 4). Per tap, each
-// position's pointer; per k-quad, V loads of the block's weights (s8 operand) and M
+// vectors of 16 output channels in M * V zmm accumulators (up to 6 x 4). Per step (a kernel
+// row or a tap), each position's pointer; per k-quad, V loads of the block's weights (s8 operand) and M
 // broadcasts of a position's 4 activation bytes (u8 operand), M * V `vpdpbusd`. The sums go
 // to the stack once the loop is done (int8_cgemm_vnni.cpp says why), then each position's
 // V vectors are requantized with per-lane constants (requant_lanes_y, exactly
@@ -20,7 +20,7 @@ namespace {
 // Named accumulators: GCC keeps arrays of vectors in memory.
 #define TY_ACC(m) __m512i c##m##0 = z, c##m##1 = z, c##m##2 = z, c##m##3 = z;
 #define TY_PTR(m) \
-    const uint8_t* p##m = M > m ? (Table ? t.table[k * kNhwcPos + m] : t.base[m] + t.toff[k]) : 0;
+    const uint8_t* p##m = M > m ? (Table ? t.table[k * kNhwcPos + m] : t.base[m] + t.soff[k]) : 0;
 #define TY_DOT(m)                                                              \
     if (M > m) {                                                               \
         const __m512i b = _mm512_set1_epi32(load4(p##m + 4 * q));              \
@@ -42,10 +42,10 @@ void tile(const NhwcTile& t) {
     const __m512i z = _mm512_setzero_si512();
     TY_ACC(0) TY_ACC(1) TY_ACC(2) TY_ACC(3) TY_ACC(4) TY_ACC(5)
     const int64_t step = V * 64;  // weight bytes a k-quad
-    for (int64_t k = 0; k < t.taps; ++k) {
+    for (int64_t k = 0; k < t.steps; ++k) {
         TY_PTR(0) TY_PTR(1) TY_PTR(2) TY_PTR(3) TY_PTR(4) TY_PTR(5)
-        const int8_t* wk = t.w + k * t.cq * step;
-        for (int64_t q = 0; q < t.cq; ++q) {
+        const int8_t* wk = t.w + k * t.quads * step;
+        for (int64_t q = 0; q < t.quads; ++q) {
             const int8_t* wq = wk + q * step;
             const __m512i w0 = _mm512_loadu_si512(wq);
             const __m512i w1 = V > 1 ? _mm512_loadu_si512(wq + 64) : z;
