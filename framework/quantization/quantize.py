@@ -11,6 +11,8 @@ model they dequantize their inputs first.
 """
 import copy
 
+import numpy as np
+
 from .. import nn
 from ..autograd import no_grad
 from ..nn.fused import fused_name
@@ -117,8 +119,12 @@ def quantize(qat_model, inplace=False):
     for module in model.modules():
         if _disabled(module):
             module.register_forward_pre_hook(_dequantize_inputs)
+    # channels-last where every conv takes that engine, which reads uint8 (int8 activations,
+    # int8_symmetric_qconfig, stay NCHW)
     convs = [m for m in model.modules() if isinstance(m, nn.quantized.Conv2d)]
-    if carries_channels_last(convs):
+    unsigned = all(m.out_dtype == np.uint8 for m in model.modules()
+                   if isinstance(m, nn.quantized.QuantizedModule) and "scale" in m._buffers)
+    if carries_channels_last(convs) and unsigned:
         for conv in convs:
             conv.channels_last = True
     return model.eval()

@@ -73,14 +73,17 @@ def test_carries_channels_last():
     assert not Q.carries_channels_last([])
 
 
-@pytest.mark.parametrize("name,carries", [("resnet18", True), ("mobilenet_v2", False)])
-def test_int8_model_channels_last(name, carries):
-    """The int8 model's logits are the same bits either way; with the layout on, every
-    quantized layer's 4-D output is channels-last where the host runs the engine fast (else
-    NCHW throughout), and the dequantized result is C-contiguous."""
+@pytest.mark.parametrize("name,qconfig,carries", [
+    ("resnet18", Q.ema_fakequant_qconfig, True), ("mobilenet_v2", Q.ema_fakequant_qconfig, False),
+    ("resnet18", Q.int8_symmetric_qconfig, False)])
+def test_int8_model_channels_last(name, qconfig, carries):
+    """The int8 model's logits are the same bits either way; with the layout on (convs of
+    groups 1 only, uint8 activations only), every quantized layer's 4-D output after the
+    first conv is channels-last where that layout wins (else NCHW throughout), and the
+    dequantized result is C-contiguous."""
     ty.manual_seed(0)
     rng = np.random.default_rng(0)
-    qat = Q.quantize_qat(zoo.get_model(name, num_classes=10))
+    qat = Q.quantize_qat(zoo.get_model(name, num_classes=10), qconfig)
     batches = [rng.standard_normal((2, 3, 32, 32)).astype(np.float32) for _ in range(2)]
     Q.calibrate(qat, batches)
     int8 = Q.quantize(qat)
