@@ -68,8 +68,10 @@ def test_add_channels_last(layouts):
 
 
 def test_carries_channels_last():
-    assert Q.carries_channels_last([ty.nn.Conv2d(3, 8, 3), ty.nn.Conv2d(8, 8, 1)])
-    assert not Q.carries_channels_last([ty.nn.Conv2d(3, 8, 3), ty.nn.Conv2d(8, 8, 3, groups=8)])
+    assert Q.carries_channels_last([ty.nn.Conv2d(3, 64, 3), ty.nn.Conv2d(64, 96, 1)])
+    assert not Q.carries_channels_last([ty.nn.Conv2d(3, 64, 3),
+                                        ty.nn.Conv2d(64, 64, 3, groups=64)])
+    assert not Q.carries_channels_last([ty.nn.Conv2d(3, 64, 3), ty.nn.Conv2d(64, 32, 1)])
     assert not Q.carries_channels_last([])
 
 
