@@ -136,9 +136,12 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
     // could pass x's last byte: a tile that could takes the table, with a copy of such a step.
     const bool over = 4 * sq > step_bytes;
     const auto up = [](int64_t v) { return v > 0 ? v : 0; };
-    const uint8_t* readable = x + (g.n - 1) * up(si) + (g.h - 1) * up(sy) + (g.w - 1) * up(sx) + g.c;
-    int64_t reach = 0;
-    for (int64_t s = 0; s < steps; ++s) reach = soff[s] + 4 * sq > reach ? soff[s] + 4 * sq : reach;
+    const uint8_t* readable =
+        x + (g.n - 1) * up(si) + (g.h - 1) * up(sy) + (g.w - 1) * up(sx) + g.c;
+    int64_t reach = 0;  // the farthest a position's reads end past its base
+    for (int64_t s = 0; s < steps; ++s) {
+        if (soff[s] + 4 * sq > reach) reach = soff[s] + 4 * sq;
+    }
     // the output rows and columns none of whose taps fall in the padding
     const auto first_in = [](int64_t pad, int64_t s) { return (pad + s - 1) / s; };
     const int64_t oy0 = first_in(g.pt, g.sh), ox0 = first_in(g.pl, g.sw);

@@ -1,11 +1,11 @@
 // AVX512-VNNI tile of the channels-last int8 convolution (int8_conv_nhwc.h): M positions x V
 // vectors of 16 output channels in M * V zmm accumulators (up to 6 x 4). Per step (a kernel
-// row or a tap), each position's pointer; per k-quad, V loads of the block's weights (s8 operand) and M
-// broadcasts of a position's 4 activation bytes (u8 operand), M * V `vpdpbusd`. The sums go
-// to the stack once the loop is done (int8_cgemm_vnni.cpp says why), then each position's
-// V vectors are requantized with per-lane constants (requant_lanes_y, exactly
-// reference.requantize) and packed into one 64-byte vector, stored whole or masked to the
-// block's channels.
+// row or a tap), each position's pointer; per k-quad, V loads of the block's weights (s8
+// operand) and M broadcasts of a position's 4 activation bytes (u8 operand), M * V
+// `vpdpbusd`. The sums go to the stack once the loop is done (int8_cgemm_vnni.cpp says why),
+// then each position's V vectors are requantized with per-lane constants (requant_lanes_y,
+// exactly reference.requantize) and packed into one 64-byte vector, stored whole or masked to
+// the block's channels.
 #include <immintrin.h>
 
 #include <cstdint>
