@@ -12,11 +12,12 @@ from tianyuan import _C
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
-# (N, C, H, W, OC, kh, kw, stride, padding, dilation, groups), groups 1, C % 4 == 0: output
-# channels past one block and a part-filled last block (1, 15, 17, 65 and 130 = 2 x 64 + 2),
-# tiles over image ends (49 positions), only border tiles (3x3 maps), a kernel larger than
-# the map, asymmetric padding, strides 2 and 3, dilation, 7x7 with 49 taps, 1x1, and a batch
-# of 1 with fewer positions than 8 tiles a thread and 4 weight blocks (split by blocks).
+# (N, C, H, W, OC, kh, kw, stride, padding, dilation, groups), groups 1: output channels past
+# one block and a part-filled last block (1, 15, 17, 65 and 130 = 2 x 64 + 2), tiles over
+# image ends (49 positions), only border tiles (3x3 maps), a kernel larger than the map,
+# asymmetric padding, strides 2 and 3, dilation (taps as steps), 7x7, 1x1, a batch of 1 with
+# fewer positions than 8 tiles a thread and 4 weight blocks (split by blocks), kernel rows with
+# row dilation, C = 6 by taps. The CASES below add C = 3, 5, 7, 17... (rows of C % 4 != 0).
 NHWC_CASES = [
     (2, 8, 7, 7, 1, 3, 3, 1, 1, 1, 1),
     (1, 4, 9, 11, 15, 3, 3, 1, 1, 1, 1),
@@ -31,6 +32,8 @@ NHWC_CASES = [
     (2, 32, 6, 6, 72, 1, 1, 1, 0, 1, 1),
     (1, 20, 9, 9, 33, 1, 1, 2, 0, 1, 1),
     (1, 16, 4, 4, 256, 3, 3, 1, 1, 1, 1),
+    (2, 12, 9, 10, 24, 3, 3, (1, 2), 2, (2, 1), 1),  # kernel rows with row dilation, col stride 2
+    (1, 6, 7, 9, 20, 3, 5, 1, (1, 1, 2, 2), (1, 2), 1),  # C 6, column dilation: taps
 ]
 
 
