@@ -365,7 +365,8 @@ def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
     """x u8/s8 (N, C, H, W), packed W (OC, C/groups, kh, kw) -> dtype (N, OC, OH, OW).
 
     Padding is the activation zero point. Convolutions run as a channels x positions GEMM
-    whose store requantizes straight into NCHW; depthwise runs direct loops. out_max: an
+    whose store requantizes straight into NCHW; depthwise runs direct loops. A channels-last x
+    (`is_channels_last`) gives a channels-last result (`PreparedConv.__call__`). out_max: an
     extra upper clamp (ReLU6), as np.minimum after the reference would. algorithm: as in
     `PreparedConv`.
     """
