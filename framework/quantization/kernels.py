@@ -1,8 +1,8 @@
 """Native int8 kernels (tianyuan._C), bit-exact to `reference.py` on every ISA path.
 
-Weights are packed once (`pack_weights`) and reused; activations are NCHW (conv) or
-(M, K) (linear) uint8/int8 numpy arrays; requantization parameters come from
-`reference.quantize_multiplier(s_in * s_w / s_out)` per output channel.
+Weights are packed once (`pack_weights`) and reused; activations are NCHW or channels-last
+(conv, pooling, add: `layout.py`) or (M, K) (linear) uint8/int8 numpy arrays; requantization
+parameters come from `reference.quantize_multiplier(s_in * s_w / s_out)` per output channel.
 
 >>> import numpy as np
 >>> from tianyuan.quantization import kernels, reference
@@ -16,6 +16,8 @@ array([[20]], dtype=uint8)
 import numpy as np
 
 from .. import _C
+from .layout import as_nhwc, channels_last_wins, is_channels_last, to_channels_last  # noqa: F401
+from .peaks import amx_peak, avx2_peak, avxvnni_peak, vnni_peak  # noqa: F401
 from .reference import _pair, _quad, qrange
 
 
@@ -166,49 +168,6 @@ def _check_linear(op, x, packed):
         raise ValueError(f"{op}: x {x.shape} does not match weights (N, K) = {packed.shape}")
 
 
-def vnni_peak(steps=10_000_000, repeat=5):
-    """The machine's AVX512-VNNI int8 peak in operations per second (2 per multiply-add):
-    median of `repeat` runs of a register-only vpdpbusd loop (`steps` x 12 instructions) on
-    every kernel thread, after one run that wakes the threads and the cores' 512-bit units
-    (a first run reads up to 30 % low); ~15 ms a run on a 2-core Sapphire Rapids VM.
-    RuntimeError where the CPU or its OS lacks VNNI."""
-    if steps < 1 or repeat < 1:
-        raise ValueError(f"vnni_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
-    _C.int8_vnni_peak(int(steps))
-    return float(np.median([_C.int8_vnni_peak(int(steps)) for _ in range(repeat)]))
-
-
-def avx2_peak(steps=10_000_000, repeat=5):
-    """The machine's int8 peak in the exact AVX2 form, operations per second (2 per
-    multiply-add): as `vnni_peak`, with a register-only loop of vpmaddwd (16 multiply-adds on
-    int16) and vpaddd pairs, the AVX2 convolution tile's inner step less the activations'
-    split. RuntimeError where the CPU or its OS lacks AVX2."""
-    if steps < 1 or repeat < 1:
-        raise ValueError(f"avx2_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
-    _C.int8_avx2_peak(int(steps))
-    return float(np.median([_C.int8_avx2_peak(int(steps)) for _ in range(repeat)]))
-
-
-def avxvnni_peak(steps=10_000_000, repeat=5):
-    """The machine's AVX-VNNI int8 peak, operations per second: as `vnni_peak`, with the
-    VEX-encoded vpdpbusd on ymm (32 multiply-adds each), the AVX-VNNI convolution tile's
-    instruction. RuntimeError where the CPU or its OS lacks AVX-VNNI."""
-    if steps < 1 or repeat < 1:
-        raise ValueError(f"avxvnni_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
-    _C.int8_avxvnni_peak(int(steps))
-    return float(np.median([_C.int8_avxvnni_peak(int(steps)) for _ in range(repeat)]))
-
-
-def amx_peak(steps=200_000, repeat=5):
-    """The machine's AMX int8 peak in operations per second: as `vnni_peak`, with a
-    register-only TDPBUSD loop (`steps` x 4 instructions, 16 x 16 x 64 multiply-adds each) on
-    every kernel thread. RuntimeError where the OS grants no AMX tiles."""
-    if steps < 1 or repeat < 1:
-        raise ValueError(f"amx_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
-    _C.int8_amx_peak(int(steps))
-    return float(np.median([_C.int8_amx_peak(int(steps)) for _ in range(repeat)]))
-
-
 def gemm(x, x_zero_point, packed):
     """x u8/s8 (M, K) -> int32 (M, N) = (x - x_zero_point) @ W.T."""
     x = _input(x)
@@ -331,35 +290,6 @@ class PreparedConv:
         return (PreparedConv, self._args)
 
 
-def channels_last_wins():
-    """Whether int8 models carry channels-last activations here (`Conv2d.channels_last`):
-    on the vnni ISA, where the channels-last engine runs its VNNI tile. Not on amx, where the
-    NCHW convolutions' AMX tiles run 3x3 layers in 0.5-0.8x the VNNI algorithms' time
-    (framework/csrc/int8_amx.h), nor without VNNI (the engine's generic tile)."""
-    return _C.current_isa() == "vnni"
-
-
-def is_channels_last(x):
-    """Whether x (N, C, H, W) has each pixel's channels side by side (PyTorch's channels_last
-    memory format, whatever the pixels' strides): the layout the channels-last engine reads
-    and writes. With C = 1, or H = W = 1 and C-contiguous, both layouts are the same."""
-    return x.ndim == 4 and (x.strides[1] == x.itemsize or x.shape[1] == 1)
-
-
-def to_channels_last(x):
-    """x (N, C, H, W) -> the same values in channels-last memory (a copy; natively for
-    C-contiguous int8 and uint8)."""
-    if x.dtype in (np.uint8, np.int8) and x.flags.c_contiguous and x.ndim == 4:
-        return _C.int8_to_channels_last(x).transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
-def _nhwc(x):
-    """A channels-last x (N, C, H, W) as packed (N, H, W, C) (a copy only where its pixels are
-    not packed)."""
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-
-
 def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype,
            stride=1, padding=0, dilation=1, out_max=None, algorithm="auto"):
     """x u8/s8 (N, C, H, W), packed W (OC, C/groups, kh, kw) -> dtype (N, OC, OH, OW).
@@ -401,7 +331,7 @@ class PreparedAdd:
         if not (a.flags.c_contiguous and b.flags.c_contiguous) and (
                 is_channels_last(a) or is_channels_last(b)):
             a, b = (v if is_channels_last(v) else to_channels_last(v) for v in (a, b))
-            out = _C.int8_add(_nhwc(a), self._za, _nhwc(b), self._zb, *self._tail)
+            out = _C.int8_add(as_nhwc(a), self._za, as_nhwc(b), self._zb, *self._tail)
             return out.transpose(0, 3, 1, 2)
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
@@ -453,7 +383,7 @@ def max_pool2d(x, kernel, stride=None, padding=0):
     stride = kernel if stride is None else stride
     x = np.asarray(x)
     if not x.flags.c_contiguous and is_channels_last(x):
-        return _C.int8_max_pool2d_nhwc(_nhwc(x), _pair(kernel), _pair(stride),
+        return _C.int8_max_pool2d_nhwc(as_nhwc(x), _pair(kernel), _pair(stride),
                                        _quad(padding)).transpose(0, 3, 1, 2)
     return _C.int8_max_pool2d(_input(x), _pair(kernel), _pair(stride), _quad(padding))
 
@@ -465,6 +395,6 @@ def avg_pool2d(x, zero_point, kernel, stride=None, padding=0, count_include_pad=
     x = np.asarray(x)
     if (not x.flags.c_contiguous and is_channels_last(x) and _pair(kernel) == x.shape[2:]
             and _quad(padding) == (0, 0, 0, 0)):
-        return _C.int8_avg_pool_global_nhwc(_nhwc(x), int(zero_point))
+        return _C.int8_avg_pool_global_nhwc(as_nhwc(x), int(zero_point))
     return _C.int8_avg_pool2d(_input(x), int(zero_point), _pair(kernel), _pair(stride),
                               _quad(padding), bool(count_include_pad))
