@@ -339,7 +339,10 @@ void bind_int8_eltwise(py::module_& m) {
         }
         const int8::QIn in = int8_input(x, zp, "int8_avg_pool_global_nhwc");
         const int64_t n = x.shape(0), hw = x.shape(1) * x.shape(2), c = x.shape(3);
-        if (hw < 1) throw std::invalid_argument("int8_avg_pool_global_nhwc: no pixels");
+        if (hw < 1) {
+            throw std::invalid_argument("int8_avg_pool_global_nhwc: x " + shape_str(x) +
+                                        " has no pixels");
+        }
         py::array out = int8_output(in.is_signed, {n, c, 1, 1});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;

@@ -197,7 +197,13 @@ class Int8Conv {
     py::array channels_last(const py::array& x, int zp) const {
         const char* op = "int8_conv2d (channels-last)";
         if (!nhwc_) {
-            throw std::invalid_argument(std::string(op) + ": made without channels-last weights");
+            throw std::invalid_argument(
+                std::string(op) + ": made without channels-last weights (weights (" +
+                std::to_string(std::get<0>(wshape_)) + ", " + std::to_string(std::get<1>(wshape_)) +
+                ", " + std::to_string(std::get<2>(wshape_)) + ", " +
+                std::to_string(std::get<3>(wshape_)) + "), groups " + std::to_string(groups_) +
+                ": the engine takes groups 1, and PreparedConv packs for it only on the ISAs "
+                "that run it)");
         }
         const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op);
         const int8::QIn in = int8_input(x, zp, op, false);

@@ -139,7 +139,8 @@ def test_channels_last_takes_and_refuses():
     grouped = K.PreparedConv(K.pack_weights(np.ones((8, 4, 3, 3), np.int8), 2), 0, 1 << 30, 33,
                              0, False, np.uint8)
     assert not grouped.nhwc
-    with pytest.raises(ValueError, match="made without channels-last weights"):
+    with pytest.raises(ValueError, match=r"made without channels-last weights \(weights "
+                                         r"\(8, 4, 3, 3\), groups 2"):
         grouped.run.channels_last(np.zeros((1, 8, 5, 5), np.uint8), 0)
     try:  # the engine's weights are made only where it may run: its tile's ISAs, generic
         if not _C.int8_nhwc_fast():
