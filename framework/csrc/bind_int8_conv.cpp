@@ -172,6 +172,10 @@ class Int8Conv {
         }
         r_ = int8_requant(bias_, mult_, shift_, std::get<0>(wshape_), out_zp, relu, out_signed,
                           op_, out_max);
+        if (nhwc_) {  // the channels-last engine's requantization constants (int8_conv_nhwc.h)
+            nhwc_q_.resize(static_cast<size_t>(int8::nhwc_blocks(oc)));
+            int8::nhwc_block_q(r_, oc, nhwc_q_.data());
+        }
     }
 
     py::array operator()(const py::array& x, int zp) const {
@@ -221,7 +225,8 @@ class Int8Conv {
         py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
-        int8::conv2d_nhwc(in.data, strides, zp, g, nhwc_->data(), sums_.data(), r_, o);
+        int8::conv2d_nhwc(in.data, strides, zp, g, nhwc_->data(), sums_.data(), r_,
+                          nhwc_q_.data(), o);
         return out;
     }
 
@@ -242,6 +247,7 @@ class Int8Conv {
     int8::NarrowWeights nw_{};
     std::vector<int32_t> dw_words_, dw_sums_;  // depthwise: the weights' depthwise_consts
     std::vector<int8_t> gemm_;                  // the packed_amx algorithm's weights, or empty
+    std::vector<int8::NhwcBlockQ> nhwc_q_;      // with nhwc_: its blocks' requantization
     int8::Requant r_{};
 };
 

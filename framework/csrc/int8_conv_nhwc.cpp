@@ -83,8 +83,8 @@ void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64
 void nhwc_tile_generic(const NhwcTile& t) {
     const int64_t lanes = 16 * t.nv;
     for (int m = 0; m < t.npos; ++m) {
-        for (int64_t j = 0; j < t.nbytes; ++j) {
-            uint32_t acc = 0;  // wraps like vpdpbusd; the corrected sum fits int32
+        for (int64_t j = 0; j < lanes; ++j) {
+            uint32_t acc = static_cast<uint32_t>(t.bias[j]);  // wraps like vpdpbusd
             for (int64_t k = 0; k < t.steps; ++k) {
                 const uint8_t* a = t.table ? t.table[k * kNhwcPos + m] : t.base[m] + t.soff[k];
                 const int8_t* b = t.w + k * t.quads * lanes * 4 + j * 4;
@@ -95,8 +95,36 @@ void nhwc_tile_generic(const NhwcTile& t) {
                     }
                 }
             }
-            t.out[m * t.ldo + j] = requant_one(static_cast<int32_t>(acc), t.bias[j], t.mult[j],
-                                               t.shift[j], *t.r);
+            t.sums[m * 64 + j] = static_cast<int32_t>(acc);
+        }
+    }
+}
+
+void nhwc_requant_generic(const int32_t* sums, int64_t npos, const NhwcRequant& q,
+                          uint8_t* out, int64_t ldo) {
+    for (int64_t p = 0; p < npos; ++p) {
+        for (int64_t j = 0; j < q.nbytes; ++j) {
+            out[p * ldo + j] =
+                requant_one(sums[p * 64 + j], 0, q.q->mult[j], q.q->shift[j], *q.r);
+        }
+    }
+}
+
+void nhwc_block_q(const Requant& r, int64_t oc, NhwcBlockQ* q) {
+    for (int64_t b = 0; b < nhwc_blocks(oc); ++b) {
+        NhwcBlockQ& k = q[b];
+        k.fold = true;
+        for (int64_t j = 0; j < kNhwcOc; ++j) {
+            const bool real = b * kNhwcOc + j < oc;
+            k.mult[j] = real ? r.multiplier[b * kNhwcOc + j] : 0;
+            k.shift[j] = real ? r.shift[b * kNhwcOc + j] : 33;
+            k.fold = k.fold && k.shift[j] >= 33;
+        }
+        for (int64_t j = 0; j < kNhwcOc; ++j) {
+            const int32_t s = k.shift[j];
+            k.mult_odd[j] = j % 2 ? 0 : k.mult[j + 1];  // _mm512_srli_epi64(mult, 32)
+            k.half_hi[j] = s >= 33 && s - 33 < 32 ? static_cast<int32_t>(1u << (s - 33)) : 0;
+            k.shift_hi[j] = s - 32;
         }
     }
 }
@@ -104,17 +132,16 @@ void nhwc_tile_generic(const NhwcTile& t) {
 bool nhwc_fast() { return current_isa() >= Isa::vnni; }
 
 void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
-                 const int8_t* wp, const int32_t* sums, const Requant& r, uint8_t* out) {
-    const int64_t taps = g.kh * g.kw, nb = (g.oc + kNhwcOc - 1) / kNhwcOc;
+                 const int8_t* wp, const int32_t* sums, const Requant& r, const NhwcBlockQ* q,
+                 uint8_t* out) {
+    const int64_t taps = g.kh * g.kw, nb = nhwc_blocks(g.oc);
     const int64_t si = stride[0], sy = stride[2], sx = stride[3];  // stride[1] (channels): 1
     const int64_t padded = nb * kNhwcOc, ohw = g.oh * g.ow, all = g.n * ohw;
-    // the per-channel arrays padded to whole blocks (shift 33: any valid value)
-    std::vector<int32_t> bias(padded, 0), mult(padded, 0), shift(padded, 33);
+    // the bias corrected for the input zero point, padded to whole blocks
+    std::vector<int32_t> bias(padded, 0);
     for (int64_t j = 0; j < g.oc; ++j) {
         bias[j] = static_cast<int32_t>(static_cast<uint32_t>(r.bias[j]) -
                                        static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[j]));
-        mult[j] = r.multiplier[j];
-        shift[j] = r.shift[j];
     }
     // The steps of the k-loop. Rows (pixels side by side, column dilation 1): kernel row ky,
     // kw * C bytes, its taps' channels in the weights' order with C % 4 == 0 (else the rows'
@@ -148,7 +175,9 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
     const auto end_in = [](int64_t last, int64_t s) { return last < 0 ? 0 : last / s + 1; };
     const int64_t oy1 = end_in(g.h - 1 + g.pt - (g.kh - 1) * g.dh, g.sh);  // exclusive
     const int64_t ox1 = end_in(g.w - 1 + g.pl - (g.kw - 1) * g.dw, g.sw);
-    const NhwcTileFn tile = nhwc_fast() ? nhwc_tile_vnni : nhwc_tile_generic;
+    const bool fast = nhwc_fast();
+    const NhwcTileFn tile = fast ? nhwc_tile_vnni : nhwc_tile_generic;
+    const NhwcRequantFn requant = fast ? nhwc_requant_vnni : nhwc_requant_generic;
     const int64_t threads = omp_get_max_threads();
     const bool by_block = all < 8 * kNhwcPos * threads && nb >= 2 * threads;
 #pragma omp parallel num_threads(threads)
@@ -163,19 +192,50 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
             p1 = me + 1 == nt ? all : all * (me + 1) / nt / kNhwcPos * kNhwcPos;
         }
         const uint8_t* base[kNhwcPos];
+        const int64_t xstep = g.sw * sx;  // between a row's consecutive positions
+        // the sums of up to kHeld tiles, requantized together
+        constexpr int64_t kHeld = 4;
+        alignas(64) int32_t held[kHeld * kNhwcPos * 64];
         std::vector<const uint8_t*> tab(steps * kNhwcPos);
         // copies of steps in part in the padding or at x's end
         std::vector<uint8_t> spill(rows || over ? steps * kNhwcPos * sq * 4 : 0, 0);
         for (int64_t b = b0; b < b1; ++b) {
-            NhwcTile t{base, soff.data(), nullptr, steps, sq, form + b * kNhwcOc * steps * sq * 4,
-                       static_cast<int>(block_vectors(g.oc, b)), 0, bias.data() + b * kNhwcOc,
-                       mult.data() + b * kNhwcOc, shift.data() + b * kNhwcOc, &r, nullptr,
-                       g.oc, g.oc - b * kNhwcOc < kNhwcOc ? g.oc - b * kNhwcOc : kNhwcOc};
+            const int64_t o0 = b * kNhwcOc;
+            const int nv = static_cast<int>(block_vectors(g.oc, b));
+            NhwcTile t{base, soff.data(), nullptr, steps, sq, form + o0 * steps * sq * 4, nv, 0,
+                       bias.data() + o0, held};
+            const NhwcRequant rq{q + b, &r, nv, g.oc - o0 < kNhwcOc ? g.oc - o0 : kNhwcOc};
+            int64_t ph = p0;  // the first position whose sums are held
+            const auto run = [&](int64_t p) {  // the tile at position p
+                t.sums = held + (p - ph) * 64;
+                tile(t);
+                if (p + kNhwcPos - ph == kHeld * kNhwcPos || p + kNhwcPos >= p1) {
+                    requant(held, p + t.npos - ph, rq, out + ph * g.oc + o0, g.oc);
+                    ph = p + kNhwcPos;
+                }
+            };
             // the tile's positions as (image, row, column), stepped without divisions
             int64_t n = p0 / ohw, oy = p0 % ohw / g.ow, ox = p0 % g.ow;
             for (int64_t p = p0; p < p1; p += kNhwcPos) {
                 t.npos = static_cast<int>(p1 - p < kNhwcPos ? p1 - p : kNhwcPos);
-                t.out = out + p * g.oc + b * kNhwcOc;
+                // most tiles: within one output row and off the border, the positions' bases
+                // a column step apart (each position's own had cost the stem 4 %)
+                const uint8_t* a = x + n * si + (oy * g.sh - g.pt) * sy + (ox * g.sw - g.pl) * sx;
+                if (ox + t.npos <= g.ow && oy >= oy0 && oy < oy1 && ox >= ox0 &&
+                    ox + t.npos <= ox1 && (!over || a + (t.npos - 1) * xstep + reach <= readable)) {
+                    for (int m = 0; m < t.npos; ++m) base[m] = a + m * xstep;
+                    t.table = nullptr;
+                    ox += t.npos;
+                    if (ox == g.ow) {
+                        ox = 0;
+                        if (++oy == g.oh) {
+                            oy = 0;
+                            ++n;
+                        }
+                    }
+                    run(p);
+                    continue;
+                }
                 const uint8_t* at0[kNhwcPos];
                 int64_t py[kNhwcPos], px[kNhwcPos];
                 bool inner = true;
@@ -230,7 +290,7 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
                         }
                     }
                 }
-                tile(t);
+                run(p);
             }
         }
     }

@@ -39,10 +39,10 @@ void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64
 // One tile's work: npos (<= kNhwcPos) consecutive output positions x one weight block, over
 // `steps` steps of the k-loop (kernel rows or taps, conv2d_nhwc's choice) of `quads` quads.
 // Position m's bytes for step s start at base[m] + soff[s] or, with table set, at
-// table[s * kNhwcPos + m]; quad q of a step is the 4 bytes 4 q further. The sums go through
-// the block's per-channel requantization (bias corrected for the input zero point; every array
-// padded to the block's whole vectors) into out + m * ldo, nbytes (the block's real channels)
-// a position.
+// table[s * kNhwcPos + m]; quad q of a step is the 4 bytes 4 q further. The sums, from the
+// block's corrected bias (bias - z * row sums, padded to the block's whole vectors), go to
+// sums + 64 m, 16 nv s32 a position: the tiles leave the requantization to nhwc_requant_*,
+// a few tiles' positions at a time (in the tile, its latency had cost the stem 4 %).
 struct NhwcTile {
     const uint8_t* const* base;
     const int64_t* soff;
@@ -50,16 +50,39 @@ struct NhwcTile {
     int64_t steps, quads;
     const int8_t* w;  // the block, in the steps' form
     int nv, npos;
-    const int32_t* bias;  // corrected: bias - z * row sums
-    const int32_t* mult;
-    const int32_t* shift;
-    const Requant* r;  // zero point and bounds
-    uint8_t* out;
-    int64_t ldo, nbytes;
+    const int32_t* bias;
+    int32_t* sums;
 };
 using NhwcTileFn = void (*)(const NhwcTile&);
 void nhwc_tile_generic(const NhwcTile& t);
 void nhwc_tile_vnni(const NhwcTile& t);
+
+// A block's requantization constants, worked out once where the requantization is fixed
+// (nhwc_block_q, by Int8Conv): per channel multiplier and shift (padded to the whole block:
+// multiplier 0, shift 33) and, where every shift of the block is 33 or more (`fold`, the usual
+// case), the vectors of requant_lanes_y's fold form.
+struct NhwcBlockQ {
+    int32_t mult[kNhwcOc], shift[kNhwcOc], mult_odd[kNhwcOc], half_hi[kNhwcOc], shift_hi[kNhwcOc];
+    bool fold;
+};
+inline int64_t nhwc_blocks(int64_t oc) { return (oc + kNhwcOc - 1) / kNhwcOc; }
+// r's multipliers and shifts (step 1) of oc channels -> q[nhwc_blocks(oc)].
+void nhwc_block_q(const Requant& r, int64_t oc, NhwcBlockQ* q);
+
+// One block's requantization of npos positions' sums (npos, 64) s32 (the bias in them) ->
+// out + p * ldo, nbytes (the block's real channels) each.
+struct NhwcRequant {
+    const NhwcBlockQ* q;
+    const Requant* r;  // zero point and bounds
+    int nv;
+    int64_t nbytes;
+};
+using NhwcRequantFn = void (*)(const int32_t* sums, int64_t npos, const NhwcRequant& q,
+                               uint8_t* out, int64_t ldo);
+void nhwc_requant_generic(const int32_t* sums, int64_t npos, const NhwcRequant& q,
+                          uint8_t* out, int64_t ldo);
+void nhwc_requant_vnni(const int32_t* sums, int64_t npos, const NhwcRequant& q, uint8_t* out,
+                       int64_t ldo);
 
 // Whether the current ISA has a fast tile for this engine (VNNI and AMX hosts); elsewhere it
 // runs the generic tile, exact but slow.
@@ -67,12 +90,13 @@ bool nhwc_fast();
 
 // x u8 of logical shape (N, C, H, W), element (n, c, y, x) at x + n stride[0] + c stride[1] +
 // y stride[2] + x stride[3], zero point z (g: the geometry, groups 1); wp the packed blocks,
-// sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1) ->
-// out (N, OH, OW, OC). x has its channels side by side (stride[1] == 1: channels-last, any
+// sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1) and q
+// its nhwc_block_q -> out (N, OH, OW, OC). x has its channels side by side (stride[1] == 1: channels-last, any
 // other strides). Where a step's quads hold more bytes than it reads (C or kw * C not a
 // multiple of 4; zero weights), no read passes x's last byte (int8_conv_nhwc.cpp).
 void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
-                 const int8_t* wp, const int32_t* sums, const Requant& r, uint8_t* out);
+                 const int8_t* wp, const int32_t* sums, const Requant& r, const NhwcBlockQ* q,
+                 uint8_t* out);
 
 }  // namespace int8
 }  // namespace tianyuan
