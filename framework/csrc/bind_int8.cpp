@@ -360,7 +360,8 @@ void bind_int8_eltwise(py::module_& m) {
                                                    x.shape(1)});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
-        int8::to_channels_last(in.data, x.shape(0), x.shape(1), x.shape(2) * x.shape(3), o);
+        int8::to_channels_last(in.data, x.shape(0), x.shape(1), x.shape(2), x.shape(3),
+                               int8::Border{0, 0, 0, 0, 0}, o);
         return out;
     }, "x u8/s8 (N, C, H, W) C-contiguous -> the same values as (N, H, W, C)");
     m.def("int8_avg_pool2d", [](const py::array& x, int zp, std::pair<int64_t, int64_t> k,

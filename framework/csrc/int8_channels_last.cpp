@@ -16,22 +16,40 @@
 namespace tianyuan {
 namespace int8 {
 
-void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out) {
-    if (c == 3 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi) {
-        to_channels_last3_vbmi(x, n, hw, out);  // images: 0.46 -> 0.03 ms at 16 x 224 x 224
-        return;
-    }
-    constexpr int64_t kBlock = 64;  // pixels a block: c rows of 64 bytes read, 64 pixels written
-    const int64_t blocks = (hw + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n * c * hw > (1 << 16))
-    for (int64_t i = 0; i < n * blocks; ++i) {
-        const int64_t img = i / blocks, p0 = i % blocks * kBlock;
-        const int64_t p1 = p0 + kBlock < hw ? p0 + kBlock : hw;
-        const uint8_t* src = x + img * c * hw;
-        uint8_t* dst = out + img * hw * c;
+void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t h, int64_t w,
+                      const Border& pad, uint8_t* out) {
+    const int64_t ph = pad.pt + h + pad.pb, pw = pad.pl + w + pad.pr;
+    const bool vbmi = c == 3 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi;
+    // runs of pixels contiguous in x and in out: an image's rows, or each row where the border
+    // has columns; long runs in pieces of 4096 pixels (a thread's share of a small batch)
+    const bool rows = pad.pl || pad.pr;
+    const int64_t run = rows ? w : h * w, runs = rows ? h : 1;
+    constexpr int64_t kPiece = 4096;
+    const int64_t pieces = (run + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (n * c * h * w > (1 << 16))
+    for (int64_t i = 0; i < n * runs * pieces; ++i) {
+        const int64_t img = i / (runs * pieces), r = i / pieces % runs, p0 = i % pieces * kPiece;
+        const int64_t len = run - p0 < kPiece ? run - p0 : kPiece;
+        const uint8_t* src = x + img * c * h * w + r * run + p0;
+        uint8_t* dst = out + ((img * ph + pad.pt + r) * pw + pad.pl) * c + p0 * c;
+        if (!rows) dst = out + (img * ph + pad.pt) * pw * c + p0 * c;
+        if (vbmi) {
+            channels_last3_vbmi(src, h * w, len, dst);  // images: 0.46 -> 0.03 ms at 16 x 224^2
+            continue;
+        }
         for (int64_t ch = 0; ch < c; ++ch) {
-            const uint8_t* row = src + ch * hw;
-            for (int64_t p = p0; p < p1; ++p) dst[p * c + ch] = row[p];
+            const uint8_t* plane = src + ch * h * w;
+            for (int64_t p = 0; p < len; ++p) dst[p * c + ch] = plane[p];
+        }
+    }
+    if (!pad.pt && !pad.pb && !pad.pl && !pad.pr) return;
+    for (int64_t img = 0; img < n; ++img) {  // the border
+        uint8_t* o = out + img * ph * pw * c;
+        std::memset(o, pad.fill, pad.pt * pw * c);
+        std::memset(o + (pad.pt + h) * pw * c, pad.fill, pad.pb * pw * c);
+        for (int64_t y = pad.pt; y < pad.pt + h; ++y) {
+            std::memset(o + y * pw * c, pad.fill, pad.pl * c);
+            std::memset(o + (y * pw + pad.pl + w) * c, pad.fill, pad.pr * c);
         }
     }
 }

@@ -30,17 +30,13 @@ const Interleave3 interleave3;
 
 }  // namespace
 
-void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out) {
-    const int64_t blocks = (hw + 63) / 64;
-#pragma omp parallel for schedule(static) if (n * hw > (1 << 15))
-    for (int64_t i = 0; i < n * blocks; ++i) {
-        const int64_t img = i / blocks, p = i % blocks * 64, left = hw - p < 64 ? hw - p : 64;
-        const uint8_t* src = x + img * 3 * hw + p;
-        uint8_t* dst = out + (img * hw + p) * 3;
+void channels_last3_vbmi(const uint8_t* x, int64_t plane, int64_t len, uint8_t* out) {
+    for (int64_t p = 0; p < len; p += 64) {
+        const int64_t left = len - p < 64 ? len - p : 64;
         const __mmask64 in = low_mask64(left);
-        const __m512i a = _mm512_maskz_loadu_epi8(in, src);
-        const __m512i b = _mm512_maskz_loadu_epi8(in, src + hw);
-        const __m512i c = _mm512_maskz_loadu_epi8(in, src + 2 * hw);
+        const __m512i a = _mm512_maskz_loadu_epi8(in, x + p);
+        const __m512i b = _mm512_maskz_loadu_epi8(in, x + plane + p);
+        const __m512i c = _mm512_maskz_loadu_epi8(in, x + 2 * plane + p);
         for (int k = 0; k < 3; ++k) {
             const int64_t bytes = 3 * left - 64 * k;
             if (bytes <= 0) break;
@@ -48,7 +44,7 @@ void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* ou
                 a, _mm512_load_si512(interleave3.ab[k]), b);
             v = _mm512_mask_permutexvar_epi8(v, interleave3.from_c[k],
                                              _mm512_load_si512(interleave3.c[k]), c);
-            _mm512_mask_storeu_epi8(dst + 64 * k, low_mask64(bytes), v);
+            _mm512_mask_storeu_epi8(out + 3 * p + 64 * k, low_mask64(bytes), v);
         }
     }
 }

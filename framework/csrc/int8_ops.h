@@ -185,12 +185,19 @@ void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t
 // avg_pool2d's unpadded windows as wide as the plane (kw == w: global pooling).
 void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 
-// Channels-last activations (int8_conv_nhwc.h; int8_channels_last.cpp): x (N, C, HW) bytes
-// -> out (N, HW, C); max pooling of x (N, H, W, C) packed -> out (N, OH, OW, C), g.planes = N
-// and c channels, padding never winning (qmin), like max_pool2d (the _avx512 twin: 64
-// channels a step).
-void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t hw, uint8_t* out);
-void to_channels_last3_vbmi(const uint8_t* x, int64_t n, int64_t hw, uint8_t* out);
+// Channels-last activations (int8_conv_nhwc.h; int8_channels_last.cpp): x (N, C, H, W) bytes
+// -> out (N, pt + H + pb, pl + W + pr, C), the border `fill` (the channels-last conv's image,
+// padded with its zero point: no border tiles); max pooling of x (N, H, W, C) packed -> out
+// (N, OH, OW, C), g.planes = N and c channels, padding never winning (qmin), like max_pool2d
+// (the _avx512 twin: 64 channels a step).
+struct Border {
+    int64_t pt, pb, pl, pr;
+    uint8_t fill;
+};
+void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t h, int64_t w,
+                      const Border& pad, uint8_t* out);
+// len pixels of 3 planes `plane` bytes apart -> out, interleaved.
+void channels_last3_vbmi(const uint8_t* x, int64_t plane, int64_t len, uint8_t* out);
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
 void max_pool2d_nhwc_avx512(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out);
 // Global average pooling of x (N, HW, C) packed -> out (N, C), as avg_pool2d; the ISA unit's

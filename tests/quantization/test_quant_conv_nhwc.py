@@ -92,14 +92,14 @@ def test_conv2d_channels_last(case, threads):
 @pytest.mark.parametrize("case", NHWC_CASES[:6] + [CASES[7], (2, 1, 9, 8, 20, 3, 3, 2, 1, 1, 1),
                                                   (1, 2, 6, 7, 70, 5, 4, 1, (2, 1, 0, 3), 1, 1)])
 def test_channels_last_engine(case):
-    """The native engine called directly, channels-last in, (N, H, W, C) out, on the ISAs that
-    run it: its VNNI tile on VNNI and AMX hosts, its generic one everywhere
-    (TIANYUAN_ISA=generic)."""
+    """The native engine called directly, channels-last or C-contiguous NCHW in, (N, H, W, C)
+    out, on the ISAs that run it: its VNNI tile on VNNI and AMX hosts, its generic one
+    everywhere (TIANYUAN_ISA=generic)."""
     rng = np.random.default_rng(sum(np.ravel(case[:7])))
     x, wt, bias, mult, shift, geom, _ = conv_case(rng, case, np.uint8)
     packed = K.pack_weights(wt)
     want = R.qconv2d(x, 201, wt, bias, mult, shift, 7, False, np.uint8, **geom)
-    inputs = [K.to_channels_last(x)]
+    inputs = [K.to_channels_last(x), x]  # x NCHW: copied channels-last, padded, by the engine
     ran = []
     for isa in each_isa():
         conv = K.PreparedConv(packed, bias, mult, shift, 7, False, np.uint8, **geom)
@@ -156,8 +156,9 @@ def test_channels_last_takes_and_refuses():
         conv.run.channels_last(np.zeros((1, 3, 5, 5), np.uint8), 0)
     with pytest.raises(ValueError, match=r"must be \(N, C, H, W\)"):
         conv.run.channels_last(np.zeros((5, 5, 4), np.uint8), 0)
-    with pytest.raises(ValueError, match=r"strides \(100, 25, 5, 1\) must have its channels"):
-        conv.run.channels_last(np.zeros((1, 4, 5, 5), np.uint8), 0)
+    with pytest.raises(ValueError, match=r"strides \(200, 50, 10, 2\) must have its channels "
+                                         r"side by side, or be C-contiguous"):
+        conv.run.channels_last(np.zeros((1, 4, 5, 10), np.uint8)[..., ::2], 0)
     with pytest.raises(ValueError, match=r"must be \(OC, C, kh, kw\)"):
         _C.int8_pack_conv_weights_nhwc(np.ones((8, 27), np.int8))
 
