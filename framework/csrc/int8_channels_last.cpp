@@ -26,30 +26,30 @@ void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t h, int64_t
     const int64_t run = rows ? w : h * w, runs = rows ? h : 1;
     constexpr int64_t kPiece = 4096;
     const int64_t pieces = (run + kPiece - 1) / kPiece;
+    const auto fill = [&pad](uint8_t* o, int64_t bytes) {  // most a row's few border bytes
+        for (int64_t k = 0; k < bytes; ++k) o[k] = pad.fill;
+    };
 #pragma omp parallel for schedule(static) if (n * c * h * w > (1 << 16))
     for (int64_t i = 0; i < n * runs * pieces; ++i) {
         const int64_t img = i / (runs * pieces), r = i / pieces % runs, p0 = i % pieces * kPiece;
         const int64_t len = run - p0 < kPiece ? run - p0 : kPiece;
         const uint8_t* src = x + img * c * h * w + r * run + p0;
-        uint8_t* dst = out + ((img * ph + pad.pt + r) * pw + pad.pl) * c + p0 * c;
-        if (!rows) dst = out + (img * ph + pad.pt) * pw * c + p0 * c;
+        uint8_t* row = out + ((img * ph + pad.pt + r) * pw + pad.pl) * c;  // a run's first pixel
+        uint8_t* dst = row + p0 * c;
         if (vbmi) {
             channels_last3_vbmi(src, h * w, len, dst);  // images: 0.46 -> 0.03 ms at 16 x 224^2
-            continue;
+        } else {
+            for (int64_t ch = 0; ch < c; ++ch) {
+                const uint8_t* plane = src + ch * h * w;
+                for (int64_t p = 0; p < len; ++p) dst[p * c + ch] = plane[p];
+            }
         }
-        for (int64_t ch = 0; ch < c; ++ch) {
-            const uint8_t* plane = src + ch * h * w;
-            for (int64_t p = 0; p < len; ++p) dst[p * c + ch] = plane[p];
-        }
-    }
-    if (!pad.pt && !pad.pb && !pad.pl && !pad.pr) return;
-    for (int64_t img = 0; img < n; ++img) {  // the border
-        uint8_t* o = out + img * ph * pw * c;
-        std::memset(o, pad.fill, pad.pt * pw * c);
-        std::memset(o + (pad.pt + h) * pw * c, pad.fill, pad.pb * pw * c);
-        for (int64_t y = pad.pt; y < pad.pt + h; ++y) {
-            std::memset(o + y * pw * c, pad.fill, pad.pl * c);
-            std::memset(o + (y * pw + pad.pl + w) * c, pad.fill, pad.pr * c);
+        // the border beside the run, and the image's rows above and below with its ends
+        if (p0 == 0) fill(row - pad.pl * c, pad.pl * c);
+        if (p0 + len == run) fill(row + run * c, pad.pr * c);
+        if (r == 0 && p0 == 0) fill(out + img * ph * pw * c, pad.pt * pw * c);
+        if (r == runs - 1 && p0 + len == run) {
+            fill(out + (img * ph + pad.pt + h) * pw * c, pad.pb * pw * c);
         }
     }
 }
