@@ -32,6 +32,9 @@ constexpr int kNhwcPos = 6;      // output positions per tile: 6 x 4 accumulator
 inline int64_t nhwc_quads(int64_t c) { return (c + 3) / 4; }
 inline int64_t nhwc_row_quads(int64_t c, int64_t kw) { return (kw * c + 3) / 4; }
 int64_t nhwc_packed_size(int64_t oc, int64_t c, int64_t kh, int64_t kw);
+// Where the blocks of one form start in the packed weights: by kernel row (rows; with C % 4 ==
+// 0 the same bytes as by tap) or by tap.
+int64_t nhwc_form_offset(int64_t oc, int64_t c, int64_t kh, int64_t kw, bool rows);
 // w (OC, C, kh, kw) s8 row-major -> the blocks above.
 void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
                        int8_t* out);
@@ -93,7 +96,7 @@ bool nhwc_fast();
 // sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1) and q
 // its nhwc_block_q -> out (N, OH, OW, OC). x has its channels side by side (stride[1] == 1:
 // channels-last, any other strides). Where a step's quads hold more bytes than it reads (C or
-// kw * C not a multiple of 4; zero weights), no read passes x's last byte (int8_conv_nhwc.cpp).
+// kw * C not a multiple of 4; zero weights), no read passes x's last byte (int8_conv_nhwc_driver.cpp).
 void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
                  const int8_t* wp, const int32_t* sums, const Requant& r, const NhwcBlockQ* q,
                  uint8_t* out);
