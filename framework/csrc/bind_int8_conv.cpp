@@ -291,8 +291,9 @@ void bind_int8_conv(py::module_& m) {
              py::arg("nhwc") = py::none())
         .def("__call__", &Int8Conv::operator(), py::arg("x"), py::arg("zp"))
         .def("channels_last", &Int8Conv::channels_last, py::arg("x"), py::arg("zp"),
-             "x uint8 (N, C, H, W) channels-last -> (N, OH, OW, OC): the channels-last engine "
-             "(int8_conv_nhwc.h); groups 1");
+             "x uint8 (N, C, H, W), channels-last or C-contiguous (copied channels-last, "
+             "padded with zp) -> (N, OH, OW, OC): the channels-last engine (int8_conv_nhwc.h); "
+             "groups 1");
     m.def("int8_pack_conv_weights_nhwc", [](const Array<int8_t>& w) {
         if (w.ndim() != 4) {
             throw std::invalid_argument("int8_pack_conv_weights_nhwc: w must be (OC, C, kh, kw), "

@@ -241,9 +241,8 @@ class PreparedConv:
         tail = (b, m, s, int(out_zero_point), bool(relu), _signed(dtype), top, _pair(stride),
                 _quad(padding), _pair(dilation))
         self.packed, self.out_channels = packed, packed.shape[0]
-        # the channels-last engine's weights, where it takes the conv (groups 1) and runs: its
-        # VNNI tile, or the generic ISA's (packed here: not on the other ISAs, which never
-        # run it)
+        # the channels-last engine's weights, where it takes the conv (groups 1) and runs (its
+        # VNNI tile, or the generic ISA's): not packed on the other ISAs, which never run it
         self.nhwc = packed.groups == 1 and (_C.int8_nhwc_fast() or
                                             _C.current_isa() == "generic")
         if packed.depthwise:
@@ -274,10 +273,9 @@ class PreparedConv:
     def channels_last(self, x, x_zero_point):
         """x u8/s8 (N, C, H, W), any layout -> (N, OC, OH, OW) channels-last: the channels-last
         engine where it runs (uint8 x, groups 1, on VNNI and AMX hosts and the generic ISA),
-        reading x as it lies if it is channels-last, else a channels-last copy padded with the
-        zero point (a 3-channel image at 16 x 224 x 224: about 0.1 ms with VBMI, and the stem
-        0.94x its time without border tiles); elsewhere (and where this was made on an ISA
-        without the engine) the NCHW algorithms and a copy of their result."""
+        reading x as it lies if channels-last, else copying it channels-last padded with the zero
+        point (16 x 3 x 224 x 224: ~0.1 ms with VBMI, the stem then 0.94x its time); elsewhere
+        (or made on an ISA without the engine) the NCHW algorithms and a copy of their result."""
         zp = int(x_zero_point)
         if self.nhwc and x.dtype == np.uint8 and (
                 _C.int8_nhwc_fast() or _C.current_isa() == "generic"):
