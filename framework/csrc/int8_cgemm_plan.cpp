@@ -21,6 +21,12 @@ namespace int8 {
 // 32 -> 16 and 24 / 32 -> 144 layers (2-7 MB) were 3-5 % slower so.
 constexpr int64_t kRunBlocks = 8, kRunMaxDepth = 64, kRunMinOutput = int64_t{1} << 23;
 
+bool own_blocks_wins(const ConvGeom& g, int64_t oblocks, int64_t threads) {
+    const int64_t p = g.oh * g.ow, k = g.c * g.kh * g.kw;
+    return g.n == 1 && g.groups == 1 && threads > 1 && oblocks >= 2 * threads &&
+           (p <= kPos || (p <= 16 * kPos && g.oc >= k));
+}
+
 // amx: the blocks' products run on AMX tiles (amx_gemm_block), channels kAmxOc a block.
 ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     ConvPlan s;
@@ -31,7 +37,11 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.kg = s.cg * g.kh * g.kw;
     s.kp = round_up(s.kg, kGroup);
     s.p = g.oh * g.ow;
-    s.start = block_starts(g.n * s.p, omp_get_max_threads());
+    const int64_t unit = amx ? kAmxOc : kOcBlock, oblocks = (s.ocg + unit - 1) / unit;
+    const int64_t threads = omp_get_max_threads();
+    s.own_blocks = !amx && own_blocks_wins(g, oblocks, threads);
+    // own blocks: uniform blocks, the threads splitting the channels instead
+    s.start = block_starts(g.n * s.p, s.own_blocks ? 1 : threads);
     s.blocks = static_cast<int64_t>(s.start.size()) - 1;
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
@@ -60,8 +70,6 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.qoff.resize(static_cast<size_t>(s.kp / kGroup));
     for (int64_t q = 0; q < s.kp / kGroup; ++q) s.qoff[q] = q * kPos * kGroup;
     // Few position blocks (batch 1, small maps): also split the output channels.
-    const int64_t unit = amx ? kAmxOc : kOcBlock, oblocks = (s.ocg + unit - 1) / unit;
-    const int64_t threads = omp_get_max_threads();
     const int64_t tasks = g.groups * s.blocks, want = 2 * threads;
     s.chunks = tasks >= want ? 1 : (want + tasks - 1) / tasks;
     // A few more blocks than threads leave threads idle at the end (13 blocks on 2 threads:

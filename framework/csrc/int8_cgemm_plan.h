@@ -40,6 +40,9 @@ struct ConvPlan {
     const int32_t* res = nullptr;
     const uint8_t* chans = nullptr;  // the tile's channel table (chans_space), or null
     int64_t run = 1;  // position blocks a task packs before its tiles (kRunBlocks)
+    // Batch 1, small maps (own_blocks_wins): every thread packs all the position blocks itself
+    // and runs its share of the output channels over them, whole output rows, no barrier.
+    bool own_blocks = false;
     // The AVX2 tile's weights widened once for the call (widen_all) where kWideMinBlocks or
     // more position blocks reuse them and rows are kWideMinDepth deep or more or all of them
     // widen to kWideMaxSmall bytes or fewer, else null (the tile widens its block's itself).
@@ -69,6 +72,20 @@ struct Ring {
     int64_t slots = 0, image = 0;
     const uint8_t* end = nullptr;
 };
+
+// Batch 1 at 14x14 and 7x7 had split the positions between the threads (blocks of 64 and 34
+// at 14x14) or the output channels over blocks packed once by all threads: the threads then
+// wrote the same cache line of every output row (a row of 196 bytes split at 98), or read the
+// blocks from the other core's cache behind a barrier. Each thread packing every block itself
+// (the input read twice) and writing whole rows, MobileNetV2's 1x1 layers at batch 1 took
+// 0.50-0.52x their time at 14x14 where they widen (64 -> 384, 96 -> 576), 0.75-0.91x at 7x7,
+// 0.86x at 28x28 (32 -> 192); its forward 0.93x (AVX2 too), ShuffleNetV2's 0.97x, ResNet-18
+// level (Zen 5, 2 threads, alternating in one process). Layers that narrow at 14x14 and 28x28
+// (384 -> 64, 192 -> 32: the input the larger) took 1.08-1.15x, those at 56x56 and beyond
+// 1.03-2.3x, and grouped ones, every group's blocks packed by every thread, ShuffleNetV1's
+// forward 1.03x (3 groups) and 1.14x (8): taken for one image, groups 1, of one position block
+// or of up to 16 that widen the channels, with at least two weight blocks a thread.
+bool own_blocks_wins(const ConvGeom& g, int64_t oblocks, int64_t threads);
 
 // amx: the blocks' products run on AMX tiles (amx_gemm_block), channels kAmxOc a block.
 ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx);

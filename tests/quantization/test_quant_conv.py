@@ -342,12 +342,13 @@ def test_conv2d_k_split_packs_stay_in_their_part(threads):
     """One block of 60 positions (12 rows of 5) whose k-quads the threads pack in parts
     (few blocks: plan's chunks). The run at lane 50 is not its k-quad's last, and a whole
     vector step from it had run past lane 63 into the next part's first k-quad, which another
-    thread packs, with bytes of the wrong k-quad."""
+    thread packs, with bytes of the wrong k-quad. 18 channels: 3 weight blocks, too few for
+    each of 2 threads to pack the block itself (own_blocks_wins)."""
     rng = np.random.default_rng(8)
     x = rng.integers(0, 256, (1, 16, 12, 5), dtype=np.uint8)
-    wt = rng.integers(-128, 128, (24, 16, 3, 3), dtype=np.int8)
-    bias = rng.integers(-2000, 2000, 24, dtype=np.int32)
-    mult, shift = R.quantize_multiplier(np.full(24, 0.002))
+    wt = rng.integers(-128, 128, (18, 16, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2000, 2000, 18, dtype=np.int32)
+    mult, shift = R.quantize_multiplier(np.full(18, 0.002))
     packed = K.pack_weights(wt, 1)
     args = (bias, mult, shift, 3, False, np.uint8)
     before = ty.get_num_threads()
@@ -357,5 +358,34 @@ def test_conv2d_k_split_packs_stay_in_their_part(threads):
             check_quant(lambda: K.conv2d(x, 9, packed, *args, stride=1, padding=1,
                                          algorithm="packed"),
                         lambda: R.qconv2d(x, 9, wt, *args, stride=1, padding=1))
+    finally:
+        ty.set_num_threads(before)
+
+
+# Batch 1, small maps (own_blocks_wins in framework/csrc/int8_cgemm_plan.h): every thread packs
+# all the position blocks and runs its share of the weight blocks (on 2 and 3 threads; 1 runs
+# the other paths). A 1x1 layer that widens at 14x14 (4 blocks, the last of 4 positions; 41
+# channels: 7 weight blocks, the last of 5 rows), a 3x3 one-block map copied from quad planes
+# (40 channels), one gathered (C 6) with stride 2 and padding (37 channels).
+OWN_CASES = [
+    (1, 16, 14, 14, 41, 1, 1, 1, 0, 1, 1),
+    (1, 8, 7, 7, 40, 3, 3, 1, 1, 1, 1),
+    (1, 6, 11, 13, 37, 3, 3, 2, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", OWN_CASES)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("in_dtype,in_zp", [(np.uint8, 117), (np.int8, -3)])
+def test_conv2d_own_blocks(case, threads, in_dtype, in_zp):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + threads)
+    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype)
+    packed = K.pack_weights(wt, groups)
+    args = (bias, mult, shift, 5, True, np.uint8)
+    before = ty.get_num_threads()
+    ty.set_num_threads(threads)
+    try:
+        check_quant(lambda: K.conv2d(x, in_zp, packed, *args, **geom, algorithm="packed"),
+                    lambda: R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
     finally:
         ty.set_num_threads(before)
