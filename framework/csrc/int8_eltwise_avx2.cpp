@@ -257,9 +257,11 @@ void quantize_avx2(const float* x, int64_t size, float scale, int32_t zp, bool o
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i1 = (c + 1) * kChunk < size ? (c + 1) * kChunk : size;
         int64_t i = c * kChunk;
-        for (; i + 16 <= i1; i += 16)
+        for (; i + 16 <= i1; i += 16) {
+            _mm_prefetch(reinterpret_cast<const char*>(x + i + kQuantizeAhead), _MM_HINT_T0);
             _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                              pack16(eight(x + i), eight(x + i + 8), out_signed));
+        }
         for (; i < i1; ++i) {
             float q = std::nearbyint(x[i] / scale);  // the default rounding: half to even
             q = q >= flo ? q : flo;                  // NaN too

@@ -248,13 +248,20 @@ void quantize_avx512(const float* x, int64_t size, float scale, int32_t zp, bool
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i1 = (c + 1) * kChunk < size ? (c + 1) * kChunk : size;
-        for (int64_t i = c * kChunk; i < i1; i += 16) {
-            const __mmask16 k = lanes(i1 - i);
-            __m512 q = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), s),
+        const auto one = [&](__m512 v) {
+            __m512 q = _mm512_roundscale_ps(_mm512_div_ps(v, s),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);  // max(NaN, lo) is lo
-            const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(q), z);
-            _mm_mask_storeu_epi8(out + i, k, _mm512_cvtepi32_epi8(v));
+            return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), z));
+        };
+        int64_t i = c * kChunk;
+        for (; i + 16 <= i1; i += 16) {  // whole vectors: masked loads had not been prefetched
+            _mm_prefetch(reinterpret_cast<const char*>(x + i + kQuantizeAhead), _MM_HINT_T0);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), one(_mm512_loadu_ps(x + i)));
+        }
+        if (i < i1) {
+            const __mmask16 k = lanes(i1 - i);
+            _mm_mask_storeu_epi8(out + i, k, one(_mm512_maskz_loadu_ps(k, x + i)));
         }
     }
 }
