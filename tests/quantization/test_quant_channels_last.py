@@ -5,7 +5,7 @@ bits of the NCHW model, and each layer's output after the first conv is channels
 that layout wins."""
 import numpy as np
 import pytest
-from helpers import check_quant, each_isa
+from helpers import check_quant, each_isa, guarded_copy
 
 import tianyuan as ty
 from tianyuan import quantization as Q
@@ -42,6 +42,17 @@ def test_max_pool2d_channels_last(geom, dtype, channels):
         assert K.is_channels_last(y)
         return y
     check_quant(native, lambda: R.max_pool2d(x, kernel, stride, padding))
+
+
+@pytest.mark.parametrize("channels", [20, 64, 130])
+def test_max_pool2d_channels_last_reads_nothing_past_the_input(channels):
+    """The input's last byte the last of a readable page: the AVX-512 kernel loads whole
+    64-channel steps unmasked and only a part-filled last step masked."""
+    x = np.random.default_rng(2).integers(0, 256, (2, 5, 7, channels), dtype=np.uint8)
+    nhwc, keep = guarded_copy(x)
+    y = nhwc.transpose(0, 3, 1, 2)  # (N, C, H, W), channels-last
+    check_quant(lambda: K.max_pool2d(y, 3, 2, 1), lambda: R.max_pool2d(y, 3, 2, 1))
+    del y, nhwc, keep
 
 
 @pytest.mark.parametrize("dtype,zp", [(np.uint8, 37), (np.uint8, 250), (np.int8, -5),
