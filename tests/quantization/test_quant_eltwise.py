@@ -1,7 +1,7 @@
 """Native int8 add, concat, max/avg pooling: bit-exact on every ISA path."""
 import numpy as np
 import pytest
-from helpers import check_quant
+from helpers import check_quant, guarded_copy
 
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
@@ -174,6 +174,15 @@ def test_max_pool2d(shape, kernel, stride, padding, dtype):
     x = _q(np.random.default_rng(5), shape, dtype)
     check_quant(lambda: K.max_pool2d(x, kernel, stride, padding),
                 lambda: R.max_pool2d(x, kernel, stride, padding))
+
+
+@pytest.mark.parametrize("width", [64, 70, 150])
+def test_max_pool2d_reads_nothing_past_the_input(width):
+    """The input's last byte the last of a readable page: AVX-512 loads a row's whole 64-byte
+    steps unmasked and only a part-filled last step masked."""
+    x, keep = guarded_copy(_q(np.random.default_rng(6), (2, 3, 5, width), np.uint8))
+    check_quant(lambda: K.max_pool2d(x, 3, 2, 1), lambda: R.max_pool2d(x, 3, 2, 1))
+    del x, keep
 
 
 @pytest.mark.parametrize("shape,kernel,stride,padding", POOLS)
