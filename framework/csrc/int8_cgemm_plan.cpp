@@ -23,7 +23,8 @@ constexpr int64_t kRunBlocks = 8, kRunMaxDepth = 64, kRunMinOutput = int64_t{1} 
 
 bool own_blocks_wins(const ConvGeom& g, int64_t oblocks, int64_t threads) {
     const int64_t p = g.oh * g.ow, k = g.c * g.kh * g.kw;
-    return g.n == 1 && g.groups == 1 && threads > 1 && oblocks >= 2 * threads &&
+    return g.n == 1 && g.groups == 1 && threads > 1 && threads <= kOwnBlocksMaxThreads &&
+           oblocks >= 2 * threads &&
            (p <= kPos || (p <= 16 * kPos && g.oc >= k));
 }
 

@@ -84,7 +84,11 @@ struct Ring {
 // (384 -> 64, 192 -> 32: the input the larger) took 1.08-1.15x, those at 56x56 and beyond
 // 1.03-2.3x, and grouped ones, every group's blocks packed by every thread, ShuffleNetV1's
 // forward 1.03x (3 groups) and 1.14x (8): taken for one image, groups 1, of one position block
-// or of up to 16 that widen the channels, with at least two weight blocks a thread.
+// or of up to 16 that widen the channels, with at least two weight blocks a thread, on up to
+// kOwnBlocksMaxThreads threads: each thread's copy of the packing grows with their number
+// (a one-block 3x3 layer of 256 channels: 147 KB a thread against 1/16 of its products on
+// 16), and no host with more than 2 was measured.
+constexpr int64_t kOwnBlocksMaxThreads = 4;
 bool own_blocks_wins(const ConvGeom& g, int64_t oblocks, int64_t threads);
 
 // amx: the blocks' products run on AMX tiles (amx_gemm_block), channels kAmxOc a block.

@@ -363,8 +363,8 @@ def test_conv2d_k_split_packs_stay_in_their_part(threads):
 
 
 # Batch 1, small maps (own_blocks_wins in framework/csrc/int8_cgemm_plan.h): every thread packs
-# all the position blocks and runs its share of the weight blocks (on 2 and 3 threads; 1 runs
-# the other paths). A 1x1 layer that widens at 14x14 (4 blocks, the last of 4 positions; 41
+# all the position blocks and runs its share of the weight blocks (on 2 and 3 threads; 1 and 5
+# run the other paths). A 1x1 layer that widens at 14x14 (4 blocks, the last of 4 positions; 41
 # channels: 7 weight blocks, the last of 5 rows), a 3x3 one-block map copied from quad planes
 # (40 channels), one gathered (C 6) with stride 2 and padding (37 channels).
 OWN_CASES = [
@@ -375,7 +375,7 @@ OWN_CASES = [
 
 
 @pytest.mark.parametrize("case", OWN_CASES)
-@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
 @pytest.mark.parametrize("in_dtype,in_zp", [(np.uint8, 117), (np.int8, -3)])
 def test_conv2d_own_blocks(case, threads, in_dtype, in_zp):
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + threads)
