@@ -1,10 +1,12 @@
-"""Dropout, Identity, Flatten."""
+"""Dropout, Identity, Flatten, ChannelShuffle."""
 from .. import functional as F
+from ..ops.shape import shuffled
 from .module import Module
 
 
 class Dropout(Module):
     """Zeroes elements with probability p in training (survivors scaled by 1 / (1 - p))."""
+    graph_alias = True  # jit.trace (eval mode): returns its input itself
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
@@ -21,6 +23,7 @@ class Dropout(Module):
 
 class Identity(Module):
     """Returns its input; takes and ignores any constructor arguments."""
+    graph_alias = True  # jit.trace: returns its input itself
 
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -39,5 +42,30 @@ class Flatten(Module):
     def forward(self, x):
         return F.flatten(x, self.start_dim, self.end_dim)
 
+    def graph_step(self, x):
+        """For `jit.trace`: the same reshape of the input's array."""
+        shape = F.flatten(x, self.start_dim, self.end_dim).shape
+        return lambda a: a.reshape(shape)
+
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class ChannelShuffle(Module):
+    """ShuffleNet's channel shuffle (F.channel_shuffle) as a module, so that `jit.trace`
+    records it; int8 activations pass through it with their scale and zero point."""
+
+    def __init__(self, groups):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, x):
+        return F.channel_shuffle(x, self.groups)
+
+    def graph_step(self, x):
+        """For `jit.trace`: the same shuffle of the input's array."""
+        groups = self.groups
+        return lambda a: shuffled(a, groups)
+
+    def extra_repr(self):
+        return f"groups={self.groups}"

@@ -17,7 +17,6 @@ equals ReLU after the concat (the paper's figure 2c), with one scale less to qua
 """
 from functools import partial
 
-from tianyuan import functional as F
 from tianyuan import nn
 
 from ..registry import classification_card, register_model
@@ -62,6 +61,7 @@ class ShuffleUnitV1(nn.Module):
         self.conv1 = nn.Conv2d(in_ch, mid, 1, groups=1 if first_group else groups, bias=False)
         self.bn1 = nn.BatchNorm2d(mid)
         self.relu1 = nn.ReLU()
+        self.shuffle = nn.ChannelShuffle(groups) if groups > 1 else nn.Identity()
         self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False)
         self.bn2 = nn.BatchNorm2d(mid)
         self.conv3 = nn.Conv2d(mid, branch_out, 1, groups=groups, bias=False)
@@ -74,9 +74,7 @@ class ShuffleUnitV1(nn.Module):
             self.add_relu = nn.AddReLU()
 
     def forward(self, x):
-        out = nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x))
-        if self.groups > 1:
-            out = F.channel_shuffle(out, self.groups)
+        out = self.shuffle(nn.batch_norm_act(self.bn1, self.relu1, self.conv1(x)))
         out = self.bn2(self.conv2(out))
         out = self.bn3(self.conv3(out))
         if self.stride == 1:

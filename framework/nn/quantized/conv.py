@@ -57,13 +57,6 @@ class _WeightedModule(QuantizedModule):
                                               self.out_scale)
         return self._cache[key]
 
-    def finish(self, out):
-        """Kernel output -> Tensor(QArray), with the ReLU6 upper clamp."""
-        if self.activation == "relu6":
-            out = np.minimum(out, relu6_max(self.out_scale, self.out_zero_point,
-                                            self.out_dtype)).astype(self.out_dtype)
-        return wrap(out, *self.output())
-
 
 def _padding(module):
     """Module padding (int pair or 'valid'/'same') -> (top, bottom, left, right)."""
@@ -111,16 +104,26 @@ class Conv2d(_WeightedModule):
                 self.dilation, out_max=top)
         return self._cache[key]
 
-    def forward(self, x):
-        q = qarray_of(x, type(self).__name__)
+    def kernel(self, q):
+        """The native function f(x, x_zero_point) for input q's scale and layout."""
         # the cached prepared conv at once (prepared()'s key: an input scale equals its float)
         prepared = self._cache.get(("conv", q.scale)) or self.prepared(q.scale)
         if self.channels_last and K.channels_last_wins():
-            return wrap(prepared.channels_last(q, q.zero_point), *self.output())
+            return prepared.channels_last
         if q.flags.c_contiguous:
             # the native call itself (PreparedConv.run), which checks x against the weights
-            return wrap(prepared.run(q, q.zero_point), *self.output())
-        return wrap(prepared(q, q.zero_point), *self.output())  # channels-last, or a copy
+            return prepared.run
+        return prepared  # channels-last, or a copy
+
+    def forward(self, x):
+        q = qarray_of(x, type(self).__name__)
+        return wrap(self.kernel(q)(q, q.zero_point), *self.output())
+
+    def graph_step(self, x):
+        """For `jit.trace`: this conv as a function of the input's array."""
+        q = qarray_of(x, type(self).__name__)
+        run, zero_point = self.kernel(q), q.zero_point
+        return lambda a: run(a, zero_point)
 
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -171,11 +174,27 @@ class Linear(_WeightedModule):
                                                 self.activation is not None, self.out_dtype)
         return self._cache[key]
 
+    def kernel(self, q):
+        """The function of q's array (..., K) -> (..., N), ReLU6's upper clamp included."""
+        prepared, zero_point = self.prepared(q.scale), q.zero_point
+        shape = q.shape[:-1] + (self.out_features,)
+        top = (relu6_max(self.out_scale, self.out_zero_point, self.out_dtype)
+               if self.activation == "relu6" else None)
+        dtype = self.out_dtype
+
+        def run(a):
+            flat = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))  # (M, K)
+            out = prepared(flat, zero_point).reshape(shape)
+            return out if top is None else np.minimum(out, top).astype(dtype)
+        return run
+
     def forward(self, x):
         q = qarray_of(x, type(self).__name__)
-        flat = np.ascontiguousarray(q.view(np.ndarray).reshape(-1, q.shape[-1]))  # (M, K)
-        out = self.prepared(q.scale)(flat, q.zero_point)
-        return self.finish(out.reshape(q.shape[:-1] + (self.out_features,)))
+        return wrap(self.kernel(q)(q.view(np.ndarray)), *self.output())
+
+    def graph_step(self, x):
+        """For `jit.trace`: this layer as a function of the input's array."""
+        return self.kernel(qarray_of(x, type(self).__name__))
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -39,9 +39,14 @@ class MaxPool2d(_FromFloat):
 
     def forward(self, x):
         q = qarray_of(x, "MaxPool2d")
+        return _same(q, self.graph_step(x)(q))
+
+    def graph_step(self, x):
+        """For `jit.trace` (and forward): the pooling as a function of the input's array."""
         if self.ceil_mode or self.dilation not in (1, (1, 1)):
             raise ValueError("quantized MaxPool2d: ceil_mode and dilation are not supported")
-        return _same(q, K.max_pool2d(q, self.kernel_size, self.stride, self.padding))
+        kernel, stride, padding = self.kernel_size, self.stride, self.padding
+        return lambda a: K.max_pool2d(a, kernel, stride, padding)
 
 
 class AvgPool2d(_FromFloat):
@@ -49,10 +54,15 @@ class AvgPool2d(_FromFloat):
 
     def forward(self, x):
         q = qarray_of(x, "AvgPool2d")
+        return _same(q, self.graph_step(x)(q))
+
+    def graph_step(self, x):
+        """For `jit.trace` (and forward): the pooling as a function of the input's array."""
         if self.ceil_mode:
             raise ValueError("quantized AvgPool2d: ceil_mode is not supported")
-        return _same(q, K.avg_pool2d(q, q.zero_point, self.kernel_size, self.stride,
-                                     self.padding, self.count_include_pad))
+        zp, kernel, stride = qarray_of(x, "AvgPool2d").zero_point, self.kernel_size, self.stride
+        padding, count_include_pad = self.padding, self.count_include_pad
+        return lambda a: K.avg_pool2d(a, zp, kernel, stride, padding, count_include_pad)
 
 
 class AdaptiveAvgPool2d(_FromFloat):
@@ -61,14 +71,19 @@ class AdaptiveAvgPool2d(_FromFloat):
 
     def forward(self, x):
         q = qarray_of(x, "AdaptiveAvgPool2d")
+        return _same(q, self.graph_step(x)(q))
+
+    def graph_step(self, x):
+        """For `jit.trace` (and forward): the pooling as a function of the input's array."""
+        q = qarray_of(x, "AdaptiveAvgPool2d")
         size = self.output_size
         size = (size, size) if size is None or np.isscalar(size) else tuple(size)
         out = [d if o is None else int(o) for d, o in zip(q.shape[2:], size)]
         if any(d % o for d, o in zip(q.shape[2:], out)):
             raise ValueError(f"quantized AdaptiveAvgPool2d: output {out} must divide the input "
                              f"{q.shape[2:]}")
-        kernel = tuple(d // o for d, o in zip(q.shape[2:], out))
-        return _same(q, K.avg_pool2d(q, q.zero_point, kernel, kernel, 0))
+        kernel, zp = tuple(d // o for d, o in zip(q.shape[2:], out)), q.zero_point
+        return lambda a: K.avg_pool2d(a, zp, kernel, kernel, 0)
 
 
 class ReLU(_FromFloat):
@@ -87,6 +102,7 @@ class ReLU6(_FromFloat):
 class Dropout(_FromFloat):
     """Inference: the identity (an int8 model only runs in eval mode)."""
     keys = ("p",)
+    graph_alias = True  # jit.trace: returns its input itself
 
     def forward(self, x):
         return x

@@ -19,6 +19,11 @@ class QuantStub(QuantizedModule):
     def forward(self, x):
         return quantized_tensor(x, self.out_scale, self.out_zero_point, self.out_dtype)
 
+    def graph_step(self, x):
+        """For `jit.trace`: float array -> its quantized values."""
+        scale, zero_point, dtype = self.out_scale, self.out_zero_point, self.out_dtype
+        return lambda a: K.quantize(a, scale, zero_point, dtype)
+
 
 class DequantStub(QuantizedModule):
     @classmethod
@@ -59,6 +64,10 @@ class Add(QuantizedModule):
                              f"{qb.shape}")
         return wrap(self.prepared(qa, qb)(qa, qb), *self.output())
 
+    def graph_step(self, a, b):
+        """For `jit.trace`: the prepared add, a function of the two arrays."""
+        return self.prepared(qarray_of(a, "Add"), qarray_of(b, "Add"))
+
 
 class AddReLU(Add):
     relu = True
@@ -89,3 +98,7 @@ class Concat(QuantizedModule):
     def forward(self, tensors):
         qs = [qarray_of(t, "Concat") for t in tensors]
         return wrap(self.prepared(qs)(qs), *self.output())
+
+    def graph_step(self, tensors):
+        """For `jit.trace`: the prepared concat, a function of the list of arrays."""
+        return self.prepared([qarray_of(t, "Concat") for t in tensors])

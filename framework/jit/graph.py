@@ -1,0 +1,350 @@
+"""`trace` and `Graph`: a model's leaf-module calls, recorded once, replayed in order.
+
+Recording: while the example runs, every call of a leaf module of the model (one without
+children) is a step; its tensor arguments must be the graph's inputs or earlier steps'
+results. A tensor made outside a module (an op written in a `forward`) is refused with a
+`TraceError` naming the module it reached, so nothing the model computes is left out; at
+the end the graph runs the example and must give the model's result bit for bit.
+
+Replaying: values are plain numpy arrays in slots, freed after their last use. A module with
+a `graph_step(*inputs)` method (the int8 modules, Flatten, ChannelShuffle) runs as the
+function it returns on those arrays, checked at trace time against the module's own result
+(values, dtype, strides); any other module, or one with hooks, is called as usual on Tensors
+(int8 values wrapped with the scale and zero point they had when traced). `graph_alias =
+True` marks modules whose eval-mode result is their input itself (Identity, Dropout): they
+take no step. Slices and reshapes of traced tensors in a forward become view steps.
+
+A graph is fixed to what the example met: input shapes, dtypes and int8 scales (checked per
+call), the branches the forward took, the model's weights and scales, the kernel choices.
+Trace again after changing the model. Inference only: the model must be in eval mode.
+"""
+import numpy as np
+
+from ..autograd import no_grad
+from ..nn.module import Module
+from ..quantization.qarray import QArray, wrap
+from ..tensor import Tensor
+
+
+class TraceError(RuntimeError):
+    """The model does something the trace cannot record."""
+
+
+class _Const:
+    """A module argument that is not a tensor, passed as traced."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+class Step:
+    """One recorded call: module name and type, whether it runs natively (`graph_step`),
+    input slots (a tuple for a list argument), output slot, output shape and dtype."""
+    __slots__ = ("name", "type", "native", "inputs", "output", "shape", "dtype", "call")
+
+    def __init__(self, name, kind, native, inputs, output, array):
+        self.name, self.type, self.native = name, kind, native
+        self.inputs, self.output = inputs, output
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def __repr__(self):
+        ins = ", ".join(str(i) for i in self.inputs)
+        how = "native" if self.native else "module"
+        return (f"{self.output:4d} = {self.name or '(model)'} [{self.type}, {how}]({ins})  "
+                f"{tuple(self.shape)} {self.dtype}")
+
+
+def trace(model, *inputs, check=True):
+    """Run `model(*inputs)` once (eval mode, no gradients) and return its `Graph`.
+    `check`: run the graph on the inputs and require the model's result exactly."""
+    if not isinstance(model, Module):
+        raise TypeError(f"jit.trace: expected an nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise ValueError("jit.trace: the model is in training mode; call model.eval() first "
+                         "(a graph is for inference)")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"jit.trace: input {i} is {type(x).__name__}, expected a Tensor")
+    recorder = _Recorder(model, inputs)
+    original = Module.__call__
+    Module.__call__ = recorder.call_through(original)
+    try:
+        with no_grad():
+            out = model(*inputs)
+    finally:
+        Module.__call__ = original
+    graph = Graph(recorder, recorder.output_slots(out))
+    if check:
+        graph.check(inputs, out)
+    return graph
+
+
+class Graph:
+    """A traced model: `graph(*inputs)` gives what `model(*inputs)` gave for inputs of the
+    traced shapes and dtypes. `steps` lists the recorded calls (`Step`), `print(graph)`
+    shows them."""
+
+    def __init__(self, recorder, outputs):
+        self.steps = recorder.steps
+        self.inputs = recorder.inputs
+        self.outputs = outputs
+        self._qparams = recorder.qparams
+        self._specs = [(recorder.arrays[i].shape, recorder.arrays[i].dtype,
+                        recorder.qparams[i]) for i in self.inputs]
+        self._slots = len(recorder.arrays)
+        self._plan = [(s.call, s.output, frees) for s, frees in zip(self.steps, self._frees())]
+
+    def _frees(self):
+        """Per step: the slots it reads for the last time (never the graph's results)."""
+        outs = set(self.outputs if isinstance(self.outputs, (list, tuple)) else [self.outputs])
+        last = {}
+        for k, step in enumerate(self.steps):
+            for entry in step.inputs:
+                for i in _slots_of(entry):
+                    last[i] = k
+        frees = [[] for _ in self.steps]
+        for i, k in last.items():
+            if i not in outs:
+                frees[k].append(i)
+        return [tuple(f) for f in frees]
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.inputs):
+            raise TypeError(f"Graph: traced with {len(self.inputs)} inputs, got {len(inputs)}")
+        v = [None] * self._slots
+        for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self._specs)):
+            v[slot] = _checked(k, getattr(x, "data", x), *spec)
+        with no_grad():
+            for call, out, frees in self._plan:
+                v[out] = call(v)
+                for i in frees:
+                    v[i] = None
+        if isinstance(self.outputs, int):
+            return self._tensor(v, self.outputs)
+        return type(self.outputs)(self._tensor(v, i) for i in self.outputs)
+
+    def _tensor(self, v, i):
+        q = self._qparams[i]
+        return Tensor(v[i]) if q is None else wrap(v[i], *q)
+
+    def check(self, inputs, expected):
+        """Raise TraceError unless the graph gives `expected` (the model's result)."""
+        got = self(*inputs)
+        pairs = zip(got, expected) if isinstance(got, (list, tuple)) else [(got, expected)]
+        for k, (g, e) in enumerate(pairs):
+            same = (g.data.dtype == e.data.dtype and g.shape == e.shape and
+                    np.array_equal(g.data, e.data, equal_nan=g.data.dtype.kind == "f") and
+                    getattr(g.data, "scale", None) == getattr(e.data, "scale", None) and
+                    getattr(g.data, "zero_point", None) == getattr(e.data, "zero_point", None))
+            if not same:
+                raise TraceError(
+                    f"jit.trace: the graph's result {k} differs from the model's: its forward "
+                    "does something the trace cannot see (an in-place op between modules, a "
+                    "branch on values, randomness)")
+
+    def __repr__(self):
+        native = sum(s.native for s in self.steps)
+        ins = ", ".join(f"{d} {tuple(s)}" for s, d, _ in self._specs)
+        lines = [f"Graph(inputs {ins}; {len(self.steps)} steps, {native} native; "
+                 f"result slot {self.outputs}"]
+        lines += [f"  {s!r}" for s in self.steps]
+        return "\n".join(lines) + ")"
+
+
+class _Recorder:
+    def __init__(self, model, inputs):
+        self.names = {id(m): name for name, m in model.named_modules() if not m._modules}
+        self.arrays, self.qparams = [], []    # per slot: traced array, (scale, zp) or None
+        self.slot_of, self.keep = {}, []      # id(Tensor) -> slot; the Tensors (unique ids)
+        self.steps, self.depth = [], 0
+        self.inputs = tuple(self.slot(x) for x in inputs)
+
+    def call_through(self, original):
+        def call(module, *args, **kwargs):
+            if self.depth or id(module) not in self.names:
+                return original(module, *args, **kwargs)
+            self.depth += 1
+            try:
+                out = original(module, *args, **kwargs)
+            finally:
+                self.depth -= 1
+            self.record(module, args, kwargs, out)
+            return out
+        return call
+
+    def slot(self, tensor):
+        key = id(tensor)
+        if key not in self.slot_of:
+            self.slot_of[key] = len(self.arrays)
+            self.keep.append(tensor)
+            data = tensor.data
+            self.qparams.append((data.scale, data.zero_point) if isinstance(data, QArray)
+                                else None)
+            self.arrays.append(np.asarray(data))
+        return self.slot_of[key]
+
+    def known(self, value, name):
+        """The slot of a traced tensor, or of a view of one (a step of its own)."""
+        if id(value) in self.slot_of:
+            return self.slot_of[id(value)]
+        view = np.asarray(value.data)
+        for source, array in enumerate(self.arrays):
+            fn = _view(array, view) if _owner(array) is _owner(view) else None
+            if fn is not None:
+                slot = self.slot(value)
+                step = Step(f"(view for {name})", "view", True, (source,), slot, view)
+                step.call = _bind(fn, [source])
+                self.steps.append(step)
+                return slot
+        raise TraceError(
+            f"jit.trace: module '{name}' takes a tensor of shape {tuple(value.shape)} that no "
+            "traced module made: the model computes it outside a module (an op in a forward; "
+            "slices and reshapes of traced tensors are followed); make that op a module to "
+            "trace this model")
+
+    def template(self, args, name):
+        """Per argument: a slot, a tuple of slots (a list of tensors), or a _Const."""
+        out = []
+        for a in args:
+            if isinstance(a, Tensor):
+                out.append(self.known(a, name))
+            elif isinstance(a, (list, tuple)) and a and all(isinstance(t, Tensor) for t in a):
+                out.append(tuple(self.known(t, name) for t in a))
+            elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
+                raise TraceError(f"jit.trace: module '{name}' takes a list mixing tensors "
+                                 "and other values")
+            else:
+                out.append(_Const(a))
+        return out
+
+    def record(self, module, args, kwargs, out):
+        name = self.names[id(module)]
+        if any(isinstance(v, Tensor) for v in kwargs.values()):
+            raise TraceError(f"jit.trace: module '{name}' takes a tensor by keyword; pass "
+                             "tensors by position to trace it")
+        template = self.template(args, name)
+        if getattr(module, "graph_alias", False) and args and out is args[0]:
+            return  # its result is its input: no step
+        if not isinstance(out, Tensor):
+            raise TraceError(f"jit.trace: module '{name}' ({type(module).__name__}) returns "
+                             f"{type(out).__name__}; a traced module returns one Tensor")
+        fn = self.native(module, args, kwargs, template, out, name)
+        step = Step(name, type(module).__name__, fn is not None, tuple(template),
+                    self.slot(out), out.data)
+        step.call = _bind(fn, template) if fn is not None else \
+            _bind_module(module, template, kwargs, self.qparams)
+        self.steps.append(step)
+
+    def native(self, module, args, kwargs, template, out, name):
+        """The module's `graph_step` function, checked against its result; None if none."""
+        make = getattr(module, "graph_step", None)
+        hooked = module._forward_pre_hooks or module._forward_hooks  # they run as a module
+        if make is None or hooked or kwargs or any(isinstance(t, _Const) for t in template):
+            return None
+        fn = make(*args)
+        if fn is None:
+            return None
+        got, want = fn(*[self.raw(t) for t in template]), np.asarray(out.data)
+        if not (isinstance(got, np.ndarray) and got.dtype == want.dtype and
+                got.shape == want.shape and got.strides == want.strides and
+                np.array_equal(got, want)):
+            raise TraceError(f"jit.trace: module '{name}' ({type(module).__name__}): its "
+                             "graph_step does not give its forward's result (a bug in it)")
+        return fn
+
+    def raw(self, entry):
+        return ([self.arrays[i] for i in entry] if isinstance(entry, tuple)
+                else self.arrays[entry])
+
+    def output_slots(self, out):
+        if isinstance(out, Tensor):
+            return self.known(out, "(the model's result)")
+        if isinstance(out, (list, tuple)) and all(isinstance(t, Tensor) for t in out):
+            return type(out)(self.known(t, "(the model's result)") for t in out)
+        raise TraceError(f"jit.trace: the model returns {type(out).__name__}; a traced model "
+                         "returns a Tensor or a list or tuple of Tensors")
+
+
+def _checked(k, data, shape, dtype, qparams):
+    """Input k's array, if it has the traced shape, dtype and quantization."""
+    if data.shape != shape or data.dtype != dtype:
+        raise ValueError(f"Graph: input {k} is {data.dtype} {data.shape}; the graph was "
+                         f"traced for {dtype} {shape} (trace again for this one)")
+    got = (data.scale, data.zero_point) if isinstance(data, QArray) else None
+    if got != qparams:
+        raise ValueError(f"Graph: input {k} has (scale, zero point) {got}; the graph was "
+                         f"traced for {qparams}")
+    return np.asarray(data)
+
+
+def _owner(array):
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _same_view(a, b):
+    return (a.shape == b.shape and a.strides == b.strides and
+            a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def _view(array, view):
+    """f(array) -> view where view is a block of array (basic slicing with unit steps) or a
+    reshape of it; None if it is neither."""
+    if view.dtype != array.dtype:
+        return None
+    delta = view.__array_interface__["data"][0] - array.__array_interface__["data"][0]
+    if view.ndim == array.ndim and view.strides == array.strides:
+        starts = [0] * array.ndim
+        for axis in sorted(range(array.ndim), key=lambda i: -abs(array.strides[i])):
+            if array.strides[axis] > 0:
+                starts[axis], delta = divmod(delta, array.strides[axis])
+        index = tuple(slice(o, o + n) for o, n in zip(starts, view.shape))
+        if delta == 0 and all(o >= 0 for o in starts) and _same_view(array[index], view):
+            return lambda a: a[index]
+    if delta == 0 and view.size == array.size:
+        shape = view.shape
+        reshaped = array.reshape(shape)
+        if np.shares_memory(reshaped, array) and _same_view(reshaped, view):
+            return lambda a: a.reshape(shape)
+    return None
+
+
+def _slots_of(entry):
+    if isinstance(entry, _Const):
+        return ()
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
+def _bind(fn, template):
+    """A native step as a function of the slot list (arrays in, array out)."""
+    if len(template) == 1 and isinstance(template[0], int):
+        i = template[0]
+        return lambda v: fn(v[i])
+    if len(template) == 2 and all(isinstance(t, int) for t in template):
+        i, j = template
+        return lambda v: fn(v[i], v[j])
+    return lambda v: fn(*[[v[k] for k in t] if isinstance(t, tuple) else v[t]
+                          for t in template])
+
+
+def _bind_module(module, template, kwargs, qparams):
+    """Any other module: called on Tensors made of the slots; its result's array kept."""
+    def tensor(i, v):
+        q = qparams[i]
+        return Tensor._make(v[i], False, None) if q is None else wrap(v[i], *q)
+
+    def arg(t, v):
+        if isinstance(t, _Const):
+            return t.value
+        if isinstance(t, tuple):
+            return [tensor(k, v) for k in t]
+        return tensor(t, v)
+
+    def call(v):
+        return np.asarray(module(*[arg(t, v) for t in template], **kwargs).data)
+    return call

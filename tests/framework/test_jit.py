@@ -1,0 +1,178 @@
+"""jit.trace: the recorded graph gives the model's result bit for bit on new inputs (float and
+int8), runs int8 modules as native steps, follows views, and refuses what it cannot record."""
+import numpy as np
+import pytest
+
+import tianyuan as ty
+import tianyuan.functional as F
+from tianyuan import jit, nn
+from tianyuan import quantization as Q
+from tianyuan.jit import TraceError
+from tianyuan.quantization.qarray import quantized_tensor
+
+from tests.quantization.qnets import TinyNet
+
+
+def batch(seed, n=2, c=3, size=16):
+    return ty.tensor(np.random.default_rng(seed).standard_normal((n, c, size, size))
+                     .astype(np.float32))
+
+
+def int8_tiny(seed=0):
+    ty.manual_seed(seed)
+    qat = Q.quantize_qat(TinyNet())
+    Q.calibrate(qat, [batch(s).numpy() for s in range(2)])
+    return Q.quantize(qat)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.numpy(), b.numpy())
+
+
+def test_int8_graph_matches_model_on_new_inputs():
+    model = int8_tiny()
+    graph = jit.trace(model, batch(10))
+    # every int8 module runs natively (the DequantStub, float out, as a module)
+    assert [s.type for s in graph.steps if not s.native] == ["DequantStub"]
+    assert "Identity" not in {s.type for s in graph.steps}     # fused-away BN/ReLU: no steps
+    with ty.no_grad():
+        for seed in (11, 12):
+            assert same(graph(batch(seed)), model(batch(seed)))
+
+
+def test_float_graph_matches_model():
+    ty.manual_seed(1)
+    model = TinyNet().eval()
+    graph = jit.trace(model, batch(3))
+    with ty.no_grad():
+        assert same(graph(batch(4)), model(batch(4)))
+    assert "conv1 [Conv2d, module]" in repr(graph)
+
+
+class Views(nn.Module):
+    """Slices (F.split), a reshape and a tuple result: views of traced tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 2, 1), nn.Conv2d(2, 3, 1)
+        self.cat = nn.Concat(1)
+
+    def forward(self, x):                  # x (N, 4, H, W)
+        x1, x2 = F.split(x, 2, axis=1)     # views of the input
+        y = self.cat([self.a(x), self.b(x2)])
+        return y.reshape(y.shape[0], -1), x1
+
+
+def test_views_are_followed():
+    model = Views().eval()
+    graph = jit.trace(model, batch(0, c=4, size=5))
+    assert sum(s.type == "view" for s in graph.steps) == 3   # x2, x1, the reshape
+    with ty.no_grad():
+        got, want = graph(batch(1, c=4, size=5)), model(batch(1, c=4, size=5))
+    assert isinstance(got, tuple) and all(same(g, w) for g, w in zip(got, want))
+
+
+class OpOutside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.b(self.a(x) * 2.0)     # an op no module records
+
+
+def test_op_outside_modules_is_refused_naming_the_module():
+    with pytest.raises(TraceError, match="module 'b'.*outside a module"):
+        jit.trace(OpOutside().eval(), batch(0))
+
+
+class InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        y = self.a(x)
+        y.data += 1.0                      # invisible to the trace: the check catches it
+        return self.b(y)
+
+
+def test_the_final_check_catches_what_the_trace_missed():
+    with pytest.raises(TraceError, match="differs from the model's"):
+        jit.trace(InPlace().eval(), batch(0))
+    graph = jit.trace(InPlace().eval(), batch(0), check=False)   # on request: unchecked
+    assert len(graph.steps) == 2
+
+
+class BadStep(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+    def graph_step(self, x):
+        return lambda a: a * 3.0           # not what forward does
+
+
+def test_a_graph_step_is_checked_against_forward():
+    with pytest.raises(TraceError, match="graph_step does not give"):
+        jit.trace(BadStep().eval(), batch(0))
+
+
+def test_input_and_mode_errors():
+    model = int8_tiny()
+    graph = jit.trace(model, batch(0))
+    with pytest.raises(ValueError, match=r"traced for float32 \(2, 3, 16, 16\)"):
+        graph(batch(0, n=3))
+    with pytest.raises(TypeError, match="1 inputs, got 2"):
+        graph(batch(0), batch(1))
+    with pytest.raises(ValueError, match="training mode"):
+        jit.trace(TinyNet(), batch(0))
+    with pytest.raises(TypeError, match="input 0 is ndarray"):
+        jit.trace(model, batch(0).numpy())
+    # an int8 input must come with the traced scale and zero point
+    x = quantized_tensor(batch(0, c=8, size=4), 0.05, 128, np.uint8)
+    conv = jit.trace(model.branch_a, x)
+    assert same(conv(x), model.branch_a(x))
+    with pytest.raises(ValueError, match="zero point"):
+        conv(quantized_tensor(batch(0, c=8, size=4), 0.05, 127, np.uint8))
+
+
+def test_hooked_module_runs_as_a_module():
+    model = int8_tiny()
+    calls = []
+    model.fc.register_forward_hook(lambda m, args, out: calls.append(out.shape))
+    graph = jit.trace(model, batch(0))
+    assert [s.name for s in graph.steps if not s.native] == ["fc", "dequant"]
+    calls.clear()
+    graph(batch(1))
+    assert calls == [(2, 10)]
+
+
+def test_intermediate_slots_are_freed_after_their_last_use():
+    graph = jit.trace(int8_tiny(), batch(0))
+    freed = [i for _, _, frees in graph._plan for i in frees]
+    read = {i for s in graph.steps for e in s.inputs for i in (e if isinstance(e, tuple) else (e,))}
+    assert sorted(freed) == sorted(read) and len(set(freed)) == len(freed)
+    assert graph.outputs not in freed
+
+
+class Increment(nn.Module):
+    def forward(self, x):                  # in place, returning its input: a step still
+        x.data += 1.0
+        return x
+
+
+class WithInPlaceModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.inc, self.b = nn.Conv2d(3, 3, 1), Increment(), nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.b(self.inc(self.a(x)))
+
+
+def test_only_marked_modules_returning_their_input_are_skipped():
+    model = WithInPlaceModule().eval()
+    graph = jit.trace(model, batch(0))
+    assert [s.type for s in graph.steps] == ["Conv2d", "Increment", "Conv2d"]
+    with ty.no_grad():
+        assert same(graph(batch(1)), model(batch(1)))
