@@ -20,7 +20,9 @@ does. Int8: post-training calibration on two random batches, then convert (ours:
 quantization.calibrate + quantize; PyTorch: prepare + convert; ONNX Runtime: above) - speed
 only, the accuracy of int8 is `tianyuan quantize`'s. int8r: ours with 7-bit weights
 (calibration_reduce_range_qconfig), which AVX2 CPUs without VNNI convolve on the exact
-vpmaddubsw tile with no residual (8-bit weights take it with one, int8_cgemm.h). Training:
+vpmaddubsw tile with no residual (8-bit weights take it with one, int8_cgemm.h). int8 graph:
+the int8 model traced (jit.trace), as deployed: its layers' native calls with no Python
+between them (the peers' int8 models run as graphs too). Training:
 SGD steps on random data at --train-batch, images/s from the median step.
 Peers run in a child process, one framework at a time (torch ships its own OpenMP runtime).
 """
@@ -58,7 +60,7 @@ def random_batch(batch, seed=0):
 def ours(name, batches, repeats, train_batch, train_steps, profile=False):
     import tianyuan as ty
     import tianyuan.functional as F
-    from tianyuan import optim, zoo
+    from tianyuan import jit, optim, zoo
     from tianyuan import quantization as Q
     from tianyuan.evaluation import benchmark
     model = zoo.get_model(name).eval()
@@ -72,6 +74,9 @@ def ours(name, batches, repeats, train_batch, train_steps, profile=False):
         out[("fp32", batch)] = benchmark(inference, batch, SHAPE, repeats, 2)["latency_ms"]
         for kind, m in int8.items():
             out[(kind, batch)] = benchmark(m, batch, SHAPE, repeats, 2)["latency_ms"]
+        x = ty.tensor(random_batch(batch))
+        graph = jit.trace(int8["int8"], x)   # the deployed form: no Python between layers
+        out[("int8g", batch)] = median_ms(lambda: graph(x), repeats)
     model.train()
     opt = optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     x = ty.tensor(random_batch(train_batch))
@@ -229,6 +234,7 @@ def rows_for(name, batches, mine, peer):
     rows = [] if batches else [{"model": name}]
     for batch in batches:
         f, q, qr = mine[("fp32", batch)], mine[("int8", batch)], mine[("int8r", batch)]
+        qg = mine[("int8g", batch)]
         tf, tq, of, oq = (peer.get((k, batch)) for k in ("torch_fp32", "torch_int8",
                                                           "ort_fp32", "ort_int8"))
         rows.append({"model": name, "batch": batch, "fp32_ms": round(f, 2),
@@ -238,6 +244,8 @@ def rows_for(name, batches, mine, peer):
                      "int8_vs_torch": ratio(q, tq),
                      "ort_int8_ms": round(oq, 2) if oq else "-", "int8_vs_ort": ratio(q, oq),
                      "int8_vs_our_fp32": ratio(q, f),
+                     "int8_graph_ms": round(qg, 2), "graph_vs_torch": ratio(qg, tq),
+                     "graph_vs_ort": ratio(qg, oq),
                      "int8r_ms": round(qr, 2), "int8r_vs_torch": ratio(qr, tq),
                      "int8r_vs_ort": ratio(qr, oq)})
     rows[0].update({"train_img_s": round(mine["train"], 1),
