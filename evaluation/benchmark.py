@@ -22,19 +22,21 @@ def _peak_rss_mb():
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0  # macOS: bytes
 
 
-def _example(batch, input_size, seed):
+def example_input(batch, input_size, seed=0):
+    """The random float32 batch (batch, *input_size) that benchmark times the model on."""
     return ty.tensor(np.random.default_rng(seed).standard_normal(
         (batch, *input_size)).astype(np.float32))
 
 
 def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, seed=0):
     """Latency statistics of `model(x)` for x of shape (batch, *input_size), in eval mode
-    under no_grad."""
+    under no_grad. `model`: an nn.Module or a traced `jit.Graph` (traced for that shape)."""
     if batch < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"benchmark: need batch >= 1, repeats >= 1, warmup >= 0; got "
                          f"{batch}, {repeats}, {warmup}")
-    x = _example(batch, input_size, seed)
-    model.eval()
+    x = example_input(batch, input_size, seed)
+    if isinstance(model, ty.nn.Module):
+        model.eval()
     times = []
     with ty.no_grad():
         for i in range(warmup + repeats):
@@ -69,7 +71,7 @@ def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmu
     if batch < 1 or repeats < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"compare_latency: need batch >= 1, repeats >= 1, warmup >= 0, "
                          f"rounds >= 1; got {batch}, {repeats}, {warmup}, {rounds}")
-    x = _example(batch, input_size, seed)
+    x = example_input(batch, input_size, seed)
     times = {name: [] for name in models}
     per_round = max(1, -(-repeats // rounds))
     with ty.no_grad():

@@ -4,6 +4,7 @@
     tianyuan eval model=resnet18 weights=resnet18.imagenet_torchvision data.root=...
     tianyuan eval model=shapesnet data=shapes weights=runs/smoke/best.safetensors
     tianyuan bench model=resnet50 precision=fp32 batch=16 repeats=10
+    tianyuan bench model=mobilenet_v2 precision=int8 trace=true   # as deployed (jit.trace)
 
 Both print a table and write JSON (`out=`).
 """
@@ -14,7 +15,7 @@ from hydra.utils import instantiate
 
 import tianyuan as ty
 from tianyuan.datasets import DataLoader
-from tianyuan.evaluation.benchmark import benchmark
+from tianyuan.evaluation.benchmark import benchmark, example_input
 from tianyuan.evaluation.classification import (card_preprocessing, eval_transform,
                                                 evaluate_classification)
 from tianyuan.evaluation.report import format_table, write_json
@@ -101,11 +102,13 @@ def bench(cfg):
     elif cfg.get("fuse", True) and hasattr(model, "fuse_groups"):
         from tianyuan import quantization as Q
         model = Q.fuse(model, model.fuse_groups())  # conv + BN + act as one kernel in eval
+    if cfg.get("trace", False):  # as deployed: the layers' calls with no Python between them
+        model = ty.jit.trace(model.eval(), example_input(cfg.batch, tuple(cfg.input_size)))
     stats = benchmark(model, cfg.batch, tuple(cfg.input_size), cfg.repeats, cfg.warmup)
     result = {"model": cfg.model.get("name", cfg.model._target_), "precision": cfg.precision,
-              **stats}
+              "traced": bool(cfg.get("trace", False)), **stats}
     write_json(cfg.out, result)
-    columns = ["model", "precision", "batch", "latency_ms", "latency_p90_ms", "images_per_s",
+    columns = ["model", "precision", "traced", "batch", "latency_ms", "latency_p90_ms", "images_per_s",
                "peak_traced_mb", "peak_rss_mb", "threads", "isa"]
     print(format_table([result], columns, title="\nbench"))
     print(f"written: {cfg.out}")

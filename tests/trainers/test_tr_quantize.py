@@ -35,10 +35,12 @@ def test_quantize_prints_report_and_writes_json(shapes_root, tmp_path, capsys):
     assert report["rows"][1]["size_kb"] < report["rows"][0]["size_kb"]
 
 
-def test_bench_int8_runs(tmp_path):
-    assert cli.main(["bench", "model=shapesnet", "precision=int8", "batch=2",
+@pytest.mark.parametrize("trace", [False, True])
+def test_bench_int8_runs(tmp_path, trace):
+    assert cli.main(["bench", "model=shapesnet", "precision=int8", "batch=2", f"trace={trace}",
                      "input_size=[3,32,32]", "repeats=2", f"out={tmp_path}/b.json"]) == 0
-    assert json.load(open(tmp_path / "b.json"))["precision"] == "int8"
+    result = json.load(open(tmp_path / "b.json"))
+    assert result["precision"] == "int8" and result["traced"] is trace
 
 
 @pytest.mark.parametrize("config", ["train", "quantize"])
