@@ -32,8 +32,7 @@ def same(a, b):
 def test_int8_graph_matches_model_on_new_inputs():
     model = int8_tiny()
     graph = jit.trace(model, batch(10))
-    # every int8 module runs natively (the DequantStub, float out, as a module)
-    assert [s.type for s in graph.steps if not s.native] == ["DequantStub"]
+    assert all(s.native for s in graph.steps)                 # every int8 module natively
     assert "Identity" not in {s.type for s in graph.steps}     # fused-away BN/ReLU: no steps
     with ty.no_grad():
         for seed in (11, 12):
@@ -141,7 +140,7 @@ def test_hooked_module_runs_as_a_module():
     calls = []
     model.fc.register_forward_hook(lambda m, args, out: calls.append(out.shape))
     graph = jit.trace(model, batch(0))
-    assert [s.name for s in graph.steps if not s.native] == ["fc", "dequant"]
+    assert [s.name for s in graph.steps if not s.native] == ["fc"]
     calls.clear()
     graph(batch(1))
     assert calls == [(2, 10)]
@@ -176,3 +175,16 @@ def test_only_marked_modules_returning_their_input_are_skipped():
     assert [s.type for s in graph.steps] == ["Conv2d", "Increment", "Conv2d"]
     with ty.no_grad():
         assert same(graph(batch(1)), model(batch(1)))
+
+
+def test_a_float_layer_kept_in_an_int8_model():
+    ty.manual_seed(0)
+    net = TinyNet()
+    Q.disable_quantize(net.fc)
+    qat = Q.quantize_qat(net)
+    Q.calibrate(qat, [batch(s).numpy() for s in range(2)])
+    model = Q.quantize(qat)
+    graph = jit.trace(model, batch(0))
+    assert [s.name for s in graph.steps if not s.native] == ["fc", "dequant"]
+    with ty.no_grad():
+        assert same(graph(batch(5)), model(batch(5)))

@@ -5,7 +5,8 @@ import numpy as np
 
 from ...quantization import kernels as K
 from ...quantization import reference as R
-from ...quantization.qarray import dequantize_tensor, qarray_of, quantized_tensor, wrap
+from ...quantization.qarray import (QArray, dequantize_tensor, qarray_of, quantized_tensor,
+                                     wrap)
 from .module import QuantizedModule
 
 
@@ -32,6 +33,15 @@ class DequantStub(QuantizedModule):
 
     def forward(self, x):
         return dequantize_tensor(x)
+
+    def graph_step(self, x):
+        """For `jit.trace`: int8 array -> float32 (C-contiguous), as forward gives; None
+        for a float input (which forward passes through)."""
+        q = x.data
+        if not isinstance(q, QArray):
+            return None
+        scale, zero_point = q.scale, q.zero_point
+        return lambda a: np.ascontiguousarray(R.dequantize(a, scale, zero_point))
 
 
 class Add(QuantizedModule):
