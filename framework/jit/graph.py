@@ -30,7 +30,7 @@ class TraceError(RuntimeError):
     """The model does something the trace cannot record."""
 
 
-class _Const:
+class Const:
     """A module argument that is not a tensor, passed as traced."""
     __slots__ = ("value",)
 
@@ -43,13 +43,17 @@ class _Const:
 
 class Step:
     """One recorded call: module name and type, whether it runs natively (`graph_step`),
-    input slots (a tuple for a list argument), output slot, output shape and dtype."""
-    __slots__ = ("name", "type", "native", "inputs", "output", "shape", "dtype", "call")
+    input slots (a tuple for a list argument), output slot, output shape and dtype; `module`
+    (with `kwargs`) or `view` (a `_view` spec) is what it runs, `call` how."""
+    __slots__ = ("name", "type", "native", "inputs", "output", "shape", "dtype", "call",
+                 "module", "kwargs", "view")
 
-    def __init__(self, name, kind, native, inputs, output, array):
+    def __init__(self, name, kind, native, inputs, output, array, module=None, kwargs=None,
+                 view=None):
         self.name, self.type, self.native = name, kind, native
         self.inputs, self.output = inputs, output
         self.shape, self.dtype = array.shape, array.dtype
+        self.module, self.kwargs, self.view = module, dict(kwargs or {}), view
 
     def __repr__(self):
         ins = ", ".join(str(i) for i in self.inputs)
@@ -77,7 +81,9 @@ def trace(model, *inputs, check=True):
             out = model(*inputs)
     finally:
         Module.__call__ = original
-    graph = Graph(recorder, recorder.output_slots(out))
+    outputs = recorder.output_slots(out)   # may add view steps
+    slots = [(a.shape, a.dtype, a.strides, q) for a, q in zip(recorder.arrays, recorder.qparams)]
+    graph = Graph(recorder.steps, recorder.inputs, outputs, slots)
     if check:
         graph.check(inputs, out)
     return graph
@@ -88,15 +94,14 @@ class Graph:
     traced shapes and dtypes. `steps` lists the recorded calls (`Step`), `print(graph)`
     shows them."""
 
-    def __init__(self, recorder, outputs):
-        self.steps = recorder.steps
-        self.inputs = recorder.inputs
-        self.outputs = outputs
-        self._qparams = recorder.qparams
-        self._specs = [(recorder.arrays[i].shape, recorder.arrays[i].dtype,
-                        recorder.qparams[i]) for i in self.inputs]
-        self._slots = len(recorder.arrays)
-        self._plan = [(s.call, s.output, frees) for s, frees in zip(self.steps, self._frees())]
+    def __init__(self, steps, inputs, outputs, slots):
+        """steps: `Step`s with their `call`; inputs: the input slots; outputs: a slot or a
+        list/tuple of slots; slots: per slot (shape, dtype, strides, (scale, zp) or None)."""
+        self.steps, self.inputs, self.outputs, self.slots = steps, inputs, outputs, slots
+        self._qparams = [q for *_, q in slots]
+        # per input: (shape, dtype, (scale, zero point) or None), as a call must give them
+        self.input_specs = [(slots[i][0], slots[i][1], slots[i][3]) for i in inputs]
+        self._plan = [(s.call, s.output, frees) for s, frees in zip(steps, self._frees())]
 
     def _frees(self):
         """Per step: the slots it reads for the last time (never the graph's results)."""
@@ -115,8 +120,8 @@ class Graph:
     def __call__(self, *inputs):
         if len(inputs) != len(self.inputs):
             raise TypeError(f"Graph: traced with {len(self.inputs)} inputs, got {len(inputs)}")
-        v = [None] * self._slots
-        for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self._specs)):
+        v = [None] * len(self.slots)
+        for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self.input_specs)):
             v[slot] = _checked(k, getattr(x, "data", x), *spec)
         with no_grad():
             for call, out, frees in self._plan:
@@ -126,6 +131,17 @@ class Graph:
         if isinstance(self.outputs, int):
             return self._tensor(v, self.outputs)
         return type(self.outputs)(self._tensor(v, i) for i in self.outputs)
+
+    def profile(self, *inputs, repeats=10):
+        """Per-step median time, whole-run median and peak memory (jit/profile.py)."""
+        from .profile import profile
+        return profile(self, inputs, repeats)
+
+    def save(self, path):
+        """Write the graph (steps, modules with their weights) to one file, which
+        `tianyuan.runtime.load` runs without the model's code (jit/serialize.py)."""
+        from .serialize import save
+        save(self, path)
 
     def _tensor(self, v, i):
         q = self._qparams[i]
@@ -148,7 +164,7 @@ class Graph:
 
     def __repr__(self):
         native = sum(s.native for s in self.steps)
-        ins = ", ".join(f"{d} {tuple(s)}" for s, d, _ in self._specs)
+        ins = ", ".join(f"{d} {tuple(s)}" for s, d, _ in self.input_specs)
         lines = [f"Graph(inputs {ins}; {len(self.steps)} steps, {native} native; "
                  f"result slot {self.outputs}"]
         lines += [f"  {s!r}" for s in self.steps]
@@ -193,11 +209,12 @@ class _Recorder:
             return self.slot_of[id(value)]
         view = np.asarray(value.data)
         for source, array in enumerate(self.arrays):
-            fn = _view(array, view) if _owner(array) is _owner(view) else None
-            if fn is not None:
+            spec = _view(array, view) if _owner(array) is _owner(view) else None
+            if spec is not None:
                 slot = self.slot(value)
-                step = Step(f"(view for {name})", "view", True, (source,), slot, view)
-                step.call = _bind(fn, [source])
+                step = Step(f"(view for {name})", "view", True, (source,), slot, view,
+                            view=spec)
+                step.call = bind(view_function(spec), [source])
                 self.steps.append(step)
                 return slot
         raise TraceError(
@@ -207,7 +224,7 @@ class _Recorder:
             "trace this model")
 
     def template(self, args, name):
-        """Per argument: a slot, a tuple of slots (a list of tensors), or a _Const."""
+        """Per argument: a slot, a tuple of slots (a list of tensors), or a Const."""
         out = []
         for a in args:
             if isinstance(a, Tensor):
@@ -218,7 +235,7 @@ class _Recorder:
                 raise TraceError(f"jit.trace: module '{name}' takes a list mixing tensors "
                                  "and other values")
             else:
-                out.append(_Const(a))
+                out.append(Const(a))
         return out
 
     def record(self, module, args, kwargs, out):
@@ -234,16 +251,16 @@ class _Recorder:
                              f"{type(out).__name__}; a traced module returns one Tensor")
         fn = self.native(module, args, kwargs, template, out, name)
         step = Step(name, type(module).__name__, fn is not None, tuple(template),
-                    self.slot(out), out.data)
-        step.call = _bind(fn, template) if fn is not None else \
-            _bind_module(module, template, kwargs, self.qparams)
+                    self.slot(out), out.data, module, kwargs)
+        step.call = bind(fn, template) if fn is not None else \
+            bind_module(module, template, kwargs, self.qparams)
         self.steps.append(step)
 
     def native(self, module, args, kwargs, template, out, name):
         """The module's `graph_step` function, checked against its result; None if none."""
         make = getattr(module, "graph_step", None)
         hooked = module._forward_pre_hooks or module._forward_hooks  # they run as a module
-        if make is None or hooked or kwargs or any(isinstance(t, _Const) for t in template):
+        if make is None or hooked or kwargs or any(isinstance(t, Const) for t in template):
             return None
         fn = make(*args)
         if fn is None:
@@ -292,9 +309,21 @@ def _same_view(a, b):
             a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
+def view_function(spec):
+    """The function of a `_view` spec: ("slice", ((start, stop), ...)) or ("reshape", shape)."""
+    kind, arg = spec
+    if kind == "slice":
+        index = tuple(slice(start, stop) for start, stop in arg)
+        return lambda a: a[index]
+    if kind == "reshape":
+        shape = tuple(arg)
+        return lambda a: a.reshape(shape)
+    raise ValueError(f"unknown view {kind!r}")
+
+
 def _view(array, view):
-    """f(array) -> view where view is a block of array (basic slicing with unit steps) or a
-    reshape of it; None if it is neither."""
+    """The spec of view as a block of array (basic slicing with unit steps) or a reshape of
+    it (`view_function`); None if it is neither."""
     if view.dtype != array.dtype:
         return None
     delta = view.__array_interface__["data"][0] - array.__array_interface__["data"][0]
@@ -303,24 +332,24 @@ def _view(array, view):
         for axis in sorted(range(array.ndim), key=lambda i: -abs(array.strides[i])):
             if array.strides[axis] > 0:
                 starts[axis], delta = divmod(delta, array.strides[axis])
-        index = tuple(slice(o, o + n) for o, n in zip(starts, view.shape))
-        if delta == 0 and all(o >= 0 for o in starts) and _same_view(array[index], view):
-            return lambda a: a[index]
+        spec = ("slice", tuple((o, o + n) for o, n in zip(starts, view.shape)))
+        if (delta == 0 and all(o >= 0 for o in starts) and
+                _same_view(view_function(spec)(array), view)):
+            return spec
     if delta == 0 and view.size == array.size:
-        shape = view.shape
-        reshaped = array.reshape(shape)
+        reshaped = array.reshape(view.shape)
         if np.shares_memory(reshaped, array) and _same_view(reshaped, view):
-            return lambda a: a.reshape(shape)
+            return ("reshape", view.shape)
     return None
 
 
 def _slots_of(entry):
-    if isinstance(entry, _Const):
+    if isinstance(entry, Const):
         return ()
     return entry if isinstance(entry, tuple) else (entry,)
 
 
-def _bind(fn, template):
+def bind(fn, template):
     """A native step as a function of the slot list (arrays in, array out)."""
     if len(template) == 1 and isinstance(template[0], int):
         i = template[0]
@@ -332,14 +361,14 @@ def _bind(fn, template):
                           for t in template])
 
 
-def _bind_module(module, template, kwargs, qparams):
+def bind_module(module, template, kwargs, qparams):
     """Any other module: called on Tensors made of the slots; its result's array kept."""
     def tensor(i, v):
         q = qparams[i]
         return Tensor._make(v[i], False, None) if q is None else wrap(v[i], *q)
 
     def arg(t, v):
-        if isinstance(t, _Const):
+        if isinstance(t, Const):
             return t.value
         if isinstance(t, tuple):
             return [tensor(k, v) for k in t]

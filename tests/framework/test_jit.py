@@ -188,3 +188,48 @@ def test_a_float_layer_kept_in_an_int8_model():
     assert [s.name for s in graph.steps if not s.native] == ["fc", "dequant"]
     with ty.no_grad():
         assert same(graph(batch(5)), model(batch(5)))
+
+
+# ------------------------------------------------------------------ files and profiles
+
+def test_saved_graph_runs_without_the_model(tmp_path):
+    from tianyuan.io.serialization import SerializationError
+    model = int8_tiny()
+    graph = jit.trace(model, batch(0))
+    graph.save(tmp_path / "tiny.graph")
+    loaded = ty.runtime.load(tmp_path / "tiny.graph")
+    assert [(s.name, s.native, s.inputs) for s in loaded.steps] == \
+        [(s.name, s.native, s.inputs) for s in graph.steps]
+    for seed in (21, 22):
+        assert same(loaded(batch(seed)), graph(batch(seed)))
+    views = Views().eval()
+    jit.trace(views, batch(0, c=4, size=5)).save(tmp_path / "views.graph")
+    got = ty.runtime.load(tmp_path / "views.graph")(batch(3, c=4, size=5))
+    with ty.no_grad():
+        assert all(same(g, w) for g, w in zip(got, views(batch(3, c=4, size=5))))
+    with pytest.raises(SerializationError, match="holds tianyuan.nn modules only"):
+        jit.trace(WithInPlaceModule().eval(), batch(0)).save(tmp_path / "x.graph")
+    ty.save({"w": np.zeros(3)}, tmp_path / "weights.safetensors")
+    with pytest.raises(SerializationError, match="not a saved graph"):
+        ty.runtime.load(tmp_path / "weights.safetensors")
+
+
+def test_a_graph_file_names_tianyuan_modules_only(tmp_path):
+    from tianyuan.io.serialization import SerializationError
+    graph = jit.trace(nn.Sequential(nn.ReLU()).eval(), batch(0))
+    graph.save(tmp_path / "g.graph")
+    data = ty.load(tmp_path / "g.graph")
+    data["modules"][0]["class"] = "os.system"       # a file crafted to run something else
+    ty.save(data, tmp_path / "evil.graph")
+    with pytest.raises(SerializationError, match="names os.system"):
+        ty.runtime.load(tmp_path / "evil.graph")
+
+
+def test_profile_times_every_step():
+    graph = jit.trace(int8_tiny(), batch(0))
+    plan = list(graph._plan)
+    stats = graph.profile(batch(1), repeats=3)
+    assert graph._plan == plan                                # the timers are gone again
+    assert [r["name"] for r in stats["rows"]] == [s.name for s in graph.steps]
+    assert abs(sum(r["share"] for r in stats["rows"]) - 1.0) < 0.01
+    assert stats["total_ms"] > 0 and stats["peak_mb"] > 0

@@ -32,6 +32,7 @@ def relu6_max(scale, zero_point, dtype):
 
 class _WeightedModule(QuantizedModule):
     """Shared by Conv2d and Linear: int8 weight per channel, float bias, output qparams."""
+    graph_derived = ("packed",)   # a graph file leaves it out: _state_loaded packs again
 
     def set_weights(self, qat):
         w, b = qat.folded()

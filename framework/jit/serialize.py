@@ -1,0 +1,186 @@
+"""A traced graph as one file: `graph.save(path)`, `tianyuan.runtime.load(path)`.
+
+The file is a tianyuan safetensors file (`tianyuan.save`: arrays in the tensor table, the
+structure as JSON, written atomically, checked by CRC on load, nothing pickled): the input
+and output slots, each slot's shape, dtype, strides and int8 scale / zero point, the steps
+(a module by index with its arguments, or a view), and the modules: class name, their
+plain attributes (numbers, strings, tuples), parameters and buffers. Loading needs no model
+code: the modules are `tianyuan.nn` classes (a saved graph holds no other), rebuilt from
+their state as `load_state_dict` leaves them (int8 weights packed again), and each native
+step asks its module for its `graph_step` on stand-in inputs of the traced layout.
+"""
+import importlib
+
+import numpy as np
+
+from ..io import load as load_file
+from ..io import save as save_file
+from ..io.serialization import SerializationError
+from ..nn.module import Module
+from ..nn.parameter import Parameter
+from ..quantization.qarray import wrap
+from ..tensor import Tensor
+from .graph import Const, Graph, Step, bind, bind_module, view_function
+
+FORMAT = "tianyuan.graph"
+VERSION = 1
+ALLOWED = "tianyuan.nn."   # the packages whose modules a graph file may name
+
+
+def save(graph, path):
+    """Write `graph` (a `jit.Graph`) to `path` as one file."""
+    modules, index, steps = [], {}, []
+    for step in graph.steps:
+        entry = {"name": step.name, "type": step.type, "native": step.native,
+                 "inputs": [_entry(e, step.name) for e in step.inputs], "output": step.output}
+        if step.view is not None:
+            entry["view"] = list(step.view)
+        else:
+            if id(step.module) not in index:
+                index[id(step.module)] = len(modules)
+                modules.append(_module_state(step.module, step.name))
+            if not _plain(list(step.kwargs.values())):
+                raise SerializationError(f"Graph.save: step '{step.name}' takes keyword "
+                                         "arguments a graph file cannot hold")
+            entry["module"], entry["kwargs"] = index[id(step.module)], step.kwargs
+        steps.append(entry)
+    slots = [{"shape": tuple(shape), "dtype": str(dtype), "strides": tuple(strides),
+              "qparams": None if q is None else (float(q[0]), int(q[1]))}
+             for shape, dtype, strides, q in graph.slots]
+    outputs = graph.outputs if isinstance(graph.outputs, int) else {
+        "kind": type(graph.outputs).__name__, "slots": list(graph.outputs)}
+    save_file({"format": FORMAT, "version": VERSION, "inputs": list(graph.inputs),
+               "outputs": outputs, "slots": slots, "steps": steps, "modules": modules}, path)
+
+
+def load(path):
+    """The `jit.Graph` saved at `path`, ready to run (no model code needed)."""
+    data = load_file(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SerializationError(f"runtime.load: {path} is not a saved graph (no "
+                                 f"'format': '{FORMAT}'; a weights file loads with "
+                                 "tianyuan.load)")
+    if data.get("version") != VERSION:
+        raise SerializationError(f"runtime.load: {path} has graph format version "
+                                 f"{data.get('version')}; this tianyuan reads {VERSION}")
+    slots = [(tuple(s["shape"]), np.dtype(s["dtype"]), tuple(s["strides"]),
+              None if s["qparams"] is None else (np.float32(s["qparams"][0]),
+                                                 int(s["qparams"][1])))
+             for s in data["slots"]]
+    modules = [_module(state, path) for state in data["modules"]]
+    steps = [_step(entry, modules, slots) for entry in data["steps"]]
+    outputs = data["outputs"]
+    if isinstance(outputs, dict):
+        outputs = (tuple if outputs["kind"] == "tuple" else list)(outputs["slots"])
+    return Graph(steps, tuple(data["inputs"]), outputs, slots)
+
+
+# ------------------------------------------------------------------ save
+
+def _entry(entry, name):
+    if isinstance(entry, Const):
+        if not _plain(entry.value):
+            raise SerializationError(f"Graph.save: step '{name}' takes a "
+                                     f"{type(entry.value).__name__} argument, which a graph "
+                                     "file cannot hold")
+        return {"const": entry.value}
+    if isinstance(entry, tuple):
+        return {"slots": list(entry)}
+    return {"slot": entry}
+
+
+def _plain(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (tuple, list)) and all(_plain(v) for v in value)
+
+
+def _module_state(module, name):
+    """{class, config, parameters, buffers, non_persistent} of a tianyuan.nn module."""
+    cls = type(module)
+    qualified = f"{cls.__module__}.{cls.__qualname__}"
+    if not cls.__module__.startswith(ALLOWED):
+        raise SerializationError(
+            f"Graph.save: step '{name}' runs {qualified}; a graph file holds tianyuan.nn "
+            "modules only (it loads without the model's code)")
+    derived = set(getattr(cls, "graph_derived", ()))   # rebuilt by _state_loaded
+    config = {}
+    for key, value in module.__dict__.items():
+        if key.startswith("_") or key == "training" or key in derived:
+            continue
+        if not _plain(value):
+            raise SerializationError(f"Graph.save: step '{name}' ({qualified}): attribute "
+                                     f"'{key}' is a {type(value).__name__}, which a graph "
+                                     "file cannot hold")
+        config[key] = value
+    return {"class": qualified, "config": config,
+            "parameters": {k: None if p is None else p.data
+                           for k, p in module._parameters.items()},
+            "buffers": {k: None if b is None else b.data for k, b in module._buffers.items()},
+            "non_persistent": sorted(module._non_persistent)}
+
+
+# ------------------------------------------------------------------ load
+
+def _class(qualified, path):
+    modname, _, name = qualified.rpartition(".")
+    if not modname.startswith(ALLOWED):
+        raise SerializationError(f"runtime.load: {path} names {qualified}; a graph file may "
+                                 "name tianyuan.nn modules only")
+    cls = getattr(importlib.import_module(modname), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Module)):
+        raise SerializationError(f"runtime.load: {path} names {qualified}, which this "
+                                 "tianyuan has no module class for")
+    return cls
+
+
+def _module(state, path):
+    cls = _class(state["class"], path)
+    module = cls.__new__(cls)
+    Module.__init__(module)
+    for key, value in state["config"].items():
+        setattr(module, key, value)
+    for key, array in state["parameters"].items():
+        module.register_parameter(key, None if array is None else
+                                  Parameter(array, requires_grad=False))
+    for key, array in state["buffers"].items():
+        module.register_buffer(key, None if array is None else Tensor(array),
+                               key not in state["non_persistent"])
+    module._state_loaded()   # int8 weights packed, caches fresh
+    return module.eval()
+
+
+def _stand_in(slot):
+    """A Tensor of the slot's shape, dtype, strides and quantization (zeros)."""
+    shape, dtype, strides, qparams = slot
+    span = sum((n - 1) * s for n, s in zip(shape, strides) if n > 0) + dtype.itemsize
+    flat = np.zeros(max(span, dtype.itemsize) // dtype.itemsize + 1, dtype)
+    array = np.lib.stride_tricks.as_strided(flat, shape, strides)
+    return Tensor._make(array, False, None) if qparams is None else wrap(array, *qparams)
+
+
+def _step(entry, modules, slots):
+    template = tuple(Const(e["const"]) if "const" in e else
+                     tuple(e["slots"]) if "slots" in e else e["slot"] for e in entry["inputs"])
+    out = slots[entry["output"]]
+    array = np.empty(0, out[1])
+    if "view" in entry:
+        kind, arg = entry["view"]
+        step = Step(entry["name"], "view", True, template, entry["output"], array,
+                    view=(kind, tuple(arg) if kind == "reshape" else arg))
+        step.call = bind(view_function(step.view), list(template))
+    else:
+        module = modules[entry["module"]]
+        step = Step(entry["name"], entry["type"], entry["native"], template, entry["output"],
+                    array, module, entry["kwargs"])
+        qparams = [q for *_, q in slots]
+        step.call = (bind(module.graph_step(*_stand_ins(template, slots)), list(template))
+                     if entry["native"] else
+                     bind_module(module, list(template), step.kwargs, qparams))
+    step.shape = out[0]
+    return step
+
+
+def _stand_ins(template, slots):
+    return [[_stand_in(slots[i]) for i in t] if isinstance(t, tuple) else _stand_in(slots[t])
+            for t in template]
