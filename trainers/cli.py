@@ -2,7 +2,7 @@
 
     tianyuan weights list | download NAME | verify | import FILE --arch A --out F
 
-Later subcommands (train, eval, quantize, export, run, bench) add one row each to
+Subcommands (weights, train, eval, quantize, bench, run) are one row each of
 SUBCOMMANDS; the module named there is imported only when its command runs.
 """
 import importlib
@@ -19,6 +19,8 @@ SUBCOMMANDS = {
                  "method=ptq|qat|both"),
     "bench": ("tianyuan.trainers.commands", "bench_main",
               "latency, images/s, peak memory: model=NAME precision=fp32 batch=1"),
+    "run": ("tianyuan.trainers.run_graph", "main",
+            "a saved graph, without model code: FILE [--profile] [--input X.npy]"),
 }
 
 

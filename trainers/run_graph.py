@@ -1,0 +1,72 @@
+"""`tianyuan run FILE`: a saved graph (`graph.save`, `tianyuan quantize export.dir=DIR`) run
+without the model's code: its latency (median), result and peak memory; `--profile` adds
+each step's time.
+
+    tianyuan run runs/quantize/export/qat.graph --profile
+    tianyuan run model.graph --input images.npy --output logits.npy
+
+Without --input the graph runs on random data of its traced shape (a .npy input must have
+that shape and dtype; an int8 input is taken with the traced scale and zero point).
+"""
+import argparse
+
+import numpy as np
+
+import tianyuan as ty
+from tianyuan.evaluation.report import format_table, write_json
+from tianyuan.quantization.qarray import wrap
+
+
+def _input(spec, path, seed):
+    shape, dtype, qparams = spec
+    if path:
+        array = np.load(path, allow_pickle=False)
+    elif dtype.kind == "f":
+        array = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        array = np.random.default_rng(seed).integers(info.min, info.max + 1, shape, dtype)
+    return ty.Tensor(array) if qparams is None else wrap(array, *qparams)
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="tianyuan run", description=__doc__.split("\n")[0])
+    parser.add_argument("file", help="a graph file written by graph.save")
+    parser.add_argument("--input", help=".npy input (default: random of the traced shape)")
+    parser.add_argument("--output", help="write the result here (.npy)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed runs (median)")
+    parser.add_argument("--profile", action="store_true", help="print each step's time")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.threads:
+        ty.set_num_threads(args.threads)
+    graph = ty.runtime.load(args.file)
+    if args.input and len(graph.input_specs) != 1:
+        raise SystemExit(f"tianyuan run: {args.file} takes {len(graph.input_specs)} inputs; "
+                         "--input gives one")
+    inputs = [_input(spec, args.input, k) for k, spec in enumerate(graph.input_specs)]
+    result = graph(*inputs)
+    stats = graph.profile(*inputs, repeats=args.repeats)
+    first = result if isinstance(result, ty.Tensor) else result[0]
+    summary = {"file": args.file, "inputs": " ".join(f"{d}{list(s)}" for s, d, _ in
+                                                     graph.input_specs),
+               "result": f"{first.dtype}{list(first.shape)}", "steps": len(graph.steps),
+               "native": sum(s.native for s in graph.steps), "latency_ms": stats["total_ms"],
+               "peak_traced_mb": stats["peak_mb"], "threads": ty.get_num_threads(),
+               "isa": ty.current_isa()}
+    if args.profile:
+        print(format_table(stats["rows"], ["step", "name", "type", "how", "shape", "ms",
+                                           "share"], title="steps (median ms)"))
+    print(format_table([summary], title="\nrun"))
+    if args.output:
+        np.save(args.output, np.asarray(first.data))
+        print(f"written: {args.output}")
+    if args.json:
+        write_json(args.json, {**summary, "steps_ms": stats["steps_ms"],
+                               "profile": stats["rows"]})
+    return 0
