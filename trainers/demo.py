@@ -5,8 +5,11 @@
 2. `tianyuan eval`: top-1/top-5 on the 1000 validation images;
 3. `tianyuan quantize experiment=shapesnet_shapes_qat method=both`: int8 by post-training
    calibration (PTQ) and by a one-epoch quantization-aware fine-tune (QAT), with the
-   QuantReport (accuracy, drop, latency at batch 1 and 16, size, per-layer SQNR);
-4. a summary of float / PTQ / QAT, also in demo_out/demo.json.
+   QuantReport (accuracy, drop, latency at batch 1 and 16, size, per-layer SQNR), each
+   int8 model also traced and saved as a graph file (`export.dir`);
+4. `tianyuan run demo_out/export/qat.graph`: the QAT int8 graph run without the model's
+   code, as deployed;
+5. a summary of float / PTQ / QAT and the deployed graph, also in demo_out/demo.json.
 
     python -m tianyuan.trainers.demo [--out demo_out] [--quiet]
 """
@@ -43,13 +46,18 @@ def journey(out, progress=True):
     command(["eval", "model=shapesnet", "data=shapes", *data, f"weights={weights}",
              f"out={out}/eval.json", f"progress={str(progress).lower()}"], timings)
     command(["quantize", "experiment=shapesnet_shapes_qat", *data, f"weights={weights}",
-             "method=both", f"out_dir={out}/qat", f"out={out}/quant.json", *bar], timings)
+             "method=both", f"out_dir={out}/qat", f"out={out}/quant.json",
+             f"export.dir={out}/export", *bar], timings)
+    command(["run", f"{out}/export/qat.graph", "--json", f"{out}/run.json"], timings)
     with open(f"{out}/eval.json") as handle:
         evaluated = json.load(handle)
     with open(f"{out}/quant.json") as handle:
         report = json.load(handle)
+    with open(f"{out}/run.json") as handle:
+        deployed = json.load(handle)
     return {"model": "shapesnet", "eval": {k: evaluated[k] for k in ("top1", "top5", "images")},
             "rows": report["rows"], "worst_layers": report["worst_layers"],
+            "deployed": {k: deployed[k] for k in ("file", "latency_ms", "steps", "native")},
             "seconds": timings}
 
 
@@ -62,6 +70,10 @@ def summary(result):
              f"int8 (QAT) vs float: {float_['ms_batch1'] / qat['ms_batch1']:.2f}x at batch 1, "
              f"{float_['ms_batch16'] / qat['ms_batch16']:.2f}x at batch 16, "
              f"{float_['size_kb'] / qat['size_kb']:.1f}x smaller",
+             f"deployed: {result['deployed']['file']} (batch 1) "
+             f"{result['deployed']['latency_ms']:.3f} ms, {result['deployed']['native']} of "
+             f"{result['deployed']['steps']} steps native; module by module "
+             f"{qat['ms_batch1']:.3f} ms",
              f"wall time {result['seconds']['total']:.1f}s ({phases})"]
     return "\n".join(lines)
 

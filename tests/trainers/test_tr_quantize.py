@@ -1,9 +1,10 @@
-"""`tianyuan quantize` on a trained smoke model, `tianyuan bench precision=int8`, and the
-qconfig names the recipes use."""
+"""`tianyuan quantize` on a trained smoke model (its int8 models exported as graph files),
+`tianyuan bench precision=int8`, and the qconfig names the recipes use."""
 import json
 
 import pytest
 
+import tianyuan as ty
 from tianyuan import nn, zoo
 from tianyuan import quantization as Q
 from tianyuan.trainers import cli
@@ -22,8 +23,11 @@ def test_quantize_prints_report_and_writes_json(shapes_root, tmp_path, capsys):
                      f"weights={run}/model_final.safetensors", "method=both", "calib_batches=2",
                      "qat.iters=3", "trainer.progress=false", f"out_dir={tmp_path}/qat",
                      "report.repeats=1", "report.batches=[1,2]", "report.sensitivity_images=8",
-                     f"out={out}"]) == 0
+                     f"out={out}", f"export.dir={tmp_path}/export", "export.batch=2"]) == 0
     text = capsys.readouterr().out
+    for method in ("ptq", "qat"):                      # the int8 models as graph files
+        graph = ty.runtime.load(tmp_path / "export" / f"{method}.graph")
+        assert graph.input_specs[0][0][0] == 2 and all(s.native for s in graph.steps)
     assert "quantization report" in text and "per-layer sensitivity" in text
     report = json.load(open(out))
     assert {"model", "method", "rows", "worst_layers", "sensitivity", "ptq", "qat"} <= set(report)
