@@ -108,8 +108,8 @@ def bench(cfg):
     result = {"model": cfg.model.get("name", cfg.model._target_), "precision": cfg.precision,
               "traced": bool(cfg.get("trace", False)), **stats}
     write_json(cfg.out, result)
-    columns = ["model", "precision", "traced", "batch", "latency_ms", "latency_p90_ms", "images_per_s",
-               "peak_traced_mb", "peak_rss_mb", "threads", "isa"]
+    columns = ["model", "precision", "traced", "batch", "latency_ms", "latency_p90_ms",
+               "images_per_s", "peak_traced_mb", "peak_rss_mb", "threads", "isa"]
     print(format_table([result], columns, title="\nbench"))
     print(f"written: {cfg.out}")
     return result
