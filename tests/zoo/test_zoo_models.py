@@ -1,4 +1,5 @@
-"""Every registered model: shapes, a training step, state round trip, fuse groups, head reset."""
+"""Every registered model: shapes, a training step, state round trip, fuse groups, head reset,
+its float graph (jit.trace)."""
 import numpy as np
 import pytest
 
@@ -126,3 +127,12 @@ def test_reset_classifier(name):
     assert all(np.array_equal(after[k], v) for k, v in before.items())
     with pytest.raises(ValueError, match="num_classes"):
         model.reset_classifier(0)
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n not in BIG])
+def test_float_model_traces_to_the_same_result(name):
+    model = cached(name)
+    graph = ty.jit.trace(model, batch(input_shape(name))[0])
+    x = batch(input_shape(name), seed=1)[0]
+    with ty.no_grad():
+        np.testing.assert_array_equal(graph(x).numpy(), model(x).numpy())
