@@ -1,7 +1,7 @@
 """`trace` and `Graph`: a model's leaf-module calls, recorded once, replayed in order.
 
 Recording: while the example runs, every call of a leaf module of the model (one without
-children) is a step; its tensor arguments must be the graph's inputs or earlier steps'
+children, or marked `graph_leaf = True` like the fused conv modules) is a step; its tensor arguments must be the graph's inputs or earlier steps'
 results. A tensor made outside a module (an op written in a `forward`) is refused with a
 `TraceError` naming the module it reached, so nothing the model computes is left out; at
 the end the graph runs the example and must give the model's result bit for bit.
@@ -24,6 +24,7 @@ from ..autograd import no_grad
 from ..nn.module import Module
 from ..quantization.qarray import QArray, wrap
 from ..tensor import Tensor
+from . import passes
 
 
 class TraceError(RuntimeError):
@@ -62,9 +63,11 @@ class Step:
                 f"{tuple(self.shape)} {self.dtype}")
 
 
-def trace(model, *inputs, check=True):
+def trace(model, *inputs, check=True, fuse=False):
     """Run `model(*inputs)` once (eval mode, no gradients) and return its `Graph`.
-    `check`: run the graph on the inputs and require the model's result exactly."""
+    `check`: run the graph on the inputs and require the model's result exactly.
+    `fuse`: fold each float conv's batch norm and ReLU / ReLU6 into it (jit/passes.py; the
+    result then equals the model's within float rounding, checked)."""
     if not isinstance(model, Module):
         raise TypeError(f"jit.trace: expected an nn.Module, got {type(model).__name__}")
     if model.training:
@@ -73,6 +76,19 @@ def trace(model, *inputs, check=True):
     for i, x in enumerate(inputs):
         if not isinstance(x, Tensor):
             raise TypeError(f"jit.trace: input {i} is {type(x).__name__}, expected a Tensor")
+    graph, out = _record(model, inputs, check)
+    groups = passes.fusion_groups(graph) if fuse else []
+    if not groups:
+        return graph
+    fused, _ = _record(passes.fused_copy(model, groups), inputs, check)
+    if check and not passes.close_to(fused(*inputs), out):
+        raise TraceError("jit.trace: the fused graph's result is not the model's within float "
+                         "rounding; trace with fuse=False")
+    return fused
+
+
+def _record(model, inputs, check):
+    """(the Graph of model(*inputs), the model's result)."""
     recorder = _Recorder(model, inputs)
     original = Module.__call__
     Module.__call__ = recorder.call_through(original)
@@ -86,7 +102,7 @@ def trace(model, *inputs, check=True):
     graph = Graph(recorder.steps, recorder.inputs, outputs, slots)
     if check:
         graph.check(inputs, out)
-    return graph
+    return graph, out
 
 
 class Graph:
@@ -173,7 +189,8 @@ class Graph:
 
 class _Recorder:
     def __init__(self, model, inputs):
-        self.names = {id(m): name for name, m in model.named_modules() if not m._modules}
+        self.names = {id(m): name for name, m in model.named_modules()
+                      if not m._modules or getattr(m, "graph_leaf", False)}
         self.arrays, self.qparams = [], []    # per slot: traced array, (scale, zp) or None
         self.slot_of, self.keep = {}, []      # id(Tensor) -> slot; the Tensors (unique ids)
         self.steps, self.depth = [], 0

@@ -96,7 +96,8 @@ def _plain(value):
 
 
 def _module_state(module, name):
-    """{class, config, parameters, buffers, non_persistent} of a tianyuan.nn module."""
+    """{class, config, children, parameters, buffers, non_persistent} of a tianyuan.nn
+    module (its children the same, by name)."""
     cls = type(module)
     qualified = f"{cls.__module__}.{cls.__qualname__}"
     if not cls.__module__.startswith(ALLOWED):
@@ -113,7 +114,8 @@ def _module_state(module, name):
                                      f"'{key}' is a {type(value).__name__}, which a graph "
                                      "file cannot hold")
         config[key] = value
-    return {"class": qualified, "config": config,
+    children = {k: _module_state(m, f"{name}.{k}") for k, m in module._modules.items()}
+    return {"class": qualified, "config": config, "children": children,
             "parameters": {k: None if p is None else p.data
                            for k, p in module._parameters.items()},
             "buffers": {k: None if b is None else b.data for k, b in module._buffers.items()},
@@ -138,6 +140,8 @@ def _module(state, path):
     cls = _class(state["class"], path)
     module = cls.__new__(cls)
     Module.__init__(module)
+    for key, child in state["children"].items():   # a fused module's parts
+        module.add_module(key, _module(child, path))
     for key, value in state["config"].items():
         setattr(module, key, value)
     for key, array in state["parameters"].items():

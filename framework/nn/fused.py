@@ -38,6 +38,7 @@ class Fused(Sequential):
     (F.conv2d_affine_act, whose argument checks it runs once per input shape)."""
 
     parts = ()
+    graph_leaf = True   # jit.trace records it as one step (its children are its parts)
 
     def __init__(self, *modules):
         got = tuple(type(m).__name__ for m in modules)

@@ -233,3 +233,38 @@ def test_profile_times_every_step():
     assert [r["name"] for r in stats["rows"]] == [s.name for s in graph.steps]
     assert abs(sum(r["share"] for r in stats["rows"]) - 1.0) < 0.01
     assert stats["total_ms"] > 0 and stats["peak_mb"] > 0
+
+
+# ------------------------------------------------------------------ fusion
+
+def test_fuse_folds_what_the_model_would_fuse(tmp_path):
+    ty.manual_seed(2)
+    model = TinyNet().eval()
+    for bn in (model.bn1, model.bn2, model.bn3, model.dw_bn):   # running stats not 0 / 1
+        bn.running_mean.data[:] = np.random.default_rng(0).standard_normal(bn.num_features)
+        bn.running_var.data[:] = 1.0 + np.random.default_rng(1).random(bn.num_features)
+    plain = jit.trace(model, batch(0))
+    assert jit.passes.fusion_groups(plain) == model.fuse_groups()
+    fused = jit.trace(model, batch(0), fuse=True)
+    assert len(fused.steps) == len(plain.steps) - 7          # 4 BNs and 3 activations folded
+    assert "BatchNorm2d" not in {s.type for s in fused.steps}
+    with ty.no_grad():
+        want = model(batch(6)).numpy()
+    np.testing.assert_allclose(fused(batch(6)).numpy(), want, rtol=1e-4, atol=1e-5)
+    assert type(model.conv1) is nn.Conv2d                     # the model itself untouched
+    fused.save(tmp_path / "fused.graph")                      # fused modules round-trip
+    assert same(ty.runtime.load(tmp_path / "fused.graph")(batch(6)), fused(batch(6)))
+
+
+class SharedReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.relu = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 3, 1), nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.b(self.relu(self.a(x))))      # one ReLU called twice
+
+
+def test_fuse_leaves_a_module_called_twice():
+    graph = jit.trace(SharedReLU().eval(), batch(0), fuse=True)
+    assert [s.type for s in graph.steps] == ["Conv2d", "ReLU", "Conv2d", "ReLU"]
