@@ -1,10 +1,11 @@
 """`trace` and `Graph`: a model's leaf-module calls, recorded once, replayed in order.
 
 Recording: while the example runs, every call of a leaf module of the model (one without
-children, or marked `graph_leaf = True` like the fused conv modules) is a step; its tensor arguments must be the graph's inputs or earlier steps'
-results. A tensor made outside a module (an op written in a `forward`) is refused with a
-`TraceError` naming the module it reached, so nothing the model computes is left out; at
-the end the graph runs the example and must give the model's result bit for bit.
+children, or marked `graph_leaf = True` like the fused conv modules) is a step; its tensor
+arguments must be the graph's inputs or earlier steps' results. A tensor made outside a
+module (an op written in a `forward`) is refused with a `TraceError` naming the module it
+reached, so nothing the model computes is left out; at the end the graph runs the example
+and must give the model's result bit for bit.
 
 Replaying: values are plain numpy arrays in slots, freed after their last use. A module with
 a `graph_step(*inputs)` method (the int8 modules, Flatten, ChannelShuffle) runs as the
