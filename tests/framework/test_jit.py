@@ -268,3 +268,23 @@ class SharedReLU(nn.Module):
 def test_fuse_leaves_a_module_called_twice():
     graph = jit.trace(SharedReLU().eval(), batch(0), fuse=True)
     assert [s.type for s in graph.steps] == ["Conv2d", "ReLU", "Conv2d", "ReLU"]
+
+
+def test_a_graph_file_runs_on_every_kernel_path(tmp_path):
+    """Traced where int8 ResNet keeps channels-last (the VNNI engine), loaded where it does
+    not: the steps take the layout they get, the values stay bit-exact."""
+    from tianyuan import zoo
+    ty.manual_seed(0)
+    x = batch(0, size=32)
+    qat = Q.quantize_qat(zoo.get_model("resnet18", num_classes=10))
+    Q.calibrate(qat, [x.numpy(), batch(1, size=32).numpy()])
+    graph = jit.trace(Q.quantize(qat), x)
+    graph.save(tmp_path / "r18.graph")
+    want = graph(batch(2, size=32))
+    isa = ty.current_isa()
+    try:
+        for path in ty.available_isas():
+            ty.set_isa(path)
+            assert same(ty.runtime.load(tmp_path / "r18.graph")(batch(2, size=32)), want), path
+    finally:
+        ty.set_isa(isa)
