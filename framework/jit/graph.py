@@ -262,12 +262,13 @@ class _Recorder:
             raise TraceError(f"jit.trace: module '{name}' takes a tensor by keyword; pass "
                              "tensors by position to trace it")
         template = self.template(args, name)
-        if getattr(module, "graph_alias", False) and args and out is args[0]:
+        hooked = module._forward_pre_hooks or module._forward_hooks  # they run as a module
+        if getattr(module, "graph_alias", False) and not hooked and args and out is args[0]:
             return  # its result is its input: no step
         if not isinstance(out, Tensor):
             raise TraceError(f"jit.trace: module '{name}' ({type(module).__name__}) returns "
                              f"{type(out).__name__}; a traced module returns one Tensor")
-        fn = self.native(module, args, kwargs, template, out, name)
+        fn = None if hooked else self.native(module, args, kwargs, template, out, name)
         step = Step(name, type(module).__name__, fn is not None, tuple(template),
                     self.slot(out), out.data, module, kwargs)
         step.call = bind(fn, template) if fn is not None else \
@@ -277,8 +278,7 @@ class _Recorder:
     def native(self, module, args, kwargs, template, out, name):
         """The module's `graph_step` function, checked against its result; None if none."""
         make = getattr(module, "graph_step", None)
-        hooked = module._forward_pre_hooks or module._forward_hooks  # they run as a module
-        if make is None or hooked or kwargs or any(isinstance(t, Const) for t in template):
+        if make is None or kwargs or any(isinstance(t, Const) for t in template):
             return None
         fn = make(*args)
         if fn is None:

@@ -144,6 +144,10 @@ def test_hooked_module_runs_as_a_module():
     calls.clear()
     graph(batch(1))
     assert calls == [(2, 10)]
+    seen = []                                 # a hooked Identity is a step, its hook runs
+    net = nn.Sequential(nn.Conv2d(3, 3, 1), nn.Identity()).eval()
+    net[1].register_forward_hook(lambda m, args, out: seen.append(1))
+    assert [s.type for s in jit.trace(net, batch(0)).steps] == ["Conv2d", "Identity"]
 
 
 def test_intermediate_slots_are_freed_after_their_last_use():
