@@ -147,7 +147,11 @@ def test_hooked_module_runs_as_a_module():
     seen = []                                 # a hooked Identity is a step, its hook runs
     net = nn.Sequential(nn.Conv2d(3, 3, 1), nn.Identity()).eval()
     net[1].register_forward_hook(lambda m, args, out: seen.append(1))
-    assert [s.type for s in jit.trace(net, batch(0)).steps] == ["Conv2d", "Identity"]
+    hooked = jit.trace(net, batch(0))
+    assert [s.type for s in hooked.steps] == ["Conv2d", "Identity"]
+    seen.clear()
+    hooked(batch(1))
+    assert seen == [1]
 
 
 def test_intermediate_slots_are_freed_after_their_last_use():
