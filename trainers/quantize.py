@@ -11,8 +11,8 @@ PTQ: quantize_qat(calib_qconfig) + calibrate on `calib_batches` training batches
 preprocessing, shuffled) + quantize. QAT: quantize_qat(quant.qconfig) + the shared trainer
 (train.build) for the QAT schedule + quantize. `quant.keep_float=[fc]` keeps the named
 submodules float in both (say, the layers the report's SQNR list puts last). Prints the
-table, writes the JSON (`out=`). `export.dir=DIR` also saves each int8 model traced at
-`export.batch` as DIR/ptq.graph, DIR/qat.graph: what `tianyuan run` and
+table, writes the JSON (`out=`). `export.dir=DIR` also saves each int8 model traced (for any
+batch size) as DIR/ptq.graph, DIR/qat.graph: what `tianyuan run` and
 `tianyuan.runtime.load` run without the model's code.
 """
 import copy
@@ -122,14 +122,15 @@ def run(cfg):
 
 
 def export(int8, example, folder, batch):
-    """Each int8 model traced (jit.trace) on `batch` of the example images and saved as
-    folder/{method}.graph, for `tianyuan run` and `tianyuan.runtime.load`."""
+    """Each int8 model traced (jit.trace, any batch size, checked on `batch` and one more)
+    on the example images and saved as folder/{method}.graph, for `tianyuan run` and
+    `tianyuan.runtime.load`."""
     os.makedirs(folder, exist_ok=True)
     images = np.resize(example, (batch,) + example.shape[1:])   # repeats if batch > len
     for method, model in int8.items():
         path = os.path.join(folder, f"{method}.graph")
-        ty.jit.trace(model.eval(), ty.tensor(images)).save(path)
-        print(f"written: {path} (batch {batch}; tianyuan run {path} --profile)")
+        ty.jit.trace(model.eval(), ty.tensor(images), dynamic_batch=True).save(path)
+        print(f"written: {path} (any batch; tianyuan run {path} --profile)")
 
 
 def main(argv=None):

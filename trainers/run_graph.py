@@ -2,11 +2,13 @@
 without the model's code: its latency (median), result and peak memory; `--profile` adds
 each step's time.
 
-    tianyuan run runs/quantize/export/qat.graph --profile
+    tianyuan run runs/quantize/export/qat.graph --profile [--batch 16]
     tianyuan run model.graph --input images.npy --output logits.npy
 
-Without --input the graph runs on random data of its traced shape (a .npy input must have
-that shape and dtype; an int8 input is taken with the traced scale and zero point).
+Without --input the graph runs on random data of its traced shape (--batch: of that batch
+size, for a graph traced with dynamic_batch=True, as `tianyuan quantize export.dir=` writes
+them); a .npy input must have the traced shape (any batch where the graph takes one) and
+dtype; an int8 input is taken with the traced scale and zero point.
 """
 import argparse
 
@@ -17,8 +19,10 @@ from tianyuan.evaluation.report import format_table, write_json
 from tianyuan.quantization.qarray import wrap
 
 
-def _input(spec, path, seed):
+def _input(spec, path, seed, batch):
     shape, dtype, qparams = spec
+    if batch:
+        shape = (batch,) + tuple(shape[1:])
     if path:
         array = np.load(path, allow_pickle=False)
     elif dtype.kind == "f":
@@ -34,6 +38,8 @@ def _parser():
     parser.add_argument("file", help="a graph file written by graph.save")
     parser.add_argument("--input", help=".npy input (default: random of the traced shape)")
     parser.add_argument("--output", help="write the result here (.npy)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="random input of this batch size (a graph traced for any batch)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs (median)")
     parser.add_argument("--profile", action="store_true", help="print each step's time")
     parser.add_argument("--threads", type=int, default=None)
@@ -49,12 +55,17 @@ def main(argv=None):
     if args.input and len(graph.input_specs) != 1:
         raise SystemExit(f"tianyuan run: {args.file} takes {len(graph.input_specs)} inputs; "
                          "--input gives one")
-    inputs = [_input(spec, args.input, k) for k, spec in enumerate(graph.input_specs)]
+    if args.batch and not graph.dynamic_batch:
+        raise SystemExit(f"tianyuan run: {args.file} was traced for batch "
+                         f"{graph.input_specs[0][0][0]} only (trace with dynamic_batch=True "
+                         "for any)")
+    inputs = [_input(spec, args.input, k, args.batch) for k, spec in
+              enumerate(graph.input_specs)]
     result = graph(*inputs)
     stats = graph.profile(*inputs, repeats=args.repeats)
     first = result if isinstance(result, ty.Tensor) else result[0]
-    summary = {"file": args.file, "inputs": " ".join(f"{d}{list(s)}" for s, d, _ in
-                                                     graph.input_specs),
+    summary = {"file": args.file, "inputs": " ".join(f"{x.dtype}{list(x.shape)}"
+                                                     for x in inputs),
                "result": f"{first.dtype}{list(first.shape)}", "steps": len(graph.steps),
                "native": sum(s.native for s in graph.steps), "latency_ms": stats["total_ms"],
                "peak_traced_mb": stats["peak_mb"], "threads": ty.get_num_threads(),

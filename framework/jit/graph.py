@@ -26,6 +26,7 @@ from ..nn.module import Module
 from ..quantization.qarray import QArray, wrap
 from ..tensor import Tensor
 from . import passes
+from .views import owner, view_function, view_spec
 
 
 class TraceError(RuntimeError):
@@ -64,11 +65,13 @@ class Step:
                 f"{tuple(self.shape)} {self.dtype}")
 
 
-def trace(model, *inputs, check=True, fuse=False):
+def trace(model, *inputs, check=True, fuse=False, dynamic_batch=False):
     """Run `model(*inputs)` once (eval mode, no gradients) and return its `Graph`.
     `check`: run the graph on the inputs and require the model's result exactly.
     `fuse`: fold each float conv's batch norm and ReLU / ReLU6 into it (jit/passes.py; the
-    result then equals the model's within float rounding, checked)."""
+    result then equals the model's within float rounding, checked).
+    `dynamic_batch`: the graph takes any size of the inputs' first axis; checked by running
+    model and graph once more on the inputs grown by one item (bit for bit)."""
     if not isinstance(model, Module):
         raise TypeError(f"jit.trace: expected an nn.Module, got {type(model).__name__}")
     if model.training:
@@ -79,13 +82,40 @@ def trace(model, *inputs, check=True, fuse=False):
             raise TypeError(f"jit.trace: input {i} is {type(x).__name__}, expected a Tensor")
     graph, out = _record(model, inputs, check)
     groups = passes.fusion_groups(graph) if fuse else []
-    if not groups:
-        return graph
-    fused, _ = _record(passes.fused_copy(model, groups), inputs, check)
-    if check and not passes.close_to(fused(*inputs), out):
-        raise TraceError("jit.trace: the fused graph's result is not the model's within float "
-                         "rounding; trace with fuse=False")
-    return fused
+    if groups:
+        model = passes.fused_copy(model, groups)
+        graph, fused_out = _record(model, inputs, check)
+        if check and not passes.close_to(fused_out, out):
+            raise TraceError("jit.trace: the fused graph's result is not the model's within "
+                             "float rounding; trace with fuse=False")
+    if dynamic_batch:
+        _allow_any_batch(graph, model, inputs)
+    return graph
+
+
+def _allow_any_batch(graph, model, inputs):
+    """Mark the graph batch-free once it gives the model's result on one more item."""
+    if any(x.ndim == 0 or x.shape[0] == 0 for x in inputs):
+        raise ValueError("jit.trace: dynamic_batch needs inputs with a leading batch axis")
+    more = [_grown(x) for x in inputs]
+    graph.dynamic_batch = True
+    with no_grad():
+        expected = model(*more)
+    try:
+        graph.check(more, expected)
+    except (TraceError, ValueError) as error:
+        graph.dynamic_batch = False
+        raise TraceError(f"jit.trace: the graph does not hold for batch {more[0].shape[0]} "
+                         "(a step that reads or reshapes the batch axis); trace with "
+                         f"dynamic_batch=False ({error})") from None
+
+
+def _grown(x):
+    """x with its first item repeated at the end (batch + 1), as a Tensor of its kind."""
+    data = x.data
+    grown = np.concatenate([np.asarray(data), np.asarray(data)[:1]])
+    return wrap(grown, data.scale, data.zero_point) if isinstance(data, QArray) else \
+        Tensor(grown)
 
 
 def _record(model, inputs, check):
@@ -111,10 +141,12 @@ class Graph:
     traced shapes and dtypes. `steps` lists the recorded calls (`Step`), `print(graph)`
     shows them."""
 
-    def __init__(self, steps, inputs, outputs, slots):
+    def __init__(self, steps, inputs, outputs, slots, dynamic_batch=False):
         """steps: `Step`s with their `call`; inputs: the input slots; outputs: a slot or a
-        list/tuple of slots; slots: per slot (shape, dtype, strides, (scale, zp) or None)."""
+        list/tuple of slots; slots: per slot (shape, dtype, strides, (scale, zp) or None) as
+        traced; dynamic_batch: whether inputs may have another first-axis size."""
         self.steps, self.inputs, self.outputs, self.slots = steps, inputs, outputs, slots
+        self.dynamic_batch = dynamic_batch
         self._qparams = [q for *_, q in slots]
         # per input: (shape, dtype, (scale, zero point) or None), as a call must give them
         self.input_specs = [(slots[i][0], slots[i][1], slots[i][3]) for i in inputs]
@@ -139,7 +171,7 @@ class Graph:
             raise TypeError(f"Graph: traced with {len(self.inputs)} inputs, got {len(inputs)}")
         v = [None] * len(self.slots)
         for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self.input_specs)):
-            v[slot] = _checked(k, getattr(x, "data", x), *spec)
+            v[slot] = _checked(k, getattr(x, "data", x), *spec, self.dynamic_batch)
         with no_grad():
             for call, out, frees in self._plan:
                 v[out] = call(v)
@@ -182,8 +214,8 @@ class Graph:
     def __repr__(self):
         native = sum(s.native for s in self.steps)
         ins = ", ".join(f"{d} {tuple(s)}" for s, d, _ in self.input_specs)
-        lines = [f"Graph(inputs {ins}; {len(self.steps)} steps, {native} native; "
-                 f"result slot {self.outputs}"]
+        lines = [f"Graph(inputs {ins}{', any batch' if self.dynamic_batch else ''}; "
+                 f"{len(self.steps)} steps, {native} native; result slot {self.outputs}"]
         lines += [f"  {s!r}" for s in self.steps]
         return "\n".join(lines) + ")"
 
@@ -227,7 +259,7 @@ class _Recorder:
             return self.slot_of[id(value)]
         view = np.asarray(value.data)
         for source, array in enumerate(self.arrays):
-            spec = _view(array, view) if _owner(array) is _owner(view) else None
+            spec = view_spec(array, view) if owner(array) is owner(view) else None
             if spec is not None:
                 slot = self.slot(value)
                 step = Step(f"(view for {name})", "view", True, (source,), slot, view,
@@ -304,61 +336,19 @@ class _Recorder:
                          "returns a Tensor or a list or tuple of Tensors")
 
 
-def _checked(k, data, shape, dtype, qparams):
-    """Input k's array, if it has the traced shape, dtype and quantization."""
-    if data.shape != shape or data.dtype != dtype:
+def _checked(k, data, shape, dtype, qparams, any_batch):
+    """Input k's array, if it has the traced shape (any first axis where any_batch), dtype
+    and quantization."""
+    same = data.shape[1:] == shape[1:] if any_batch and data.ndim else data.shape == shape
+    if not same or data.dtype != dtype:
+        traced = f"(N, {', '.join(map(str, shape[1:]))})" if any_batch else str(shape)
         raise ValueError(f"Graph: input {k} is {data.dtype} {data.shape}; the graph was "
-                         f"traced for {dtype} {shape} (trace again for this one)")
+                         f"traced for {dtype} {traced} (trace again for this one)")
     got = (data.scale, data.zero_point) if isinstance(data, QArray) else None
     if got != qparams:
         raise ValueError(f"Graph: input {k} has (scale, zero point) {got}; the graph was "
                          f"traced for {qparams}")
     return np.asarray(data)
-
-
-def _owner(array):
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
-def _same_view(a, b):
-    return (a.shape == b.shape and a.strides == b.strides and
-            a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-
-
-def view_function(spec):
-    """The function of a `_view` spec: ("slice", ((start, stop), ...)) or ("reshape", shape)."""
-    kind, arg = spec
-    if kind == "slice":
-        index = tuple(slice(start, stop) for start, stop in arg)
-        return lambda a: a[index]
-    if kind == "reshape":
-        shape = tuple(arg)
-        return lambda a: a.reshape(shape)
-    raise ValueError(f"unknown view {kind!r}")
-
-
-def _view(array, view):
-    """The spec of view as a block of array (basic slicing with unit steps) or a reshape of
-    it (`view_function`); None if it is neither."""
-    if view.dtype != array.dtype:
-        return None
-    delta = view.__array_interface__["data"][0] - array.__array_interface__["data"][0]
-    if view.ndim == array.ndim and view.strides == array.strides:
-        starts = [0] * array.ndim
-        for axis in sorted(range(array.ndim), key=lambda i: -abs(array.strides[i])):
-            if array.strides[axis] > 0:
-                starts[axis], delta = divmod(delta, array.strides[axis])
-        spec = ("slice", tuple((o, o + n) for o, n in zip(starts, view.shape)))
-        if (delta == 0 and all(o >= 0 for o in starts) and
-                _same_view(view_function(spec)(array), view)):
-            return spec
-    if delta == 0 and view.size == array.size:
-        reshaped = array.reshape(view.shape)
-        if np.shares_memory(reshaped, array) and _same_view(reshaped, view):
-            return ("reshape", view.shape)
-    return None
 
 
 def _slots_of(entry):

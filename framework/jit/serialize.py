@@ -20,7 +20,8 @@ from ..nn.module import Module
 from ..nn.parameter import Parameter
 from ..quantization.qarray import wrap
 from ..tensor import Tensor
-from .graph import Const, Graph, Step, bind, bind_module, view_function
+from .graph import Const, Graph, Step, bind, bind_module
+from .views import view_function
 
 FORMAT = "tianyuan.graph"
 VERSION = 1
@@ -50,7 +51,8 @@ def save(graph, path):
     outputs = graph.outputs if isinstance(graph.outputs, int) else {
         "kind": type(graph.outputs).__name__, "slots": list(graph.outputs)}
     save_file({"format": FORMAT, "version": VERSION, "inputs": list(graph.inputs),
-               "outputs": outputs, "slots": slots, "steps": steps, "modules": modules}, path)
+               "outputs": outputs, "slots": slots, "steps": steps, "modules": modules,
+               "dynamic_batch": graph.dynamic_batch}, path)
 
 
 def load(path):
@@ -72,7 +74,7 @@ def load(path):
     outputs = data["outputs"]
     if isinstance(outputs, dict):
         outputs = (tuple if outputs["kind"] == "tuple" else list)(outputs["slots"])
-    return Graph(steps, tuple(data["inputs"]), outputs, slots)
+    return Graph(steps, tuple(data["inputs"]), outputs, slots, data["dynamic_batch"])
 
 
 # ------------------------------------------------------------------ save

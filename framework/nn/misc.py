@@ -43,9 +43,11 @@ class Flatten(Module):
         return F.flatten(x, self.start_dim, self.end_dim)
 
     def graph_step(self, x):
-        """For `jit.trace`: the same reshape of the input's array."""
-        shape = F.flatten(x, self.start_dim, self.end_dim).shape
-        return lambda a: a.reshape(shape)
+        """For `jit.trace`: the same reshape of the input's array (of any batch size)."""
+        if x.ndim == 0:
+            return None
+        start, end = self.start_dim % x.ndim, self.end_dim % x.ndim
+        return lambda a: a.reshape(a.shape[:start] + (-1,) + a.shape[end + 1:])
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

@@ -296,3 +296,41 @@ def test_a_graph_file_runs_on_every_kernel_path(tmp_path):
             assert same(ty.runtime.load(tmp_path / "r18.graph")(batch(2, size=32)), want), path
     finally:
         ty.set_isa(isa)
+
+
+# ------------------------------------------------------------------ batch sizes
+
+def test_dynamic_batch_graph_runs_any_batch(tmp_path):
+    model = int8_tiny()
+    graph = jit.trace(model, batch(0), dynamic_batch=True)
+    with ty.no_grad():
+        for n in (1, 3, 5):
+            assert same(graph(batch(n, n=n)), model(batch(n, n=n))), n
+    graph.save(tmp_path / "any.graph")
+    loaded = ty.runtime.load(tmp_path / "any.graph")
+    assert loaded.dynamic_batch and same(loaded(batch(9, n=4)), graph(batch(9, n=4)))
+    with pytest.raises(ValueError, match=r"traced for float32 \(N, 3, 16, 16\)"):
+        graph(batch(0, size=8))
+    views = Views().eval()
+    graph = jit.trace(views, batch(0, c=4, size=5), dynamic_batch=True)
+    with ty.no_grad():
+        got, want = graph(batch(1, n=5, c=4, size=5)), views(batch(1, n=5, c=4, size=5))
+    assert all(same(g, w) for g, w in zip(got, want))
+    static = jit.trace(model, batch(0))
+    with pytest.raises(ValueError, match=r"traced for float32 \(2, 3, 16, 16\)"):
+        static(batch(0, n=3))
+
+
+class AllButFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.a(x[1:])                # traced as items 1..2: not so for another batch
+
+
+def test_dynamic_batch_refuses_a_batch_dependent_graph():
+    with pytest.raises(TraceError, match="does not hold for batch 3"):
+        jit.trace(AllButFirst().eval(), batch(0), dynamic_batch=True)
+    assert len(jit.trace(AllButFirst().eval(), batch(0)).steps) == 2   # static: fine

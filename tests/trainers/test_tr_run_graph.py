@@ -3,6 +3,7 @@ an .npy input, and reports its latency, peak memory and (--profile) its steps.""
 import json
 
 import numpy as np
+import pytest
 
 import tianyuan as ty
 from tianyuan import jit
@@ -31,3 +32,9 @@ def test_run_a_saved_int8_graph(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "steps (median ms)" in out and "features" not in out and "fc" in out
     assert cli.main(["run", str(tmp_path / "tiny.graph"), "--repeats", "1"]) == 0  # random
+    with pytest.raises(SystemExit, match="traced for batch 2 only"):
+        cli.main(["run", str(tmp_path / "tiny.graph"), "--batch", "3"])
+    jit.trace(Q.quantize(qat), ty.tensor(x), dynamic_batch=True).save(tmp_path / "any.graph")
+    assert cli.main(["run", str(tmp_path / "any.graph"), "--batch", "5", "--repeats", "1",
+                     "--json", str(tmp_path / "any.json")]) == 0
+    assert json.load(open(tmp_path / "any.json"))["inputs"] == "float32[5, 3, 16, 16]"

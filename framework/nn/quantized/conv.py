@@ -177,15 +177,14 @@ class Linear(_WeightedModule):
 
     def kernel(self, q):
         """The function of q's array (..., K) -> (..., N), ReLU6's upper clamp included."""
-        prepared, zero_point = self.prepared(q.scale), q.zero_point
-        shape = q.shape[:-1] + (self.out_features,)
+        prepared, zero_point, features = self.prepared(q.scale), q.zero_point, self.out_features
         top = (relu6_max(self.out_scale, self.out_zero_point, self.out_dtype)
                if self.activation == "relu6" else None)
         dtype = self.out_dtype
 
         def run(a):
             flat = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))  # (M, K)
-            out = prepared(flat, zero_point).reshape(shape)
+            out = prepared(flat, zero_point).reshape(a.shape[:-1] + (features,))
             return out if top is None else np.minimum(out, top).astype(dtype)
         return run
 
