@@ -65,6 +65,16 @@ def load(path):
     if data.get("version") != VERSION:
         raise SerializationError(f"runtime.load: {path} has graph format version "
                                  f"{data.get('version')}; this tianyuan reads {VERSION}")
+    try:
+        return _graph(data, path)
+    except SerializationError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        raise SerializationError(f"runtime.load: {path} is not a well-formed graph file "
+                                 f"({type(error).__name__}: {error})") from error
+
+
+def _graph(data, path):
     slots = [(tuple(s["shape"]), np.dtype(s["dtype"]), tuple(s["strides"]),
               None if s["qparams"] is None else (np.float32(s["qparams"][0]),
                                                  int(s["qparams"][1])))
@@ -74,7 +84,14 @@ def load(path):
     outputs = data["outputs"]
     if isinstance(outputs, dict):
         outputs = (tuple if outputs["kind"] == "tuple" else list)(outputs["slots"])
-    return Graph(steps, tuple(data["inputs"]), outputs, slots, data["dynamic_batch"])
+    used = [i for step in steps for e in step.inputs if not isinstance(e, Const)
+            for i in (e if isinstance(e, tuple) else (e,))]
+    used += [s.output for s in steps] + list(data["inputs"])
+    used += [outputs] if isinstance(outputs, int) else list(outputs)
+    if any(not isinstance(i, int) or not 0 <= i < len(slots) for i in used):
+        raise SerializationError(f"runtime.load: {path} refers to slots outside its "
+                                 f"{len(slots)}")
+    return Graph(steps, tuple(data["inputs"]), outputs, slots, bool(data["dynamic_batch"]))
 
 
 # ------------------------------------------------------------------ save
@@ -145,6 +162,9 @@ def _module(state, path):
     for key, child in state["children"].items():   # a fused module's parts
         module.add_module(key, _module(child, path))
     for key, value in state["config"].items():
+        if not key.isidentifier() or key.startswith("_") or key == "training":
+            raise SerializationError(f"runtime.load: {path} sets {state['class']}.{key}, "
+                                     "which a graph file may not")
         setattr(module, key, value)
     for key, array in state["parameters"].items():
         module.register_parameter(key, None if array is None else

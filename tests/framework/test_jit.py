@@ -231,6 +231,21 @@ def test_a_graph_file_names_tianyuan_modules_only(tmp_path):
     ty.save(data, tmp_path / "evil.graph")
     with pytest.raises(SerializationError, match="names os.system"):
         ty.runtime.load(tmp_path / "evil.graph")
+    data = ty.load(tmp_path / "g.graph")
+    data["modules"][0]["config"]["__class__"] = "x"
+    ty.save(data, tmp_path / "evil.graph")
+    with pytest.raises(SerializationError, match="sets .*__class__"):
+        ty.runtime.load(tmp_path / "evil.graph")
+    data = ty.load(tmp_path / "g.graph")
+    data["steps"][0]["inputs"] = [{"slot": -1}]
+    ty.save(data, tmp_path / "evil.graph")
+    with pytest.raises(SerializationError, match="slots outside"):
+        ty.runtime.load(tmp_path / "evil.graph")
+    data = ty.load(tmp_path / "g.graph")
+    del data["slots"]
+    ty.save(data, tmp_path / "evil.graph")
+    with pytest.raises(SerializationError, match="not a well-formed graph file"):
+        ty.runtime.load(tmp_path / "evil.graph")
 
 
 def test_profile_times_every_step():
