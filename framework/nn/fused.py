@@ -75,6 +75,31 @@ class Fused(Sequential):
         return Tensor._make(out, False, None)
 
 
+    def graph_step(self, x):
+        """For `jit.trace` (eval): the one folded convolution as a function of the input's
+        array, the BN's affine and the checks done once; None where forward runs the parts
+        in turn (a linear group, a BN without running statistics, mixed dtypes)."""
+        if self.training or self.parts[0] != "Conv2d":
+            return None
+        folded = _frozen_affine(self)
+        conv = next(iter(self._modules.values()))
+        weight = conv._parameters["weight"]
+        if folded is None or x.dtype != weight.dtype or any(
+                v is not None and v.dtype != weight.dtype for v in folded[:2]):
+            return None
+        scale, shift, act = folded
+        code, groups, plans = ACTIVATION_CODES[act], conv.groups, {}
+
+        def run(a):
+            plan = plans.get(a.shape)
+            if plan is None:    # once per input shape (a graph for any batch meets several)
+                plan = plans[a.shape] = conv2d_affine_act_geometry(
+                    Tensor._make(a, False, None), weight, conv.stride, conv.padding,
+                    conv.dilation, groups)
+            return C.conv2d_inference(a, weight.data, scale, shift, code, *plan, groups)
+        return run
+
+
 _ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
 
 

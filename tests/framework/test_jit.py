@@ -271,6 +271,7 @@ def test_fuse_folds_what_the_model_would_fuse(tmp_path):
     fused = jit.trace(model, batch(0), fuse=True)
     assert len(fused.steps) == len(plain.steps) - 7          # 4 BNs and 3 activations folded
     assert "BatchNorm2d" not in {s.type for s in fused.steps}
+    assert all(s.native for s in fused.steps if s.type.startswith("ConvBn"))  # folded convs
     with ty.no_grad():
         want = model(batch(6)).numpy()
     np.testing.assert_allclose(fused(batch(6)).numpy(), want, rtol=1e-4, atol=1e-5)
