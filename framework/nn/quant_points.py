@@ -18,6 +18,7 @@ from .module import Module
 
 class QuantStub(Module):
     """Float -> (fake-)quantized activation at a model's input; identity in float."""
+    graph_alias = True  # jit.trace: returns its input itself
 
     def forward(self, x):
         return x
@@ -25,6 +26,7 @@ class QuantStub(Module):
 
 class DequantStub(Module):
     """(Fake-)quantized -> float at a model's output; identity in float."""
+    graph_alias = True  # jit.trace: returns its input itself
 
     def forward(self, x):
         return x
