@@ -8,16 +8,19 @@ reached, so nothing the model computes is left out; at the end the graph runs th
 and must give the model's result bit for bit.
 
 Replaying: values are plain numpy arrays in slots, freed after their last use. A module with
-a `graph_step(*inputs)` method (the int8 modules, Flatten, ChannelShuffle) runs as the
-function it returns on those arrays, checked at trace time against the module's own result
-(values, dtype, strides); any other module, or one with hooks, is called as usual on Tensors
-(int8 values wrapped with the scale and zero point they had when traced). `graph_alias =
-True` marks modules whose eval-mode result is their input itself (Identity, Dropout): they
-take no step. Slices and reshapes of traced tensors in a forward become view steps.
+a `graph_step(*inputs)` method (the int8 modules, the fused float convs, Flatten,
+ChannelShuffle) runs as the function it returns on those arrays, checked at trace time
+against the module's own result (values, dtype, strides); any other module, or one with
+hooks, is called as usual on Tensors (int8 values wrapped with the scale and zero point they
+had when traced). `graph_alias = True` marks modules whose eval-mode result is their input
+itself (Identity, Dropout, the float stubs): they take no step. Slices and reshapes of
+traced tensors in a forward become view steps (jit/views.py).
 
-A graph is fixed to what the example met: input shapes, dtypes and int8 scales (checked per
-call), the branches the forward took, the model's weights and scales, the kernel choices.
-Trace again after changing the model. Inference only: the model must be in eval mode.
+A graph is fixed to what the example met: input shapes (but the batch size with
+`dynamic_batch`), dtypes and int8 scales (checked per call), the branches the forward took,
+the model's weights and scales, the kernel choices. Trace again after changing the model.
+Inference only: the model must be in eval mode. Tracing patches `Module.__call__` for the
+one run: trace in one thread at a time.
 """
 import numpy as np
 
@@ -47,7 +50,7 @@ class Const:
 class Step:
     """One recorded call: module name and type, whether it runs natively (`graph_step`),
     input slots (a tuple for a list argument), output slot, output shape and dtype; `module`
-    (with `kwargs`) or `view` (a `_view` spec) is what it runs, `call` how."""
+    (with `kwargs`) or `view` (a views.py spec) is what it runs, `call` how."""
     __slots__ = ("name", "type", "native", "inputs", "output", "shape", "dtype", "call",
                  "module", "kwargs", "view")
 
@@ -171,7 +174,8 @@ class Graph:
             raise TypeError(f"Graph: traced with {len(self.inputs)} inputs, got {len(inputs)}")
         v = [None] * len(self.slots)
         for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self.input_specs)):
-            v[slot] = _checked(k, getattr(x, "data", x), *spec, self.dynamic_batch)
+            data = x.data if isinstance(x, Tensor) else np.asarray(x)   # a Tensor or array
+            v[slot] = _checked(k, data, *spec, self.dynamic_batch)
         with no_grad():
             for call, out, frees in self._plan:
                 v[out] = call(v)

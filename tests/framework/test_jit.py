@@ -37,6 +37,7 @@ def test_int8_graph_matches_model_on_new_inputs():
     with ty.no_grad():
         for seed in (11, 12):
             assert same(graph(batch(seed)), model(batch(seed)))
+        assert same(graph(batch(13).numpy()), model(batch(13)))   # a numpy array as input
 
 
 def test_float_graph_matches_model():
