@@ -96,7 +96,8 @@ bool nhwc_fast();
 // sums the weights' row sums (OC,), r the requantization (r.bias the raw bias, step 1) and q
 // its nhwc_block_q -> out (N, OH, OW, OC). x has its channels side by side (stride[1] == 1:
 // channels-last, any other strides). Where a step's quads hold more bytes than it reads (C or
-// kw * C not a multiple of 4; zero weights), no read passes x's last byte (int8_conv_nhwc_driver.cpp).
+// kw * C not a multiple of 4; zero weights), no read passes x's last byte
+// (int8_conv_nhwc_driver.cpp).
 void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvGeom& g,
                  const int8_t* wp, const int32_t* sums, const Requant& r, const NhwcBlockQ* q,
                  uint8_t* out);

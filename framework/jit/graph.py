@@ -54,11 +54,11 @@ class Step:
     __slots__ = ("name", "type", "native", "inputs", "output", "shape", "dtype", "call",
                  "module", "kwargs", "view")
 
-    def __init__(self, name, kind, native, inputs, output, array, module=None, kwargs=None,
-                 view=None):
+    def __init__(self, name, kind, native, inputs, output, shape, dtype, module=None,
+                 kwargs=None, view=None):
         self.name, self.type, self.native = name, kind, native
         self.inputs, self.output = inputs, output
-        self.shape, self.dtype = array.shape, array.dtype
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.module, self.kwargs, self.view = module, dict(kwargs or {}), view
 
     def __repr__(self):
@@ -99,7 +99,8 @@ def trace(model, *inputs, check=True, fuse=False, dynamic_batch=False):
 def _allow_any_batch(graph, model, inputs):
     """Mark the graph batch-free once it gives the model's result on one more item."""
     if any(x.ndim == 0 or x.shape[0] == 0 for x in inputs):
-        raise ValueError("jit.trace: dynamic_batch needs inputs with a leading batch axis")
+        raise ValueError("jit.trace: dynamic_batch needs inputs with a non-empty leading batch "
+                         f"axis, got shapes {[tuple(x.shape) for x in inputs]}")
     more = [_grown(x) for x in inputs]
     graph.dynamic_batch = True
     with no_grad():
@@ -266,8 +267,8 @@ class _Recorder:
             spec = view_spec(array, view) if owner(array) is owner(view) else None
             if spec is not None:
                 slot = self.slot(value)
-                step = Step(f"(view for {name})", "view", True, (source,), slot, view,
-                            view=spec)
+                step = Step(f"(view for {name})", "view", True, (source,), slot, view.shape,
+                            view.dtype, view=spec)
                 step.call = bind(view_function(spec), [source])
                 self.steps.append(step)
                 return slot
@@ -306,7 +307,7 @@ class _Recorder:
                              f"{type(out).__name__}; a traced module returns one Tensor")
         fn = None if hooked else self.native(module, args, kwargs, template, out, name)
         step = Step(name, type(module).__name__, fn is not None, tuple(template),
-                    self.slot(out), out.data, module, kwargs)
+                    self.slot(out), out.shape, out.dtype, module, kwargs)
         step.call = bind(fn, template) if fn is not None else \
             bind_module(module, template, kwargs, self.qparams)
         self.steps.append(step)

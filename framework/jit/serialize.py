@@ -188,22 +188,20 @@ def _stand_in(slot):
 def _step(entry, modules, slots):
     template = tuple(Const(e["const"]) if "const" in e else
                      tuple(e["slots"]) if "slots" in e else e["slot"] for e in entry["inputs"])
-    out = slots[entry["output"]]
-    array = np.empty(0, out[1])
+    shape, dtype = slots[entry["output"]][:2]
     if "view" in entry:
         kind, arg = entry["view"]
-        step = Step(entry["name"], "view", True, template, entry["output"], array,
+        step = Step(entry["name"], "view", True, template, entry["output"], shape, dtype,
                     view=(kind, tuple(arg) if kind == "reshape" else arg))
         step.call = bind(view_function(step.view), list(template))
     else:
         module = modules[entry["module"]]
         step = Step(entry["name"], entry["type"], entry["native"], template, entry["output"],
-                    array, module, entry["kwargs"])
+                    shape, dtype, module, entry["kwargs"])
         qparams = [q for *_, q in slots]
         step.call = (bind(module.graph_step(*_stand_ins(template, slots)), list(template))
                      if entry["native"] else
                      bind_module(module, list(template), step.kwargs, qparams))
-    step.shape = out[0]
     return step
 
 
