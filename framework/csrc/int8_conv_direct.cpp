@@ -46,10 +46,13 @@ bool direct_takes(const ConvGeom& g) { return quad_order(g.c / g.groups); }
 // row's left padding (pr <= pl): reads past a row's end wrap onto the next row's first
 // columns, which are padding, and the last row's onto one more row of padding. 3x3 layers
 // with padding 1 lose one column a row, not two: direct's virtual positions a row 57 for 56
-// (ResNet-18's 56x56 layers), 29 for 28.
+// (ResNet-18's 56x56 layers), 29 for 28. Only where a row's outputs fit the shared row
+// (ow <= wph: pr <= (kw - 1) * dw), or direct's virtual positions would run into the next
+// row's (a 1x1 conv padded, a 3x3 padded by 3).
 namespace {
 QuadPlanes plane_geometry(const ConvGeom& g) {
-    const bool shared = g.sh == 1 && g.sw == 1 && g.pr > 0 && g.pr <= g.pl;
+    const bool shared = g.sh == 1 && g.sw == 1 && g.pr > 0 && g.pr <= g.pl &&
+                        g.pr <= (g.kw - 1) * g.dw;
     const int64_t hp = g.h + g.pt + g.pb + (shared ? 1 : 0);
     const int64_t wp = g.w + g.pl + (shared ? 0 : g.pr);
     QuadPlanes p{g.h, g.w, g.pt, g.pl, g.sh, g.sw, (hp + g.sh - 1) / g.sh, (wp + g.sw - 1) / g.sw,

@@ -126,4 +126,9 @@ ALGO_CASES = [c for c in CASES if (c[1] // c[10]) % 4 == 0 and c[1] != c[10]] + 
     (2, 8, 6, 7, 5, 3, 3, 1, (1, 2, 2, 1), 1, 1),
     (1, 4, 5, 9, 6, 3, 3, 1, (1, 1, 0, 2), 1, 1),
     (2, 8, 5, 6, 7, 3, 2, 1, 1, 1, 1),
+    # padding wider than the kernel reaches (pr > (kw - 1) * dw: more output columns a row
+    # than a shared row holds): a 1x1 conv padded, a 3x3 padded by 3, a dilated one by 5
+    (2, 4, 5, 9, 7, 1, 1, 1, (0, 1, 1, 1), 1, 1),
+    (1, 8, 6, 7, 5, 3, 3, 1, 3, 1, 1),
+    (1, 4, 7, 8, 6, 3, 3, 1, (1, 1, 5, 5), (1, 2), 1),
 ]
