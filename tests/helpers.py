@@ -86,22 +86,24 @@ def each_isa():
         ty.set_isa(original)
 
 
-def check_quant(native, ref, *args, **kwargs):
+def check_quant(native, ref, *args, what="", **kwargs):
     """`native(*args, **kwargs)` equals `ref(...)` bit for bit on every ISA path here, and
-    wrote nothing past its scratch buffers.
+    wrote nothing past its scratch buffers; `what` (the case) leads each failure's message.
 
     Int8 kernels against their numpy twin in tianyuan.quantization.reference.
     """
     expected = ref(*args, **kwargs)
     for i, isa in enumerate(each_isa()):
+        where = f"{what}: ISA path {isa}" if what else f"ISA path {isa}"
         # junk in the scratch buffers: else a kernel that skips bytes it should write reads
         # the previous ISA's, which are right
         _C.int8_scribble_scratch((0x5A + 0x3B * i) % 256)
         got = native(*args, **kwargs)
         broken = _C.int8_broken_scratch()
-        assert not broken, f"{isa}: a kernel wrote past its scratch buffer(s) {broken}"
-        assert got.dtype == expected.dtype, f"{isa}: dtype {got.dtype} != {expected.dtype}"
-        np.testing.assert_array_equal(got, expected, err_msg=f"ISA path {isa}")
+        assert not broken, f"{where}: a kernel wrote past its scratch buffer(s) {broken}"
+        assert got.dtype == expected.dtype, f"{where}: dtype {got.dtype} != {expected.dtype}"
+        assert got.shape == expected.shape, f"{where}: shape {got.shape} != {expected.shape}"
+        np.testing.assert_array_equal(got, expected, err_msg=where)
 
 
 def guarded_copy(data):
