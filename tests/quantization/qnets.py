@@ -5,6 +5,8 @@ import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn, optim
 from tianyuan.datasets.synthetic import make_shapes
+from tianyuan.quantization.observer import QParams
+from tianyuan.quantization.qarray import dequantize_tensor
 
 
 class TinyNet(nn.Module):
@@ -68,3 +70,18 @@ def predict(model, x, batch=200):
     with ty.no_grad():
         return np.concatenate([model(ty.tensor(x[i:i + batch])).numpy()
                                for i in range(0, len(x), batch)])
+
+
+def float_inputs(args):
+    """An int8 layer's inputs dequantized, carrying their qparams as QAT tensors do: what the
+    QAT twin of the layer takes."""
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.append(float_inputs(a))
+            continue
+        t = dequantize_tensor(a)
+        if t is not a:
+            t.qparams = QParams(a.data.scale, a.data.zero_point, a.data.dtype, None)
+        out.append(t)
+    return out

@@ -9,7 +9,7 @@ from tianyuan import quantization as Q
 from tianyuan.quantization.observer import QParams
 from tianyuan.quantization.qarray import dequantize_tensor
 
-from qnets import TinyNet, predict, shapes_data, train
+from qnets import TinyNet, float_inputs, predict, shapes_data, train
 
 
 @pytest.fixture(scope="module")
@@ -154,20 +154,6 @@ def test_int8_agrees_with_qat_eval(trained, data):
     assert abs((p_qat == yt).mean() - (p_int8 == yt).mean()) <= 0.005
 
 
-def _float_inputs(args):
-    """Dequantized int8 inputs, carrying their qparams as QAT tensors do."""
-    out = []
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            out.append(_float_inputs(a))
-            continue
-        t = dequantize_tensor(a)
-        if t is not a:
-            t.qparams = QParams(a.data.scale, a.data.zero_point, a.data.dtype, None)
-        out.append(t)
-    return out
-
-
 def test_each_int8_layer_within_one_step_of_qat(trained, data):
     _, qat, int8 = trained
     _, (xt, _) = data
@@ -183,7 +169,7 @@ def test_each_int8_layer_within_one_step_of_qat(trained, data):
     with ty.no_grad():
         int8(ty.tensor(xt[:64]))
         for name, (args, out) in seen.items():
-            ref = qat.get_submodule(name)(*_float_inputs(args)).numpy()
+            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
             scale = getattr(out.data, "scale", None) or 1.0
             steps = np.abs(dequantize_tensor(out).numpy() - ref) / scale
             assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
@@ -271,6 +257,29 @@ def test_disable_quantize_keeps_classifier_float(trained, data):
     assert out.dtype == np.float32
     assert (out.argmax(1) == ref.argmax(1)).mean() >= 0.98
     assert np.abs(out - ref).mean() < 0.02
+
+
+def test_conv_and_linear_fused_with_an_activation_alone():
+    """Conv + ReLU / ReLU6 and Linear + ReLU without a batch norm (a VGG-style net): fused,
+    QAT, int8, the activation a flag of the fused class; a part of the wrong kind refused."""
+    ty.manual_seed(4)
+    model = nn.Sequential(nn.QuantStub(), nn.Conv2d(3, 8, 3, padding=1), nn.ReLU6(),
+                          nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 6),
+                          nn.ReLU(), nn.DequantStub()).eval()
+    qat = Q.quantize_qat(model, Q.ema_fakequant_qconfig, groups=[["1", "2"], ["3", "4"],
+                                                                 ["6", "7"]])
+    assert [type(m).__name__ for m in (qat[1], qat[3], qat[6])] == \
+        ["ConvReLU62d", "ConvReLU2d", "LinearReLU"]
+    x = ty.randn(4, 3, 6, 6)
+    Q.calibrate(qat, [x])
+    int8 = Q.quantize(qat)
+    assert int8[1].activation == "relu6" and int8[6].activation == "relu"
+    got, want = int8(x).numpy(), qat(x).numpy()
+    assert np.abs(got - want).max() <= int8[6].out_scale * 1.001 and (got >= 0).all()
+    with pytest.raises(TypeError, match=r"ConvReLU2d: expected fused parts \['ReLU'\].*"
+                                        r"\['ReLU6'\]"):
+        nn.qat.ConvReLU2d.from_float(nn.fused.ConvReLU62d(nn.Conv2d(3, 4, 1), nn.ReLU6()),
+                                     Q.ema_fakequant_qconfig)
 
 
 @pytest.mark.parametrize("qconfig", [Q.lsq_qconfig, Q.int8_symmetric_qconfig,

@@ -61,6 +61,7 @@ class ConvBn2d(Conv2d):
     def attach_fused(self, parts):
         if len(parts) < 1 or type(parts[0]).__name__ != "BatchNorm2d":
             raise TypeError(f"{type(self).__name__}: expected a BatchNorm2d after the conv")
+        super().attach_fused(parts[1:])
         self.bn = parts[0]
 
     def _factor(self):

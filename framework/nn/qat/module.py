@@ -72,10 +72,14 @@ class QATModule:
         return self.act_fake_quant.qparams(self.act_observer)
 
     def attach_fused(self, parts):
-        """Fused classes keep their extra parts (the BN) as children; activations are a flag."""
-        if parts:
-            raise TypeError(f"{type(self).__name__}: unexpected fused parts "
-                            f"{[type(p).__name__ for p in parts]}")
+        """Fused classes keep their extra parts (the BN) as children; the activation is a
+        flag (`activation`), so its module, the last part, is checked and dropped."""
+        want = {None: [], "relu": ["ReLU"], "relu6": ["ReLU6"]}[getattr(self, "activation",
+                                                                       None)]
+        got = [type(p).__name__ for p in parts]
+        if got != want:
+            raise TypeError(f"{type(self).__name__}: expected fused parts {want} after the "
+                            f"first, got {got}")
 
     @classmethod
     def from_float(cls, module, qconfig):

@@ -1,0 +1,178 @@
+"""A seeded random sweep of whole models through the int8 flow: random small nets (convs of
+any kernel, stride, padding, dilation and groups with batch norm and ReLU / ReLU6 or none,
+residual adds, concats, pools, a linear head) are fused, calibrated, converted to int8 and
+traced; each int8 layer must be within one quantization step of the QAT model's simulated
+output on its inputs, the graph must equal the model bit for bit at another batch size,
+also after a save and load. Every case runs on one of this machine's ISA paths in turn.
+
+Like test_quant_sweep.py: TIANYUAN_SWEEP_SEED picks the seed, TIANYUAN_SWEEP=N runs N
+kernel cases and N // 3 models (default 8 models)."""
+import os
+
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from tianyuan import nn
+from tianyuan import quantization as Q
+
+from tianyuan.quantization.qarray import dequantize_tensor
+
+from qnets import float_inputs
+
+SWEEP = max(1, int(os.environ.get("TIANYUAN_SWEEP", "24")) // 3)
+SEED = int(os.environ.get("TIANYUAN_SWEEP_SEED", "0"))
+
+
+class RandomNet(nn.Module):
+    """QuantStub, random blocks (`plan`), global pool, Flatten, Linear, DequantStub."""
+
+    def __init__(self, rng, wide):
+        super().__init__()
+        self.quant, self.dequant = nn.QuantStub(), nn.DequantStub()
+        self.plan, self.groups = [], []
+        self.size = int(rng.integers(9, 20))
+        channels, size = 3, self.size
+        for i in range(int(rng.integers(2, 6))):
+            kind = str(rng.choice(["conv", "conv", "residual", "concat", "pool"]))
+            if kind == "pool" and size < 3:
+                kind = "conv"
+            channels, size = getattr(self, "_" + kind)(rng, f"b{i}", channels, size, wide)
+            self.plan.append((kind, f"b{i}"))
+        self.gap, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        if rng.random() < 0.3:   # a hidden layer, fused with its ReLU (LinearReLU)
+            hidden = int(rng.integers(4, 40))
+            self.hidden, self.hidden_act = nn.Linear(channels, hidden), nn.ReLU()
+            self.groups.append(["hidden", "hidden_act"])
+            channels = hidden
+        self.fc = nn.Linear(channels, int(rng.integers(2, 12)))
+
+    def _conv(self, rng, name, c, size, wide, same=False, out=None):
+        """conv (+ bn) (+ ReLU / ReLU6), fused as one group, `out` channels or any; returns
+        (channels, size)."""
+        k = int(rng.choice([1, 3, 3, 5, 7]))
+        stride = 1 if same else int(rng.choice([1, 1, 2]))
+        dilation = 1 if same or rng.random() < 0.8 else 2
+        reach = (k - 1) * dilation
+        pad = reach // 2 if same else int(rng.integers(0, reach + 1))
+        if size + 2 * pad - reach < 1:
+            pad = (reach - size + 2) // 2
+        if out is not None:
+            groups, oc = 1, out
+        elif wide:
+            groups, oc = 1, int(rng.integers(64, 97))
+        else:
+            groups = c if c > 3 and rng.random() < 0.3 else 1
+            oc = c * int(rng.choice([1, 2])) if groups > 1 else int(rng.integers(4, 40))
+        bn = rng.random() < 0.8
+        act = str(rng.choice(["relu", "relu6", "none"]))
+        conv = nn.Conv2d(c, oc, k, stride=stride, padding=pad, dilation=dilation,
+                         groups=groups, bias=not bn)
+        setattr(self, name, conv)
+        group = [name]
+        if bn:
+            setattr(self, name + "_bn", _random_bn(rng, oc))
+            group.append(name + "_bn")
+        if act != "none":
+            setattr(self, name + "_act", nn.ReLU() if act == "relu" else nn.ReLU6())
+            group.append(name + "_act")
+        if len(group) > 1:
+            self.groups.append(group)
+        return oc, (size + 2 * pad - reach - 1) // stride + 1
+
+    def _residual(self, rng, name, c, size, wide):
+        mid, _ = self._conv(rng, name + "_a", c, size, wide, same=True)
+        self._conv(rng, name + "_b", mid, size, wide, same=True, out=c)   # c for the add
+        setattr(self, name + "_add", nn.AddReLU() if rng.random() < 0.5 else nn.Add())
+        return c, size
+
+    def _concat(self, rng, name, c, size, wide):
+        ca, _ = self._conv(rng, name + "_a", c, size, wide, same=True)
+        cb, _ = self._conv(rng, name + "_b", c, size, wide, same=True)
+        setattr(self, name + "_cat", nn.Concat(1))
+        return ca + cb, size
+
+    def _pool(self, rng, name, c, size, wide):
+        k = int(rng.integers(2, min(size, 4) + 1))
+        stride, pad = int(rng.integers(1, 3)), int(rng.integers(0, k // 2 + 1))
+        pool = nn.MaxPool2d(k, stride, pad) if rng.random() < 0.5 else nn.AvgPool2d(k, stride, pad)
+        setattr(self, name, pool)
+        return c, (size + 2 * pad - k) // stride + 1
+
+    def fuse_groups(self):
+        return self.groups
+
+    def _run(self, name, x):
+        for suffix in ("", "_bn", "_act"):
+            if hasattr(self, name + suffix):
+                x = getattr(self, name + suffix)(x)
+        return x
+
+    def forward(self, x):
+        x = self.quant(x)
+        for kind, name in self.plan:
+            if kind == "residual":
+                y = self._run(name + "_b", self._run(name + "_a", x))
+                x = getattr(self, name + "_add")(y, x)
+            elif kind == "concat":
+                x = getattr(self, name + "_cat")([self._run(name + "_a", x),
+                                                  self._run(name + "_b", x)])
+            else:
+                x = self._run(name, x)
+        x = self.flatten(self.gap(x))
+        if hasattr(self, "hidden"):
+            x = self.hidden_act(self.hidden(x))
+        return self.dequant(self.fc(x))
+
+
+def _random_bn(rng, channels):
+    bn = nn.BatchNorm2d(channels)
+    bn.running_mean.data[:] = rng.normal(0, 0.5, channels)
+    bn.running_var.data[:] = rng.uniform(0.3, 3, channels)
+    bn.weight.data[:] = rng.uniform(0.5, 1.5, channels)
+    bn.bias.data[:] = rng.normal(0, 0.3, channels)
+    return bn
+
+
+def _layers_within_a_step(int8, qat, x):
+    """Each int8 layer's output within one step of the QAT layer's on the same inputs."""
+    seen = {}
+    for name, m in int8.named_modules():
+        if isinstance(m, nn.quantized.QuantizedModule):
+            m.register_forward_hook(lambda mod, args, out, name=name:
+                                    seen.__setitem__(name, (args, out)))
+    with ty.no_grad():
+        int8(ty.tensor(x))
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
+            scale = getattr(out.data, "scale", None) or 1.0
+            steps = np.abs(dequantize_tensor(out).numpy() - ref) / scale
+            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
+            off = int((steps > 0.5).sum())
+            assert off <= max(1, 0.02 * steps.size), f"{name}: {off} of {steps.size} off by a step"
+    return seen
+
+
+@pytest.mark.parametrize("index", range(SWEEP))
+def test_model_sweep(index, tmp_path):
+    rng = np.random.default_rng((SEED, 100, index))
+    isas = ty.available_isas()
+    isa, before = isas[index % len(isas)], ty.current_isa()
+    ty.manual_seed(index)
+    model = RandomNet(rng, wide=rng.random() < 0.3).eval()
+    x = rng.normal(0, 1, (4, 3, model.size, model.size)).astype(np.float32)
+    try:
+        ty.set_isa(isa)
+        qat = Q.quantize_qat(model, Q.ema_fakequant_qconfig)
+        Q.calibrate(qat, [rng.normal(0, 1, x.shape).astype(np.float32) for _ in range(3)])
+        qat.eval()
+        int8 = Q.quantize(qat)
+        _layers_within_a_step(int8, qat, x)
+        graph = ty.jit.trace(int8, ty.tensor(x[:2]), dynamic_batch=True)
+        graph.save(tmp_path / "m.graph")
+        want = int8(ty.tensor(x)).numpy()
+        for g in (graph, ty.runtime.load(tmp_path / "m.graph")):
+            np.testing.assert_array_equal(g(ty.tensor(x)).numpy(), want,
+                                          err_msg=f"{isa}: {model.plan}")
+    finally:
+        ty.set_isa(before)
