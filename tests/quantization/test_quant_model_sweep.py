@@ -22,6 +22,9 @@ from qnets import float_inputs
 
 SWEEP = max(1, int(os.environ.get("TIANYUAN_SWEEP", "24")) // 3)
 SEED = int(os.environ.get("TIANYUAN_SWEEP_SEED", "0"))
+QCONFIGS = ("ema_fakequant_qconfig", "min_max_fakequant_qconfig", "calibration_qconfig",
+            "lsq_qconfig", "int8_symmetric_qconfig", "reduce_range_qconfig",
+            "calibration_reduce_range_qconfig")
 
 
 class RandomNet(nn.Module):
@@ -134,6 +137,15 @@ def _random_bn(rng, channels):
     return bn
 
 
+def _bias_step(module, args):
+    """The int8 bias's unit (s_in * s_w) in output steps, the largest over channels; 0 for
+    layers without weights."""
+    if not hasattr(module, "weight_scale"):
+        return 0.0
+    s_in = args[0].data.scale
+    return float((s_in * np.asarray(module.weight_scale.data) / module.out_scale).max())
+
+
 def _layers_within_a_step(int8, qat, x):
     """Each int8 layer's output within one step of the QAT layer's on the same inputs."""
     seen = {}
@@ -148,8 +160,16 @@ def _layers_within_a_step(int8, qat, x):
             scale = getattr(out.data, "scale", None) or 1.0
             steps = np.abs(dequantize_tensor(out).numpy() - ref) / scale
             assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
-            off = int((steps > 0.5).sum())
-            assert off <= max(1, 0.02 * steps.size), f"{name}: {off} of {steps.size} off by a step"
+            # few values may differ: a systematic error (a bias or zero point off by half a
+            # step) would move half of them. Allowed: 5 % (2 values in a small layer), plus
+            # the int8 bias's rounding to s_in * s_w, up to half that in steps either way;
+            # not counted: a channel whose inputs all sit at the zero point (a dead ReLU before
+            # it), its bias alone, one rounding decision for the whole channel
+            axes = tuple(i for i in range(ref.ndim) if i != 1)
+            varying = np.broadcast_to(ref.std(axis=axes, keepdims=True) > 0, ref.shape)
+            off = int((steps[varying] > 0.5).sum())
+            allowed = (0.05 + _bias_step(int8.get_submodule(name), args)) * varying.sum()
+            assert off <= max(2, allowed), f"{name}: {off} of {varying.sum()} values off by a step"
     return seen
 
 
@@ -161,10 +181,14 @@ def test_model_sweep(index, tmp_path):
     ty.manual_seed(index)
     model = RandomNet(rng, wide=rng.random() < 0.3).eval()
     x = rng.normal(0, 1, (4, 3, model.size, model.size)).astype(np.float32)
+    qconfig = QCONFIGS[index % len(QCONFIGS)]
     try:
         ty.set_isa(isa)
-        qat = Q.quantize_qat(model, Q.ema_fakequant_qconfig)
+        qat = Q.quantize_qat(model, getattr(Q, qconfig))
         Q.calibrate(qat, [rng.normal(0, 1, x.shape).astype(np.float32) for _ in range(3)])
+        if rng.random() < 0.5:   # a QAT step: BN folding with batch statistics, observers on
+            qat.train()
+            qat(ty.tensor(rng.normal(0, 1, x.shape).astype(np.float32))).sum().backward()
         qat.eval()
         int8 = Q.quantize(qat)
         _layers_within_a_step(int8, qat, x)
@@ -173,6 +197,6 @@ def test_model_sweep(index, tmp_path):
         want = int8(ty.tensor(x)).numpy()
         for g in (graph, ty.runtime.load(tmp_path / "m.graph")):
             np.testing.assert_array_equal(g(ty.tensor(x)).numpy(), want,
-                                          err_msg=f"{isa}: {model.plan}")
+                                          err_msg=f"{isa}, {qconfig}: {model.plan}")
     finally:
         ty.set_isa(before)
