@@ -3,7 +3,8 @@ any kernel, stride, padding, dilation and groups with batch norm and ReLU / ReLU
 residual adds, concats, pools, a linear head) are fused, calibrated, converted to int8 and
 traced; each int8 layer must be within one quantization step of the QAT model's simulated
 output on its inputs, the graph must equal the model bit for bit at another batch size,
-also after a save and load. Every case runs on one of this machine's ISA paths in turn.
+also after a save and load (and in float, with and without folding). Every int8 case runs on
+one of this machine's ISA paths in turn.
 
 Like test_quant_sweep.py: TIANYUAN_SWEEP_SEED picks the seed, TIANYUAN_SWEEP=N runs N
 kernel cases and N // 3 models (default 8 models)."""
@@ -200,3 +201,21 @@ def test_model_sweep(index, tmp_path):
                                           err_msg=f"{isa}, {qconfig}: {model.plan}")
     finally:
         ty.set_isa(before)
+
+
+@pytest.mark.parametrize("index", range(SWEEP))
+def test_float_graph_sweep(index, tmp_path):
+    """The same nets in float: traced as they are (bit for bit, any batch, saved and loaded)
+    and with batch norms and activations folded (fuse=True; trace checks it within float
+    rounding)."""
+    rng = np.random.default_rng((SEED, 101, index))
+    model = RandomNet(rng, wide=rng.random() < 0.3).eval()
+    x = ty.tensor(rng.normal(0, 1, (3, 3, model.size, model.size)).astype(np.float32))
+    graph = ty.jit.trace(model, x[:2], dynamic_batch=True)
+    graph.save(tmp_path / "f.graph")
+    with ty.no_grad():
+        want = model(x).numpy()
+    for g in (graph, ty.runtime.load(tmp_path / "f.graph")):
+        np.testing.assert_array_equal(g(x).numpy(), want, err_msg=str(model.plan))
+    fused = ty.jit.trace(model, x, fuse=True)
+    np.testing.assert_allclose(fused(x).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
