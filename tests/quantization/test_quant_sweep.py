@@ -9,8 +9,8 @@ alone, and its parameters are in the failure's message:
     TIANYUAN_SWEEP_SEED=7 pytest tests/quantization/test_quant_sweep.py -k 'conv and 13'
 
 TIANYUAN_SWEEP=N runs N cases of each kind (default 24, a few seconds; a long sweep on a
-new machine or after a kernel change: 2000 with a few seeds, about 2 minutes a thousand
-convolutions on 2 cores)."""
+new machine or after a kernel change: 2000 with a few seeds, under a minute a thousand
+convolutions on 2 cores; OMP_NUM_THREADS=1, 3, 4 run the kernels' other work splits)."""
 import os
 
 import numpy as np
