@@ -12,7 +12,8 @@ a `graph_step(*inputs)` method (the int8 modules, the fused float convs, Flatten
 ChannelShuffle) runs as the function it returns on those arrays, checked at trace time
 against the module's own result (values, dtype, strides); any other module, or one with
 hooks, is called as usual on Tensors (int8 values wrapped with the scale and zero point they
-had when traced). `graph_alias = True` marks modules whose eval-mode result is their input
+had when traced); a module kept float by `quantization.disable_quantize` gets its inputs'
+dequantization (its pre-hook) as DequantStub steps before it. `graph_alias = True` marks modules whose eval-mode result is their input
 itself (Identity, Dropout, the float stubs): they take no step. Slices and reshapes of
 traced tensors in a forward become view steps (jit/views.py).
 
@@ -298,8 +299,12 @@ class _Recorder:
         if any(isinstance(v, Tensor) for v in kwargs.values()):
             raise TraceError(f"jit.trace: module '{name}' takes a tensor by keyword; pass "
                              "tensors by position to trace it")
+        dequantizes = explicit_hooks(module)
+        if dequantizes:
+            args = self.dequantized(args, name)
         template = self.template(args, name)
-        hooked = module._forward_pre_hooks or module._forward_hooks  # they run as a module
+        # hooked modules run as modules (a dequantizing pre-hook is a no-op on float inputs)
+        hooked = module._forward_hooks or (module._forward_pre_hooks and not dequantizes)
         if getattr(module, "graph_alias", False) and not hooked and args and out is args[0]:
             return  # its result is its input: no step
         if not isinstance(out, Tensor):
@@ -311,6 +316,26 @@ class _Recorder:
         step.call = bind(fn, template) if fn is not None else \
             bind_module(module, template, kwargs, self.qparams)
         self.steps.append(step)
+
+    def dequantized(self, args, name):
+        """args with each int8 tensor dequantized, as the pre-hook of a module kept float
+        (`quantization.disable_quantize`) does, each by a DequantStub step of its own."""
+        from ..nn.quantized import DequantStub
+        out = []
+        for k, a in enumerate(args):
+            if not (isinstance(a, Tensor) and isinstance(a.data, QArray)):
+                out.append(a)
+                continue
+            stub, template = DequantStub(), [self.known(a, name)]
+            dq = stub(a)
+            label = f"{name} (dequantize input {k})"
+            fn = self.native(stub, (a,), {}, template, dq, label)
+            step = Step(label, "DequantStub", True, tuple(template), self.slot(dq), dq.shape,
+                        dq.dtype, stub)
+            step.call = bind(fn, template)
+            self.steps.append(step)
+            out.append(dq)
+        return tuple(out)
 
     def native(self, module, args, kwargs, template, out, name):
         """The module's `graph_step` function, checked against its result; None if none."""
@@ -339,6 +364,13 @@ class _Recorder:
             return type(out)(self.known(t, "(the model's result)") for t in out)
         raise TraceError(f"jit.trace: the model returns {type(out).__name__}; a traced model "
                          "returns a Tensor or a list or tuple of Tensors")
+
+
+def explicit_hooks(module):
+    """Whether the module's hooks are all pre-hooks that the trace records as steps of their
+    own (`graph_dequantize`: disable_quantize's dequantization of the inputs)."""
+    pre = module._forward_pre_hooks.values()
+    return bool(pre) and all(getattr(h, "graph_dequantize", False) for h in pre)
 
 
 def _checked(k, data, shape, dtype, qparams, any_batch):

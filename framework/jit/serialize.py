@@ -20,7 +20,7 @@ from ..nn.module import Module
 from ..nn.parameter import Parameter
 from ..quantization.qarray import wrap
 from ..tensor import Tensor
-from .graph import Const, Graph, Step, bind, bind_module
+from .graph import Const, Graph, Step, bind, bind_module, explicit_hooks
 from .views import view_function
 
 FORMAT = "tianyuan.graph"
@@ -38,6 +38,7 @@ def save(graph, path):
             entry["view"] = list(step.view)
         else:
             if id(step.module) not in index:
+                _refuse_hooks(step.module, step.name)
                 index[id(step.module)] = len(modules)
                 modules.append(_module_state(step.module, step.name))
             if not _plain(list(step.kwargs.values())):
@@ -112,6 +113,17 @@ def _plain(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
     return isinstance(value, (tuple, list)) and all(_plain(v) for v in value)
+
+
+def _refuse_hooks(module, name):
+    """A file holds no hooks: a module (or part of one) with hooks would run without them
+    after loading. disable_quantize's pre-hook is in the graph as steps of its own."""
+    for part in module.modules():
+        if part._forward_hooks or (part._forward_pre_hooks and not explicit_hooks(part)):
+            raise SerializationError(
+                f"Graph.save: step '{name}' ({type(module).__name__}) has forward hooks, "
+                "which a graph file cannot hold (the loaded graph would run without them); "
+                "remove them and trace again")
 
 
 def _module_state(module, name):

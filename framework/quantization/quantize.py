@@ -102,6 +102,11 @@ def _dequantize_inputs(module, args):
     return tuple(dequantize_tensor(a) for a in args)
 
 
+# jit.trace records this pre-hook as dequantize steps before the module (a graph file holds
+# no hooks): jit/graph.py, _Recorder.dequantized
+_dequantize_inputs.graph_dequantize = True
+
+
 def quantize(qat_model, inplace=False):
     """QAT (or calibrated) model -> int8 model in eval mode: weights quantized and packed
     once here; float layers kept by `disable_quantize` dequantize their inputs."""

@@ -155,6 +155,34 @@ def test_hooked_module_runs_as_a_module():
     assert seen == [1]
 
 
+def test_a_hooked_graph_is_not_saved(tmp_path):
+    model = int8_tiny()
+    handle = model.fc.register_forward_hook(lambda m, args, out: None)
+    with pytest.raises(ty.io.SerializationError, match="step 'fc'.*forward hooks"):
+        jit.trace(model, batch(0)).save(tmp_path / "g.graph")
+    handle.remove()
+    jit.trace(model, batch(0)).save(tmp_path / "g.graph")
+
+
+def test_a_layer_kept_float_dequantizes_in_steps_of_its_own(tmp_path):
+    """disable_quantize's pre-hook (dequantize the inputs) is a DequantStub step before the
+    float layer, so the graph file, which holds no hooks, runs the same."""
+    ty.manual_seed(1)
+    net = TinyNet()
+    Q.disable_quantize(net.fc)
+    qat = Q.quantize_qat(net)
+    Q.calibrate(qat, [batch(s).numpy() for s in range(2)])
+    model = Q.quantize(qat)
+    graph = jit.trace(model, batch(0), dynamic_batch=True)
+    assert [(s.name, s.type, s.native) for s in graph.steps][-3:] == [
+        ("fc (dequantize input 0)", "DequantStub", True), ("fc", "Linear", False),
+        ("dequant", "DequantStub", False)]
+    graph.save(tmp_path / "g.graph")
+    want = model(batch(1, n=3)).numpy()
+    for g in (graph, ty.runtime.load(tmp_path / "g.graph")):
+        np.testing.assert_array_equal(g(batch(1, n=3)).numpy(), want)
+
+
 def test_intermediate_slots_are_freed_after_their_last_use():
     graph = jit.trace(int8_tiny(), batch(0))
     freed = [i for _, _, frees in graph._plan for i in frees]

@@ -2,6 +2,7 @@
 `tianyuan bench precision=int8`, and the qconfig names the recipes use."""
 import json
 
+import numpy as np
 import pytest
 
 import tianyuan as ty
@@ -78,7 +79,8 @@ def test_quantize_keep_float_from_the_command_line(shapes_root, tmp_path, capsys
               "qat.iters=2", "trainer.progress=false", f"out_dir={tmp_path}/qat",
               "report.repeats=1", "report.batches=[1]", "report.sensitivity_images=4"]
     assert cli.main(common + [f"out={out}"]) == 0
-    assert cli.main(common + ["quant.keep_float=[fc]", f"out={tmp_path}/kept.json"]) == 0
+    assert cli.main(common + ["quant.keep_float=[fc]", f"out={tmp_path}/kept.json",
+                              f"export.dir={tmp_path}/export"]) == 0
     plain, kept = json.load(open(out)), json.load(open(tmp_path / "kept.json"))
     assert kept["keep_float"] == ["fc"] and "keep_float" not in plain
     for method in ("ptq", "qat"):
@@ -86,3 +88,10 @@ def test_quantize_keep_float_from_the_command_line(shapes_root, tmp_path, capsys
         assert "fc" not in {r["layer"] for r in kept["sensitivity"][method]}
     sizes = [{r["model"]: r["size_kb"] for r in d["rows"]} for d in (plain, kept)]
     assert sizes[1]["ptq"] > sizes[0]["ptq"] and sizes[1]["qat"] > sizes[0]["qat"]
+    # the exported graphs run the float fc after a dequantize step of their own (a graph
+    # file holds no hooks)
+    graph = ty.runtime.load(tmp_path / "export" / "qat.graph")
+    assert [(s.type, s.native) for s in graph.steps if s.name.startswith("fc")] == [
+        ("DequantStub", True), ("Linear", False)]
+    x = np.random.default_rng(0).standard_normal((3,) + graph.input_specs[0][0][1:])
+    assert graph(x.astype(np.float32)).shape == (3, 10)
