@@ -136,11 +136,20 @@ class Observer(Module):
 
 class MinMaxObserver(Observer):
     """Running min and max over everything seen (memoryless=True: the last batch only,
-    right for weights, which change every step)."""
+    right for weights, which change every step). current=True (memoryless; the weights'
+    observer): active in eval mode too unless disabled, so the range is always that of the
+    weights as they are now: after the last optimizer step a stale range would clip them
+    (onto -128, or past the 7-bit grid with reduce_range) in QAT eval and in the int8
+    model alike."""
 
-    def __init__(self, memoryless=False, **kwargs):
+    def __init__(self, memoryless=False, current=False, **kwargs):
         super().__init__(**kwargs)
-        self.memoryless = memoryless
+        if current and not memoryless:
+            raise ValueError("MinMaxObserver: current=True needs memoryless=True")
+        self.memoryless, self.current = memoryless, current
+
+    def active(self):
+        return True if self.current and self.enabled is None else super().active()
 
     def observe(self, x):
         self.observe_range(*self._reduce(x))
@@ -174,9 +183,9 @@ class MovingAverageMinMaxObserver(Observer):
 
 def make_weight_observer(**kwargs):
     """The default weight observer: per-channel (axis 0) symmetric int8 min/max of the
-    current weights (reduce_range=True: on the 7-bit grid [-63, 63])."""
+    current weights, in eval mode too (reduce_range=True: on the 7-bit grid [-63, 63])."""
     kwargs.setdefault("dtype", "int8")
     kwargs.setdefault("symmetric", True)
     kwargs.setdefault("ch_axis", 0)
-    return MinMaxObserver(memoryless=True, **kwargs)
+    return MinMaxObserver(memoryless=True, current=True, **kwargs)
 

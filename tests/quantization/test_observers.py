@@ -65,6 +65,35 @@ def test_observer_follows_training_mode_unless_forced():
     assert obs.observed
 
 
+def test_weight_observer_follows_the_weights_in_eval():
+    """After the last optimizer step the weights differ from what training observed: the
+    weights' observer (current=True) watches in eval too, so neither QAT eval nor the int8
+    model clips them (symmetric weights never reach -128; reduce_range's stay 7-bit)."""
+    obs = Q.observer.make_weight_observer()
+    obs.eval()
+    obs(ty.tensor(np.array([[1.0, -2.0], [0.5, 0.25]], np.float32)))
+    obs(ty.tensor(np.array([[1.0, -4.0], [0.5, 0.25]], np.float32)))
+    np.testing.assert_allclose(obs.qparams().scale, [4 / 127, 0.5 / 127], rtol=1e-6)
+    Q.disable_observer(obs)   # frozen where asked
+    obs(ty.tensor(np.ones((2, 2), np.float32) * 8))
+    np.testing.assert_allclose(obs.qparams().scale, [4 / 127, 0.5 / 127], rtol=1e-6)
+    with pytest.raises(ValueError, match="current=True needs memoryless"):
+        Q.MinMaxObserver(current=True)
+    for qconfig, grid in ((Q.ema_fakequant_qconfig, 127), (Q.reduce_range_qconfig, 63)):
+        ty.manual_seed(0)
+        qat = Q.quantize_qat(TinyNet(), qconfig)
+        x = ty.randn(8, 3, 16, 16)
+        opt = ty.optim.SGD(qat.parameters(), lr=0.5)
+        for _ in range(2):   # large steps: the weights outgrow what the forward saw
+            opt.zero_grad()
+            (qat(x) ** 2).mean().backward()
+            opt.step()
+        int8 = Q.quantize(qat)
+        for name in ("conv1", "conv2", "branch_a", "fc"):
+            w = getattr(int8, name).weight.data
+            assert -grid <= w.min() and w.max() <= grid, (name, w.min(), w.max())
+
+
 def test_histogram_percentile_matches_numpy():
     x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
     obs = Q.HistogramObserver(method="percentile", percentile=99.9, enabled=True)
