@@ -13,9 +13,10 @@ ChannelShuffle) runs as the function it returns on those arrays, checked at trac
 against the module's own result (values, dtype, strides); any other module, or one with
 hooks, is called as usual on Tensors (int8 values wrapped with the scale and zero point they
 had when traced); a module kept float by `quantization.disable_quantize` gets its inputs'
-dequantization (its pre-hook) as DequantStub steps before it. `graph_alias = True` marks modules whose eval-mode result is their input
-itself (Identity, Dropout, the float stubs): they take no step. Slices and reshapes of
-traced tensors in a forward become view steps (jit/views.py).
+dequantization (its pre-hook) as DequantStub steps before it. `graph_alias = True` marks
+modules whose eval-mode result is their input itself (Identity, Dropout, the float stubs):
+they take no step. Slices and reshapes of traced tensors in a forward become view steps
+(jit/views.py).
 
 A graph is fixed to what the example met: input shapes (but the batch size with
 `dynamic_batch`), dtypes and int8 scales (checked per call), the branches the forward took,

@@ -36,7 +36,7 @@ class _WeightedModule(QuantizedModule):
 
     def set_weights(self, qat):
         w, b = qat.folded()
-        qat.weight_observer(w)   # the weights as they are now, where it watches (current)
+        qat.weight_observer(w)   # as they are now (it watches in eval too, unless disabled)
         p = qat.weight_qparams()
         w = w.data
         self.register_buffer("weight", Tensor(R.quantize(w, p.scale, 0, np.int8, axis=0)))
