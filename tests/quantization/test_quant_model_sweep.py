@@ -202,9 +202,9 @@ def test_model_sweep(index, tmp_path):
         graph = ty.jit.trace(int8, ty.tensor(x[:2]), dynamic_batch=True)
         graph.save(tmp_path / "m.graph")
         want = int8(ty.tensor(x)).numpy()
+        case = f"{isa}, {qconfig}, float fc {kept}: {model.plan}"
         for g in (graph, ty.runtime.load(tmp_path / "m.graph")):
-            np.testing.assert_array_equal(g(ty.tensor(x)).numpy(), want,
-                                          err_msg=f"{isa}, {qconfig}, float fc {kept}: {model.plan}")
+            np.testing.assert_array_equal(g(ty.tensor(x)).numpy(), want, err_msg=case)
     finally:
         ty.set_isa(before)
 
