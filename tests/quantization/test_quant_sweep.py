@@ -45,6 +45,17 @@ def _zp(rng, dtype):
     return int(rng.integers(lo, hi + 1))
 
 
+def _requant(rng, channels):
+    """Bias and per-channel (multiplier, shift): a model's usual range, or (one case in five)
+    multipliers from 1e-9 to 30 and biases up to 2**26 (dead or tiny-range layers)."""
+    if rng.random() < 0.8:
+        bias, real = rng.integers(-5000, 5000, channels), rng.uniform(1e-4, 8e-3, channels)
+    else:
+        bias, real = rng.integers(-2 ** 26, 2 ** 26, channels), 10 ** rng.uniform(-9, 1.5,
+                                                                                    channels)
+    return bias.astype(np.int32), R.quantize_multiplier(real)
+
+
 def _maybe_channels_last(rng, x):
     return to_channels_last(x) if x.ndim == 4 and rng.random() < 0.5 else x
 
@@ -84,8 +95,7 @@ def conv_case(index):
     in_dtype, out_dtype = _dtype(rng), _dtype(rng)
     x = _q(rng, (int(rng.integers(1, 5)), c, h, w), in_dtype)
     wt = _q(rng, (oc, c // groups, kh, kw), np.int8)
-    bias = rng.integers(-5000, 5000, oc).astype(np.int32)
-    mult, shift = R.quantize_multiplier(rng.uniform(1e-4, 8e-3, oc))
+    bias, (mult, shift) = _requant(rng, oc)
     out_zp = _zp(rng, out_dtype)
     top = int(rng.integers(out_zp, R.qrange(out_dtype)[1] + 1)) if rng.random() < 0.2 else None
     geom = dict(stride=stride, padding=pad, dilation=dilation)
@@ -135,8 +145,7 @@ def test_linear_sweep(index):
     m, k, n = (int(v) for v in rng.integers(1, (70, 300, 150)))
     in_dtype, out_dtype = _dtype(rng), _dtype(rng)
     x, w = _q(rng, (m, k), in_dtype), _q(rng, (n, k), np.int8)
-    bias = rng.integers(-5000, 5000, n).astype(np.int32)
-    mult, shift = R.quantize_multiplier(rng.uniform(1e-4, 8e-3, n))
+    bias, (mult, shift) = _requant(rng, n)
     args = (bias, mult, shift, _zp(rng, out_dtype), bool(rng.random() < 0.5), out_dtype)
     zp, packed = _zp(rng, in_dtype), K.pack_weights(w)
     what = f"x {x.dtype} {x.shape} (zero point {zp}), w {w.shape}, {args[3:]}"
