@@ -12,7 +12,7 @@ def test_recipes_present():
     for name in ("resnet50_imagenet", "shufflenet_v2_x1_0_imagenet", "shufflenet_v1_imagenet",
                  "mobilenet_v2_imagenet", "resnet18_imagenet_qat", "shufflenet_v1_imagenet_qat",
                  "mobilenet_v2_imagenet_qat", "resnet18_cifar10", "mobilenet_v2_cifar10",
-                 "smoke_shapesnet", "smoke_resnet18"):
+                 "smoke_shapesnet", "smoke_resnet18", "smoke_resnet18_qat"):
         assert name in EXPERIMENTS
 
 
