@@ -15,8 +15,9 @@ reader understands. `__metadata__["tianyuan"]` holds the structure as JSON, wher
 every JSON object is a tag: `{"a": name}` an array, `{"s": name}` a numpy scalar,
 `{"d": [[key, node], ...]}` a dict (keys str or int, order kept), `{"t": [...]}` a
 tuple, `{"f": "nan"}` a non-finite float; lists, strings, numbers, bools and null are
-themselves. `__metadata__["tianyuan.crc32"]` checks the array bytes on load. A
-safetensors file written by someone else loads as a flat `{name: array}` dict.
+themselves. `__metadata__["tianyuan.crc32"]` checks the array bytes on load,
+`"tianyuan.crc32.structure"` the JSON (a damaged digit there still parses). A safetensors
+file written by someone else loads as a flat `{name: array}` dict.
 
 Files are written atomically (temp file in the same folder, fsync, `os.replace`), so
 a crash mid-write leaves the previous file intact. Nothing here unpickles; a pickle
@@ -100,13 +101,19 @@ def _crc(arrays):
     return f"{crc:08x}"
 
 
+def _text_crc(text):
+    return f"{zlib.crc32(text.encode()):08x}"
+
+
 def save(obj, path):
     """Write `obj` (state dict or nested checkpoint) to `path` as safetensors, atomically."""
     path = os.fspath(path)
     packer = _Packer()
     tree = packer.pack(obj, [])
-    metadata = {"format": "np", "tianyuan": json.dumps(tree, separators=(",", ":")),
-                "tianyuan.version": FORMAT_VERSION, "tianyuan.crc32": _crc(packer.arrays)}
+    structure = json.dumps(tree, separators=(",", ":"))
+    metadata = {"format": "np", "tianyuan": structure, "tianyuan.version": FORMAT_VERSION,
+                "tianyuan.crc32": _crc(packer.arrays),
+                "tianyuan.crc32.structure": _text_crc(structure)}
     try:
         payload = safetensors.numpy.save(packer.arrays, metadata=metadata)
     except Exception as error:  # e.g. a float128 array; SafetensorError is not exported
@@ -170,6 +177,10 @@ def load(path):
     arrays = {k: v if v.flags.writeable else v.copy() for k, v in arrays.items()}
     if "tianyuan" not in metadata:
         return arrays
+    expected = metadata.get("tianyuan.crc32.structure")   # files from before 2026-12-07 lack it
+    if expected is not None and _text_crc(metadata["tianyuan"]) != expected:
+        raise SerializationError(f"load: '{path}' is corrupt: its structure record does not "
+                                 "match the checksum stored when it was written")
     try:
         return _unpack(json.loads(metadata["tianyuan"]), arrays)
     except (ValueError, KeyError, TypeError, IndexError) as error:

@@ -160,7 +160,10 @@ def _class(qualified, path):
     if not modname.startswith(ALLOWED):
         raise SerializationError(f"runtime.load: {path} names {qualified}; a graph file may "
                                  "name tianyuan.nn modules only")
-    cls = getattr(importlib.import_module(modname), name, None)
+    try:
+        cls = getattr(importlib.import_module(modname), name, None)
+    except ImportError:   # a module path this tianyuan lacks (or a damaged name)
+        cls = None
     if not (isinstance(cls, type) and issubclass(cls, Module)):
         raise SerializationError(f"runtime.load: {path} names {qualified}, which this "
                                  "tianyuan has no module class for")

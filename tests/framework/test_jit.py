@@ -260,6 +260,10 @@ def test_a_graph_file_names_tianyuan_modules_only(tmp_path):
     ty.save(data, tmp_path / "evil.graph")
     with pytest.raises(SerializationError, match="names os.system"):
         ty.runtime.load(tmp_path / "evil.graph")
+    data["modules"][0]["class"] = "tianyuan.nn.activatoin.ReLU"   # a damaged name
+    ty.save(data, tmp_path / "damaged.graph")
+    with pytest.raises(SerializationError, match="activatoin.ReLU, which this tianyuan has no"):
+        ty.runtime.load(tmp_path / "damaged.graph")
     data = ty.load(tmp_path / "g.graph")
     data["modules"][0]["config"]["__class__"] = "x"
     ty.save(data, tmp_path / "evil.graph")

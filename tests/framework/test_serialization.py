@@ -195,6 +195,7 @@ def header_length(data):
     (lambda d: b"", "truncated.*0 bytes"),
     (lambda d: d[:8] + b"[" + d[9:], "header is corrupt"),
     (lambda d: d[:-1] + bytes([d[-1] ^ 0x10]), "corrupt.*checksum"),
+    (lambda d: d.replace(b'3]]}', b'4]]}', 1), "structure record does not match the checksum"),
     (lambda d: d[:8 + header_length(d)] + d[8 + header_length(d):][::-1], "corrupt"),
     (lambda d: b"\x89PNG\r\n\x1a\n" + b"\0" * 40, "not safetensors"),
     (lambda d: b"hello world, this is text\n" * 3, "truncated or not safetensors"),
