@@ -11,6 +11,7 @@ numpy arrays. Anything else in the pickle is refused.
 (64, 3, 7, 7)
 """
 import codecs
+import os
 import pickle
 import struct
 import zipfile
@@ -19,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tianyuan.io import NUMPY_GLOBALS, safe_unpickle
+from tianyuan.io import NUMPY_GLOBALS, UnpicklingRefused, safe_unpickle
 
 from .qtensor import QTensor, bfloat16_to_float32
 
@@ -51,6 +52,12 @@ class TorchFormatError(ValueError):
     """The file is not a `.pth` this reader understands (the message says why)."""
 
 
+# what a damaged zip or legacy file raises on the way (a member missing, a name that is not
+# UTF-8, a compression method from nowhere, a record of the wrong type)
+_DAMAGE = (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError,
+           UnicodeDecodeError, AttributeError, TypeError, IndexError, struct.error)
+
+
 class _Storage:
     """A storage's elements as a flat numpy array; `kind` is our dtype name."""
 
@@ -74,6 +81,11 @@ def _view(storage, offset, size, stride, source):
     size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
     if any(s == 0 for s in size):
         return np.zeros(size, flat.dtype)
+    if any(s < 0 for s in size + stride) or np.prod(size, dtype=np.float64) > flat.size:
+        # a weight is never an expanded or overlapping view (a damaged or crafted size
+        # would have the copy below allocate without bound)
+        raise TorchFormatError(f"{source}: tensor view of size {size}, stride {stride} has "
+                               f"more elements than its storage of {flat.size}")
     last = offset + sum((n - 1) * st for n, st in zip(size, stride))
     if offset < 0 or last >= flat.size:
         raise TorchFormatError(f"{source}: tensor view offset {offset}, size {size}, stride "
@@ -198,10 +210,16 @@ def load_pth(path):
             return _load_zip(path, source)
         if head[:1] == b"\x80":
             return _load_legacy(path, source)
+    except UnpicklingRefused:
+        raise
     except pickle.UnpicklingError as error:  # our own format errors come back wrapped
         if isinstance(error.__cause__, TorchFormatError):
             raise error.__cause__ from None
-        raise
+        raise TorchFormatError(f"{source}: not a readable .pth, damaged or truncated "
+                               f"({error})") from error
+    except _DAMAGE as error:
+        raise TorchFormatError(f"{source}: not a readable .pth, damaged or truncated "
+                               f"({type(error).__name__}: {error})") from error
     raise TorchFormatError(f"{source}: neither a zip nor a legacy pickle .pth (first bytes "
                            f"{head!r}); the pre-0.1.10 tar format is not supported")
 
@@ -279,9 +297,16 @@ def _legacy_storage(pid, pending, source):
 
 
 def _read_legacy_storage(handle, key, pending, source):
-    (numel,) = struct.unpack("<q", handle.read(8))
+    head = handle.read(8)
+    if len(head) != 8:
+        raise TorchFormatError(f"{source}: storage {key} is truncated")
+    (numel,) = struct.unpack("<q", head)
     root = pending.get(key)
     itemsize = np.dtype(root.dtype).itemsize if root else 1
+    left = os.fstat(handle.fileno()).st_size - handle.tell()
+    if not 0 <= numel * itemsize <= left:   # a damaged count would ask for that much memory
+        raise TorchFormatError(f"{source}: storage {key} claims {numel} elements; "
+                               f"{left} bytes are left in the file")
     raw = handle.read(numel * itemsize)
     if len(raw) != numel * itemsize:
         raise TorchFormatError(f"{source}: storage {key} is truncated")

@@ -7,6 +7,7 @@ through here; nothing in tianyuan calls plain `pickle.load`.
 """
 import io
 import pickle
+import pickletools
 
 # Builtins every data pickle may use: containers and scalars only, nothing callable.
 _SAFE_BUILTINS = {
@@ -76,10 +77,30 @@ def safe_unpickle(file, allowed=None, persistent_load=None, source=None, **kwarg
     return _load(file, allowed or {}, persistent_load, source, kwargs)
 
 
+# A damaged or crafted pickle makes the unpickler, or the functions it is allowed to call,
+# fail in any of these ways: each is "not a readable pickle".
+_DAMAGE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError,
+           IndexError, OverflowError, MemoryError, RecursionError, RuntimeError, SystemError)
+
+
 def _load(handle, allowed, persistent_load, source, kwargs):
+    if not handle.seekable():
+        handle = io.BytesIO(handle.read())
     try:
+        start = handle.tell()
+        _scan(handle)
+        handle.seek(start)
         return _Restricted(handle, allowed, persistent_load, source, **kwargs).load()
     except UnpicklingRefused:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
+    except _DAMAGE as error:
         raise pickle.UnpicklingError(f"{source}: not a readable pickle ({error})") from error
+
+
+def _scan(handle):
+    """Read the pickle's opcodes (pickletools, nothing run) up to its STOP and refuse memo
+    indices beyond the opcodes before them: the unpickler grows its memo table to the index
+    it is given, so one damaged byte (BINPUT read as LONG_BINPUT) asks for gigabytes."""
+    for count, (op, arg, _) in enumerate(pickletools.genops(handle)):
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > count:
+            raise pickle.UnpicklingError(f"memo index {arg} after {count} opcodes")

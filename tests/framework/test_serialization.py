@@ -236,6 +236,16 @@ def test_pickle_is_refused_never_run(protocol, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("data", [
+    b"\x80\x02K\x01r\xff\xff\xff\x7f.",   # LONG_BINPUT 2**31 - 1: a memo of gigabytes
+    b"\x80\x02K\x01q\xc8.",                  # BINPUT 200 after 2 opcodes
+])
+def test_unpickle_refuses_memo_indices_beyond_the_pickle(data):
+    with pytest.raises(pickle.UnpicklingError, match="not a readable pickle.*memo index"):
+        safe_unpickle(data, allowed={})
+    assert safe_unpickle(pickle.dumps([[1], [2]], protocol=2), allowed={}) == [[1], [2]]
+
+
 def test_torch_zip_archive_is_refused(tmp_path):
     path = tmp_path / "resnet18.pth"
     with zipfile.ZipFile(path, "w") as archive:

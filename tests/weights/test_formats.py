@@ -128,6 +128,35 @@ def test_pth_view_past_storage_is_an_error(tmp_path):
         load_pth(path)
 
 
+def test_pth_expanded_view_is_an_error(tmp_path):
+    """A size with stride 0 (an expanded tensor, or a damaged size) would have the copy
+    allocate without bound: a weight never is one."""
+    path = tmp_path / "big.pth"
+    write_zip(path, {"w": Tensor(Storage("0", np.zeros(4, np.float32)), 0, (4, 10 ** 9),
+                                 (1, 0))})
+    with pytest.raises(TorchFormatError, match="more elements than its storage of 4"):
+        load_pth(path)
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+def test_damaged_pth_is_a_format_error(tmp_path, fmt):
+    """Every byte of a small file flipped in turn: each read refuses with TorchFormatError
+    (or UnpicklingRefused) or loads; nothing else escapes, nothing hangs (the storage count
+    and the unpickler's memo indices are checked before they are allocated)."""
+    path = tmp_path / "w.pth"
+    WRITERS[fmt](path, OrderedDict(w=contiguous("0", np.arange(6, dtype=np.float32))))
+    good = path.read_bytes()
+    for i in range(len(good)):
+        path.write_bytes(good[:i] + bytes([good[i] ^ 0xA5]) + good[i + 1:])
+        try:
+            load_pth(path)
+        except (TorchFormatError, UnpicklingRefused) as error:
+            assert str(path) in str(error)
+    path.write_bytes(good[:len(good) // 2])
+    with pytest.raises(TorchFormatError, match="damaged or truncated|truncated"):
+        load_pth(path)
+
+
 def test_not_a_pth(tmp_path):
     path = tmp_path / "x.pth"
     path.write_bytes(b"hello world")
