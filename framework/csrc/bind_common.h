@@ -31,11 +31,18 @@ inline std::string shape_str(const py::array& a) {
     return s + ")";
 }
 
+// Whether `a` holds T's values: an equivalent dtype, not only numpy's own instance of it (an
+// unpickled array carries a dtype object of its own, which `dtype().is(...)` refused).
+template <typename T>
+inline bool has_dtype(const py::array& a) {
+    return py::isinstance<py::array_t<T>>(a);
+}
+
 // float32 and float64 (float64 serves the finite-difference gradient checks).
 template <typename F32, typename F64>
 py::array dispatch_float(const char* op, const char* arg, const py::array& a, F32 f32, F64 f64) {
-    if (a.dtype().is(py::dtype::of<float>())) return f32();
-    if (a.dtype().is(py::dtype::of<double>())) return f64();
+    if (has_dtype<float>(a)) return f32();
+    if (has_dtype<double>(a)) return f64();
     throw py::value_error(std::string(op) + ": " + arg + " must be float32 or float64, got " +
                           std::string(py::str(a.dtype())));
 }

@@ -31,7 +31,7 @@ py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::
     else if (plan_name != "auto")
         throw py::value_error("conv2d_gemm: plan must be 'auto', 'slab', 'stream' or 'few', "
                               "got '" + plan_name + "'");
-    if (!x_any.dtype().is(py::dtype::of<float>()) || !w_any.dtype().is(py::dtype::of<float>()))
+    if (!has_dtype<float>(x_any) || !has_dtype<float>(w_any))
         throw py::value_error("conv2d_gemm: x and w must be float32");
     F32 x = F32::ensure(x_any), w = F32::ensure(w_any);
     if (x.ndim() != 4 || w.ndim() != 4 || w.shape(1) != x.shape(1))
@@ -55,7 +55,7 @@ py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::
 
 py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_any, Pair kernel,
                                   Pair stride, Quad padding, Pair dilation) {
-    if (!x_any.dtype().is(py::dtype::of<float>()) || !gy_any.dtype().is(py::dtype::of<float>()))
+    if (!has_dtype<float>(x_any) || !has_dtype<float>(gy_any))
         throw py::value_error("conv2d_gemm_weight_grad: x and gy must be float32");
     F32 x = F32::ensure(x_any), gy = F32::ensure(gy_any);
     if (x.ndim() != 4 || gy.ndim() != 4)

@@ -90,8 +90,8 @@ std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
                                         " of part " + std::to_string(i) +
                                         " is outside [1, 62]");
         }
-        const bool byte = x.dtype().is(py::dtype::of<uint8_t>()) ||
-                          x.dtype().is(py::dtype::of<int8_t>());
+        const bool byte = has_dtype<uint8_t>(x) ||
+                          has_dtype<int8_t>(x);
         const std::string part =
             byte ? std::string() : op + ": part " + std::to_string(i) + " " + shape_str(x);
         ConcatPart c{int8_input(x, zps[i], byte ? op.c_str() : part.c_str(), false), mults[i],

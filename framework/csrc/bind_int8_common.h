@@ -17,8 +17,8 @@ namespace bind {
 
 inline int8::QIn int8_input(const py::array& x, int zero_point, const char* op,
                             bool contiguous = true) {
-    const bool s8 = x.dtype().is(py::dtype::of<int8_t>());
-    if (!s8 && !x.dtype().is(py::dtype::of<uint8_t>())) {
+    const bool s8 = has_dtype<int8_t>(x);
+    if (!s8 && !has_dtype<uint8_t>(x)) {
         throw std::invalid_argument(std::string(op) + ": input must be uint8 or int8, got " +
                                     std::string(py::str(x.dtype())));
     }

@@ -180,7 +180,7 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
 }
 
 py::array clamp(const py::array& x_any, float lo, float hi) {
-    if (!x_any.dtype().is(py::dtype::of<float>()))
+    if (!has_dtype<float>(x_any))
         throw py::value_error("clamp: x must be float32, got " +
                               std::string(py::str(x_any.dtype())) + " of shape " +
                               shape_str(x_any));
@@ -198,7 +198,7 @@ py::array clamp(const py::array& x_any, float lo, float hi) {
 std::pair<Array<float>, Array<float>> float_pair(const char* op, const char* names,
                                                  const py::array& a_any,
                                                  const py::array& b_any) {
-    if (!a_any.dtype().is(py::dtype::of<float>()) || !b_any.dtype().is(py::dtype::of<float>()))
+    if (!has_dtype<float>(a_any) || !has_dtype<float>(b_any))
         throw py::value_error(std::string(op) + ": " + names + " must be float32, got " +
                               std::string(py::str(a_any.dtype())) + " and " +
                               std::string(py::str(b_any.dtype())));
@@ -218,7 +218,7 @@ py::array clamp_grad(const py::array& g_any, const py::array& y_any, float lo, f
 }
 
 py::array masked_grad_py(const py::array& g_any, const py::array& mask_any) {
-    if (!g_any.dtype().is(py::dtype::of<float>()) || mask_any.dtype().itemsize() != 1 ||
+    if (!has_dtype<float>(g_any) || mask_any.dtype().itemsize() != 1 ||
         mask_any.dtype().kind() == 'f')
         throw py::value_error("masked_grad: g must be float32 and mask bool or bytes, got " +
                               std::string(py::str(g_any.dtype())) + " and " +
@@ -243,7 +243,7 @@ const float* vector_or_null(const py::object& o, py::ssize_t c, bool* ok) {
         return nullptr;
     }
     const auto a = py::reinterpret_borrow<py::array>(o);
-    if (!a.dtype().is(py::dtype::of<float>()) || a.ndim() != 1 || a.shape(0) != c ||
+    if (!has_dtype<float>(a) || a.ndim() != 1 || a.shape(0) != c ||
         !(a.flags() & py::array::c_style)) {
         *ok = false;
         return nullptr;
@@ -303,7 +303,7 @@ void bind_norm(py::module_& m) {
     }, py::arg("a"), py::arg("b"), py::arg("lo"), py::arg("hi"),
        "float32 min(max(a + b, lo), hi) of one shape; NaN passes through");
     m.def("min_max", [](const py::array& x_any) {
-        if (!x_any.dtype().is(py::dtype::of<float>()) || x_any.size() == 0)
+        if (!has_dtype<float>(x_any) || x_any.size() == 0)
             throw py::value_error("min_max: x must be a non-empty float32 array, got " +
                                   std::string(py::str(x_any.dtype())) + " of shape " +
                                   shape_str(x_any));
@@ -316,7 +316,7 @@ void bind_norm(py::module_& m) {
         return py::make_tuple(lo, hi);
     }, py::arg("x"), "(min, max) of float32 x in one parallel pass; NaN if any value is NaN");
     m.def("min_max_rows", [](const py::array& x_any) {
-        if (!x_any.dtype().is(py::dtype::of<float>()) || x_any.ndim() != 2 ||
+        if (!has_dtype<float>(x_any) || x_any.ndim() != 2 ||
             x_any.shape(0) == 0 || x_any.shape(1) == 0)
             throw py::value_error("min_max_rows: x must be a non-empty 2-D float32 array, got " +
                                   std::string(py::str(x_any.dtype())) + " of shape " +
@@ -331,7 +331,7 @@ void bind_norm(py::module_& m) {
     }, py::arg("x"), "each row's (min, max) of float32 x (rows, cols), rows in parallel; NaN "
        "for a row with a NaN");
     m.def("histogram", [](const py::array& x_any, int64_t bins, double lo, double hi) {
-        if (!x_any.dtype().is(py::dtype::of<float>()))
+        if (!has_dtype<float>(x_any))
             throw py::value_error("histogram: x must be float32, got " +
                                   std::string(py::str(x_any.dtype())) + " of shape " +
                                   shape_str(x_any));
@@ -351,8 +351,8 @@ void bind_norm(py::module_& m) {
           "frozen BN (+ the conv bias before it) -> (scale, shift) float32 (C,), as numpy "
           "computes them in eval_affine_arrays; None unless every array is float32 (C,)");
     m.def("batch_norm_stats", [](const py::array& x, bool extremes) -> py::tuple {
-        if (x.dtype().is(py::dtype::of<double>())) return stats_typed<double>(x, extremes);
-        if (x.dtype().is(py::dtype::of<float>())) return stats_typed<float>(x, extremes);
+        if (has_dtype<double>(x)) return stats_typed<double>(x, extremes);
+        if (has_dtype<float>(x)) return stats_typed<float>(x, extremes);
         throw py::value_error("batch_norm_stats: x must be float32 or float64");
     }, py::arg("x"), py::arg("extremes") = false,
        "x (N, C, ...) -> (mean (C,), biased var (C,)), and with extremes each channel's min "
@@ -360,9 +360,9 @@ void bind_norm(py::module_& m) {
     m.def("batch_norm_affine", [](const py::array& x, const py::array& scale,
                                   const py::array& shift, const py::object& clamp,
                                   const py::object& fake_quant) -> py::object {
-        if (x.dtype().is(py::dtype::of<float>()))
+        if (has_dtype<float>(x))
             return affine_typed<float>(x, scale, shift, clamp, fake_quant);
-        if (x.dtype().is(py::dtype::of<double>()))
+        if (has_dtype<double>(x))
             return affine_typed<double>(x, scale, shift, clamp, fake_quant);
         throw py::value_error("batch_norm_affine: x must be float32 or float64, got " +
                               std::string(py::str(x.dtype())));
@@ -377,10 +377,10 @@ void bind_norm(py::module_& m) {
                                     const py::object& clamp,
                                     const py::object& affine,
                                     const py::object& pass) -> py::tuple {
-        if (x.dtype().is(py::dtype::of<double>()))
+        if (has_dtype<double>(x))
             return backward_typed<double>(gy, x, mean, invstd, weight, need_x, clamp, affine,
                                           pass);
-        if (x.dtype().is(py::dtype::of<float>()))
+        if (has_dtype<float>(x))
             return backward_typed<float>(gy, x, mean, invstd, weight, need_x, clamp, affine,
                                          pass);
         throw py::value_error("batch_norm_backward: x must be float32 or float64");

@@ -14,7 +14,7 @@ namespace {
 // Contiguous float32 arrays of the parameter's size; the updated ones writeable.
 void check_state(const char* op, const py::array& p, const py::array& a, const char* what,
                  bool written) {
-    if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style))
+    if (!has_dtype<float>(a) || !(a.flags() & py::array::c_style))
         throw py::value_error(std::string(op) + ": " + what +
                               " must be a contiguous float32 array, got " +
                               std::string(py::str(a.dtype())) + " " + shape_str(a));

@@ -167,9 +167,9 @@ void bind_pool(py::module_& m) {
     }, py::arg("grad"), py::arg("input_shape"), "adjoint of adaptive_avg_pool2d -> (N, C, H, W)");
     m.def("max_pool2d", [](const py::array& x, Pair kernel, Pair stride, Pair padding,
                            Pair dilation, Pair out_size) -> py::tuple {
-        if (x.dtype().is(py::dtype::of<double>()))
+        if (has_dtype<double>(x))
             return max_pool2d_typed<double>(x, kernel, stride, padding, dilation, out_size);
-        if (x.dtype().is(py::dtype::of<float>()))
+        if (has_dtype<float>(x))
             return max_pool2d_typed<float>(x, kernel, stride, padding, dilation, out_size);
         throw py::value_error("max_pool2d: x must be float32 or float64, got " +
                               std::string(py::str(x.dtype())));
