@@ -73,7 +73,12 @@ class Pow(_Binary):
     def backward(self, g):
         ga = gb = None
         if self.needs_input_grad[0]:
-            ga = unbroadcast(g * self.b * np.power(self.a, self.b - 1), self.a_shape)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                slope = self.b * np.power(self.a, self.b - 1)
+            # a ** 0 is 1 for every a: slope 0, also at a = 0 (0 * 0 ** -1 would be NaN; a
+            # focal loss with gamma = 0 had NaN gradients where a logit saturated)
+            slope = np.where(self.b == 0, np.zeros((), slope.dtype), slope)
+            ga = unbroadcast(g * slope, self.a_shape)
         if self.needs_input_grad[1]:
             safe_log = np.log(np.where(self.a > 0, self.a, 1))
             gb = unbroadcast(g * self.out * safe_log, self.b_shape)

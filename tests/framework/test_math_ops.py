@@ -25,6 +25,14 @@ def test_pow():
     check_op(lambda a, b: a.abs() ** b, lambda a, b: np.abs(a) ** b, [S, S], low=0.5)
 
 
+def test_pow_zero_exponent_has_zero_slope_at_zero():
+    # d/da a ** 0 = 0 everywhere, as PyTorch has it; b * a ** (b - 1) gives 0 * inf = NaN at 0
+    a = ty.tensor(np.array([0.0, 0.0, 2.0], np.float32), requires_grad=True)
+    b = ty.tensor(np.array([0.0, 2.0, 0.0], np.float32))
+    (a ** b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.0, 0.0, 0.0])
+
+
 @pytest.mark.parametrize("fn,ref,low", [
     (F.exp, np.exp, -2.0), (F.log, np.log, 0.5), (F.sqrt, np.sqrt, 0.5),
     (F.abs, np.abs, -2.0), (lambda x: -x, np.negative, -2.0),
