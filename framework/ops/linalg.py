@@ -19,16 +19,16 @@ class Matmul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
         with small_product(_flops(a, b)):
-            return np.matmul(a, b)
+            return np.asarray(np.matmul(a, b))  # 1-D @ 1-D: a 0-d array, not a numpy scalar
 
     def backward(self, g):
         a, b = self.a, self.b
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
+        if b.ndim == 1:  # first: a 1-D @ 1-D product's gradient is 0-d
+            g = np.expand_dims(g, -1)
         if a.ndim == 1:
             g = np.expand_dims(g, -2)
-        if b.ndim == 1:
-            g = np.expand_dims(g, -1)
         with small_product(_flops(a, b)):  # each gradient costs what the product did
             return self._grads(a, b, a2, b2, g)
 

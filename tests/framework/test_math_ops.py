@@ -64,9 +64,18 @@ def test_argmax():
 
 
 @pytest.mark.parametrize("a,b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (4, 2)),
-                                 ((3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2))])
+                                 ((3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4,)),
+                                 ((4,), (3, 4, 2)), ((2, 3, 4), (4,))])
 def test_matmul(a, b):
     check_op(F.matmul, np.matmul, [a, b], fwd_rtol=1e-4)
+
+
+def test_dot_product_is_a_0d_tensor():
+    a = ty.tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+    y = F.relu(a @ a)  # a 0-d result that a native op then takes
+    assert isinstance(y.data, np.ndarray) and y.shape == ()
+    y.backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, -4.0, 6.0])
 
 
 def test_shape_ops():
