@@ -174,6 +174,8 @@ def backward(root, grad=None, retain_graph=False):
             g = grads.pop(id(node), None)
             if g is None:
                 continue
+            if type(g) is not np.ndarray:  # numpy's 0-d arithmetic gives scalars, which
+                g = np.asarray(g)          # the native backward functions refuse
             if node._hooks:
                 g = _run_hooks(node, g)
             if node._ctx is None or node._retains_grad:
