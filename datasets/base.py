@@ -39,18 +39,25 @@ def _check_complete(data, path):
 
 
 def _decode_pillow(data, path):
+    """Pillow's decoding made OpenCV's: EXIF orientation applied, 16-bit grey scaled."""
     import io
 
-    from PIL import Image
+    from PIL import Image, ImageOps
     try:
         with Image.open(io.BytesIO(data)) as image:
+            image = ImageOps.exif_transpose(image)
+            if image.mode.startswith("I;16"):  # Pillow's convert clips 16-bit values at 255
+                grey = (np.asarray(image).astype(np.uint16) >> 8).astype(np.uint8)
+                return np.repeat(grey[..., None], 3, axis=2)
             return np.asarray(image.convert("RGB"))
     except Exception as error:  # Pillow raises many types for bad data
         raise CorruptImageError(f"{path}: cannot decode image ({error})") from error
 
 
 def decode_image(path, backend="cv2"):
-    """Read `path` as HWC uint8 RGB (grey and CMYK converted). Errors name the file."""
+    """Read `path` as HWC uint8 RGB (grey and CMYK converted, 16-bit scaled to 8, a JPEG's
+    EXIF orientation applied: the picture as a viewer shows it) with either backend, which
+    give the same pixels (a JPEG's within a level). Errors name the file."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()

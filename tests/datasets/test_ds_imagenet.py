@@ -149,6 +149,30 @@ def test_image_folder_labels_and_png(tmp_path):
         ImageFolder(tmp_path)
 
 
+def test_both_backends_decode_the_same_picture(tmp_path):
+    """cv2 and Pillow disagreed on a phone photo's EXIF rotation and on 16-bit grey PNGs
+    (Pillow's convert clipped them at 255)."""
+    from PIL import Image
+
+    from tianyuan.datasets.base import decode_image
+    rgb = np.zeros((6, 10, 3), np.uint8)
+    rgb[:, :5, 0], rgb[:3, :, 1], rgb[..., 2] = 200, 150, np.arange(10)[None] * 25
+    rotated = Image.fromarray(rgb)
+    exif = rotated.getexif()
+    exif[0x0112] = 6  # orientation: shown turned 90 degrees clockwise
+    rotated.save(tmp_path / "phone.jpg", quality=95, exif=exif)
+    Image.fromarray(rgb[..., 2].astype(np.uint16) * 257).save(tmp_path / "grey16.png")
+    Image.fromarray(np.dstack([rgb, rgb[..., :1]])).save(tmp_path / "rgba.png")
+    Image.fromarray(rgb).convert("P").save(tmp_path / "palette.png")
+    for name, shape in [("phone.jpg", (10, 6, 3)), ("grey16.png", (6, 10, 3)),
+                        ("rgba.png", (6, 10, 3)), ("palette.png", (6, 10, 3))]:
+        a, b = (decode_image(str(tmp_path / name), backend) for backend in ("cv2", "pil"))
+        assert a.shape == b.shape == shape, name
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 1, name
+    grey = decode_image(str(tmp_path / "grey16.png"), "pil")
+    assert grey[0, :, 0].tolist() == (np.arange(10) * 25).tolist()
+
+
 def test_shipped_class_list_and_val_labels():
     meta = imagenet_meta.read_shipped_tsv(SHIPPED_TSV)
     assert len(meta) == 1000 and meta.wnids == sorted(set(meta.wnids)) and all(meta.names)
