@@ -4,8 +4,13 @@
 
 Subcommands (weights, train, eval, quantize, bench, run) are one row each of
 SUBCOMMANDS; the module named there is imported only when its command runs.
+
+A mistake in the command line or the files it names (a missing file, a bad value, an
+unknown config) ends in one line, "tianyuan CMD: what is wrong", and exit status 2;
+TIANYUAN_TRACEBACK=1 shows the traceback as well. Other errors keep their traceback.
 """
 import importlib
+import os
 import sys
 
 # subcommand -> ("module", "function", one-line help)
@@ -30,6 +35,23 @@ def _usage():
     return "\n".join(lines)
 
 
+# what a user's command line or files can get wrong (SerializationError and
+# CorruptImageError derive from ValueError and OSError); hydra's and omegaconf's own
+# errors (an unknown config group or key) are matched by module, not imported here
+USER_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+               ValueError, KeyError, NotImplementedError)
+
+
+def _user_error(error):
+    return (isinstance(error, USER_ERRORS) or
+            type(error).__module__.split(".")[0] in ("hydra", "omegaconf"))
+
+
+def _message(error):
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return str(text).strip() or type(error).__name__
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -39,7 +61,18 @@ def main(argv=None):
         print(f"tianyuan: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module, function, _ = SUBCOMMANDS[argv[0]]
-    return getattr(importlib.import_module(module), function)(argv[1:]) or 0
+    command = getattr(importlib.import_module(module), function)
+    try:
+        return command(argv[1:]) or 0
+    except Exception as error:
+        if not _user_error(error) or os.environ.get("TIANYUAN_TRACEBACK"):
+            raise
+        message = _message(error)
+        if message.startswith(f"{argv[0]}: "):  # "tianyuan quantize: quantize: ..."
+            message = message[len(argv[0]) + 2:]
+        print(f"tianyuan {argv[0]}: {message}\n"
+              "(TIANYUAN_TRACEBACK=1 shows where it was raised)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -46,3 +46,25 @@ def test_help_lists_commands_and_experiments(capsys):
     assert all(c in text for c in ("train", "eval", "bench"))
     assert cli.main(["train", "--help"]) == 0
     assert "smoke_shapesnet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["quantize", "model=shapesnet", "method=foo"], "tianyuan quantize: method must be one of"),
+    (["eval", "model=resnet19"], "resnet19"),
+    (["eval", "model=shapesnet", "data.rooot=/x"], "data.rooot"),
+    (["run", "/no/such.graph"], "tianyuan run: load: no such file '/no/such.graph'"),
+])
+def test_a_users_mistake_is_one_line_and_status_2(argv, says, capsys, monkeypatch):
+    monkeypatch.delenv("TIANYUAN_TRACEBACK", raising=False)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and "TIANYUAN_TRACEBACK=1" in err
+    monkeypatch.setenv("TIANYUAN_TRACEBACK", "1")
+    with pytest.raises(Exception):
+        cli.main(argv)
+
+
+def test_an_internal_error_keeps_its_traceback(monkeypatch):
+    monkeypatch.setitem(cli.SUBCOMMANDS, "boom", ("tianyuan.trainers.cli", "_usage", ""))
+    with pytest.raises(TypeError):  # _usage takes no argv: not a user's mistake
+        cli.main(["boom"])
