@@ -35,8 +35,8 @@ def _operands(a, b, op):
 def _scalar_dtype(value, like):
     if isinstance(value, (bool, np.bool_)):
         return like if like != dtypes.bool_ else dtypes.bool_
-    if isinstance(value, (int, np.integer)):
-        return like
+    if isinstance(value, (int, np.integer)):  # mask * 2 counts, as in PyTorch
+        return dtypes.int64 if like == dtypes.bool_ else like
     if isinstance(value, (float, np.floating)):
         return like if dtypes.is_floating(like) else dtypes.float32
     return None

@@ -177,3 +177,12 @@ def test_creation_dtypes():
     assert ty.full((2,), 7, dtype="uint8").dtype == np.uint8
     assert ty.ones_like(ty.zeros(2, dtype="float64")).dtype == np.float64
     assert (ty.tensor([1, 2]) * 1.5).dtype == np.float32
+
+
+def test_a_mask_times_an_integer_counts():
+    # an int scalar took the bool tensor's dtype: mask * 3 was the mask, mask / 2 was mask / 1
+    mask = ty.tensor(np.array([True, False, True]))
+    assert (mask * 3).dtype == np.int64 and (mask * 3).numpy().tolist() == [3, 0, 3]
+    assert (2 - mask).numpy().tolist() == [1, 2, 1]
+    np.testing.assert_array_equal((mask / 2).numpy(), [0.5, 0.0, 0.5])
+    assert (mask * True).dtype == np.bool_
