@@ -5,6 +5,7 @@
 >>> evaluate_classification(model, loader)          # {"top1": 69.76, "top5": 89.08, ...}
 """
 import time
+import warnings
 
 import numpy as np
 from tqdm import tqdm
@@ -15,13 +16,16 @@ from tianyuan.datasets import transforms as T
 
 def topk_correct(logits, labels, topk=(1, 5)):
     """{k: number of rows whose label is among the k largest logits}; logits (N, C),
-    labels (N,). Ties are broken by the lower class index (a stable sort)."""
+    labels (N,). Ties are broken by the lower class index (a stable sort). A row with a NaN
+    or infinite logit counts as wrong (argsort would rank its NaNs last: a diverged model's
+    all-NaN rows had "predicted" class 0)."""
     logits, labels = np.asarray(logits), np.asarray(labels)
     if logits.ndim != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(f"topk_correct: need logits (N, C) and labels (N,), got "
                          f"{logits.shape} and {labels.shape}")
     order = np.argsort(-logits, axis=1, kind="stable")              # (N, C) best first
     hits = order == labels[:, None]                                 # (N, C), one True per row
+    hits &= np.isfinite(logits).all(axis=1, keepdims=True)
     return {k: int(hits[:, :min(k, logits.shape[1])].any(axis=1).sum()) for k in topk}
 
 
@@ -48,15 +52,22 @@ def evaluate_classification(model, loader, topk=(1, 5), progress=True):
     a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}."""
     model.eval()
     correct, seen, started = dict.fromkeys(topk, 0), 0, time.perf_counter()
+    nonfinite = 0
     bar = tqdm(loader, desc="eval", unit="batch", disable=not progress, dynamic_ncols=True)
     with ty.no_grad():
         for batch in bar:
             logits = model(ty.tensor(batch["image"])).numpy()
             for k, n in topk_correct(logits, batch["label"], topk).items():
                 correct[k] += n
+            nonfinite += int((~np.isfinite(logits).reshape(len(logits), -1).all(1)).sum())
             seen += len(batch["label"])
             bar.set_postfix(top1=f"{100.0 * correct[topk[0]] / seen:.2f}")
     if seen == 0:
         raise ValueError("evaluate_classification: the loader yielded no images")
+    if nonfinite:
+        warnings.warn(f"evaluate_classification: {nonfinite} of {seen} images gave NaN or "
+                      "infinite logits (counted as wrong); the model has diverged or overflowed",
+                      RuntimeWarning, stacklevel=2)
     result = {f"top{k}": 100.0 * correct[k] / seen for k in topk}
-    return {**result, "images": seen, "seconds": round(time.perf_counter() - started, 3)}
+    return {**result, "images": seen, "nonfinite": nonfinite,
+            "seconds": round(time.perf_counter() - started, 3)}

@@ -20,6 +20,18 @@ def test_topk_by_hand():
     assert topk_correct(logits, labels, (5,)) == {5: 3}   # k above C: every row counts
 
 
+def test_rows_with_nan_logits_count_as_wrong():
+    logits = np.array([[np.nan, np.nan, np.nan], [0.1, np.inf, 0.2], [0.3, 0.2, 0.1]])
+    assert topk_correct(logits, np.array([0, 1, 0]), (1, 3)) == {1: 1, 3: 1}
+    table = np.full((4, 3), np.nan, np.float32)
+    table[0] = [1.0, 0.0, 0.0]
+    images = np.arange(4, dtype=np.float32)[:, None, None, None] * np.ones((1, 3, 2, 2))
+    loader = [{"image": images, "label": np.zeros(4, np.int64)}]
+    with pytest.warns(RuntimeWarning, match="3 of 4 images gave NaN"):
+        result = evaluate_classification(_Lookup(table), loader, topk=(1,), progress=False)
+    assert result["top1"] == 25.0 and result["nonfinite"] == 3
+
+
 def test_topk_checks_shapes():
     with pytest.raises(ValueError, match=r"\(N, C\)"):
         topk_correct(np.zeros((2, 3)), np.zeros(3, np.int64))
