@@ -35,11 +35,12 @@ def _usage():
     return "\n".join(lines)
 
 
-# what a user's command line or files can get wrong (SerializationError and
+# what a user's command line, files or settings can get wrong (SerializationError and
 # CorruptImageError derive from ValueError and OSError); hydra's and omegaconf's own
 # errors (an unknown config group or key) are matched by module, not imported here
 USER_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
-               ValueError, KeyError, NotImplementedError)
+               ValueError, KeyError, NotImplementedError,
+               FloatingPointError)  # a training run whose loss became NaN (engine.py)
 
 
 def _user_error(error):

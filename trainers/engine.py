@@ -114,6 +114,13 @@ class Trainer:
     def run_step(self, batch):
         losses = self.forward(self.model, batch)                      # {name: scalar Tensor}
         loss = sum(value for name, value in losses.items() if name.startswith("loss"))
+        if not np.isfinite(loss.item()):  # stop before the step spoils the weights
+            parts = ", ".join(f"{name}={float(value.item()):.4g}" for name, value in losses.items())
+            raise FloatingPointError(
+                f"Trainer: the loss is {loss.item()} at iteration {self.iter + 1} (epoch "
+                f"{self.epoch + 1}; {parts}); the weights were left as the step before. Lower "
+                f"the learning rate or add warmup; {self.out_dir}/checkpoints holds the last "
+                "checkpoint to resume from")
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()

@@ -82,3 +82,34 @@ def test_skip_first_keeps_batch_numbers(workers):
     assert len(rest) == len(full) - 4
     for a, b in zip(full[4:], rest):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # inf * 0 in the data
+def test_a_nan_loss_stops_training_before_the_step(tmp_path):
+    from tianyuan.trainers.engine import Trainer
+    model = ty.nn.Linear(2, 1)
+    data = [{"image": np.ones((2, 2), np.float32) * (np.inf if i == 2 else 1.0)}
+            for i in range(4)]
+
+    class Loader(list):
+        batch_sampler = None
+
+        def set_epoch(self, epoch):
+            pass
+
+    def forward(m, batch):
+        return {"loss_mse": (m(ty.tensor(batch["image"])) ** 2).mean()}
+
+    trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.1), Loader(data), forward,
+                      max_epochs=1, out_dir=str(tmp_path), progress=False)
+    before = {}
+
+    def remember(m, batch):
+        before.update({k: np.array(v, copy=True) for k, v in model.state_dict().items()})
+        return forward(m, batch)
+    trainer.forward = remember
+    with pytest.raises(FloatingPointError, match=r"loss is (inf|nan) at iteration 3 .*loss_mse"):
+        trainer.train()
+    for name, value in model.state_dict().items():  # the weights of the step before
+        np.testing.assert_array_equal(value, before[name])
+    assert np.isfinite(model.weight.numpy()).all()
