@@ -92,5 +92,5 @@ from .tensor import (Tensor, arange, as_tensor, full, full_like, ones, ones_like
 from . import functional
 from .functional import concat, stack, where
 from . import nn
-from . import io, jit, optim, profiler, runtime
+from . import distributed, io, jit, optim, profiler, runtime
 from .io import load, save

@@ -15,7 +15,8 @@ import numpy as np
 
 import tianyuan as ty
 import tianyuan.functional as F
-from tianyuan.datasets import CIFAR10, DataLoader, ImageFolder, ImageNet
+from tianyuan import distributed as dist
+from tianyuan.datasets import CIFAR10, DataLoader, DistributedSampler, ImageFolder, ImageNet
 from tianyuan.datasets import transforms as T
 from tianyuan.datasets.synthetic import write_image_folder
 from tianyuan.datasets.transforms.random import get_rng
@@ -71,7 +72,11 @@ def shapes_folder(root=None, num_per_class=40, val_per_class=10, size=32, num_cl
     try:
         write_image_folder(os.path.join(tmp, "train"), num_per_class, size, seed, num_classes)
         write_image_folder(os.path.join(tmp, "val"), val_per_class, size, seed + 1, num_classes)
-        os.replace(tmp, root) if not os.path.exists(root) else None
+        try:
+            os.replace(tmp, root)
+        except OSError:  # a concurrent run (another data-parallel process) renamed first
+            if not os.path.isdir(os.path.join(root, "val")):
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
@@ -99,14 +104,22 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
                         mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, augment="imagenet",
                         val_batch_size=None, seed=0, synthetic=None):
     """(train loader, val loader, class names). Train order and augmentation are a pure
-    function of (seed, epoch); the last incomplete train batch is dropped."""
+    function of (seed, epoch); the last incomplete train batch is dropped. Under an MPI
+    launch each process gets its share of the train set (`batch_size` is per process)."""
     train_tf = train_transform(augment, image_size, mean, std)
     val_tf = eval_transform(resize, image_size, mean, std)
     train = classification_dataset(kind, root, True, train_tf, synthetic)
     classes = list(getattr(train, "classes", []))
     val = classification_dataset(kind, root, False, val_tf, synthetic, classes or None)
-    train_loader = DataLoader(train, batch_size, shuffle=True, num_workers=num_workers,
-                              drop_last=True, seed=seed, persistent_workers=num_workers > 0)
+    rank, world = dist.rank(), dist.world_size()
+    if world == 1:
+        train_loader = DataLoader(train, batch_size, shuffle=True, num_workers=num_workers,
+                                  drop_last=True, seed=seed, persistent_workers=num_workers > 0)
+    else:  # each process its share of one permutation, and augmentation draws of its own
+        share = DistributedSampler(train, rank, world, shuffle=True, seed=seed, drop_last=True)
+        train_loader = DataLoader(train, batch_size, sampler=share, num_workers=num_workers,
+                                  drop_last=True, seed=seed + rank,
+                                  persistent_workers=num_workers > 0)
     val_loader = DataLoader(val, val_batch_size or batch_size, num_workers=num_workers,
                             seed=seed)
     return train_loader, val_loader, classes

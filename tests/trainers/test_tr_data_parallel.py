@@ -1,0 +1,70 @@
+"""`mpiexec -n 2` training: the processes stay equal, process 0 alone writes, and a stop
+that reaches one process stops both after the same step."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tianyuan.trainers.checkpoint import find_latest
+
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+
+_CHILD = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {here!r})
+from tr_helpers import smoke_cfg
+from tianyuan import distributed as dist
+from tianyuan.trainers.train import build
+
+class StopOne:  # a signal that reached process 1 only, after step 4
+    every_process = True
+    def after_step(self):
+        if dist.rank() == 1 and self.trainer.iter == 4:
+            self.trainer.stop_requested = True
+
+trainer = build(smoke_cfg({root!r}, {out!r}, "data.batch_size=16", "trainer.max_iters=6"))
+if {stop!r}:
+    hook = StopOne(); hook.trainer = trainer; trainer.hooks.append(hook)
+trainer.train()
+w = np.concatenate([p.data.ravel() for p in trainer.model.parameters()])
+gap = np.array([np.abs(w - dist.broadcast(w.copy())).max()])
+dist.all_reduce(gap)
+if dist.is_main():
+    with open({out!r} + "/dp.json", "w") as f:
+        json.dump({{"iter": trainer.iter, "stopped": trainer.stop_requested,
+                   "gap": float(gap[0]), "world": dist.world_size()}}, f)
+"""
+
+
+def _run(shapes_root, out, stop):
+    pytest.importorskip("mpi4py")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    code = _CHILD.format(here=os.path.dirname(__file__), root=shapes_root, out=str(out),
+                         stop=stop)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-c", code],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    with open(out / "dp.json") as f:
+        return json.load(f)
+
+
+def test_two_processes_train_as_one(shapes_root, tmp_path):
+    result = _run(shapes_root, tmp_path, stop=False)
+    assert result == {"iter": 6, "stopped": False, "gap": 0.0, "world": 2}
+    with open(tmp_path / "log.jsonl") as f:
+        steps = [json.loads(line)["iter"] for line in f if '"images_per_s"' in line]
+    assert steps == [5, 6]   # log_every 5 and the last step, written once
+    assert os.path.exists(tmp_path / "model_final.safetensors")
+
+
+def test_a_stop_reaching_one_process_stops_both_after_the_same_step(shapes_root, tmp_path):
+    result = _run(shapes_root, tmp_path, stop=True)
+    assert result == {"iter": 5, "stopped": True, "gap": 0.0, "world": 2}
+    assert find_latest(str(tmp_path / "checkpoints")).endswith("ckpt_00000005.safetensors")
+    assert not os.path.exists(tmp_path / "model_final.safetensors")
