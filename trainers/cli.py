@@ -64,16 +64,21 @@ def main(argv=None):
     module, function, _ = SUBCOMMANDS[argv[0]]
     command = getattr(importlib.import_module(module), function)
     try:
-        return command(argv[1:]) or 0
+        status = command(argv[1:]) or 0
     except Exception as error:
         if not _user_error(error) or os.environ.get("TIANYUAN_TRACEBACK"):
-            raise
+            raise   # under mpiexec, tianyuan.distributed's excepthook then aborts the run
         message = _message(error)
         if message.startswith(f"{argv[0]}: "):  # "tianyuan quantize: quantize: ..."
             message = message[len(argv[0]) + 2:]
         print(f"tianyuan {argv[0]}: {message}\n"
               "(TIANYUAN_TRACEBACK=1 shows where it was raised)", file=sys.stderr)
-        return 2
+        status = 2
+    if status and status != 130 and "tianyuan" in sys.modules:
+        from tianyuan import distributed
+        if distributed.world_size() > 1:  # the other processes may wait in an allreduce
+            distributed.abort(status)
+    return status
 
 
 if __name__ == "__main__":

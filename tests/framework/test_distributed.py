@@ -58,3 +58,18 @@ def test_two_processes_take_the_step_of_one_on_the_joined_batch(tmp_path):
     for name in a.files:
         if name not in ("world", "loss", "gap"):
             np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_error_in_one_process_ends_them_all(tmp_path):
+    # without the abort, process 1 waited in its allreduce for ever (the run hung)
+    script = tmp_path / "fail.py"
+    script.write_text("import numpy as np\n"
+                      "from tianyuan import distributed as dist\n"
+                      "a = np.ones(3)\n"
+                      "dist.all_reduce(a)\n"
+                      "if dist.rank() == 0:\n"
+                      "    raise RuntimeError('process 0 fails alone')\n"
+                      "dist.all_reduce(a)\n")
+    run = mpi_run(2, [str(script)], timeout=60)
+    assert run.returncode != 0
+    assert "RuntimeError: process 0 fails alone" in run.stderr
