@@ -52,14 +52,22 @@ class RandomSampler:
 
 class DistributedSampler:
     """Rank `rank`'s share of a (shuffled) epoch. Without `drop_last` the index list is padded
-    by repeating its start so every rank gets ceil(N / world_size) indices."""
+    by repeating its start so every rank gets ceil(N / world_size) indices; with `exact`
+    (evaluation) every index is in one share exactly once, the shares differing by one."""
 
-    def __init__(self, data, rank, world_size, shuffle=True, seed=0, drop_last=False):
+    def __init__(self, data, rank, world_size, shuffle=True, seed=0, drop_last=False,
+                 exact=False):
         if not 0 <= rank < world_size:
             raise ValueError(f"DistributedSampler: rank {rank} not in [0, {world_size})")
+        if exact and drop_last:
+            raise ValueError("DistributedSampler: exact shares neither drop nor pad; "
+                             "give exact or drop_last, not both")
         self.num, self.rank, self.world_size = _length(data), rank, world_size
         self.shuffle, self.seed, self.epoch, self.drop_last = shuffle, int(seed), 0, drop_last
-        if drop_last:
+        self.exact = exact
+        if exact:
+            self.per_rank = len(range(rank, self.num, world_size))
+        elif drop_last:
             self.per_rank = self.num // world_size
         else:
             self.per_rank = -(-self.num // world_size)
@@ -72,6 +80,8 @@ class DistributedSampler:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(self.num)
         else:
             order = np.arange(self.num)
+        if self.exact:
+            return iter(order[self.rank::self.world_size].tolist())
         total = self.per_rank * self.world_size
         if total > self.num:
             order = np.resize(order, total)  # repeats from the start

@@ -47,9 +47,11 @@ def card_preprocessing(card):
             "std": tuple(float(s) * scale for s in pre["std"])}
 
 
-def evaluate_classification(model, loader, topk=(1, 5), progress=True):
+def evaluate_classification(model, loader, topk=(1, 5), progress=True, distributed=False):
     """{"top1": %, "top5": %, "images": N, "seconds": s} of `model` (put in eval mode) over
-    a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}."""
+    a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}. `distributed`: the
+    loader holds this process's share (DistributedSampler(exact=True)); the counts are
+    summed over the processes, and each gets the whole result."""
     model.eval()
     correct, seen, started = dict.fromkeys(topk, 0), 0, time.perf_counter()
     nonfinite = 0
@@ -62,6 +64,11 @@ def evaluate_classification(model, loader, topk=(1, 5), progress=True):
             nonfinite += int((~np.isfinite(logits).reshape(len(logits), -1).all(1)).sum())
             seen += len(batch["label"])
             bar.set_postfix(top1=f"{100.0 * correct[topk[0]] / seen:.2f}")
+    if distributed:
+        counts = np.array([correct[k] for k in topk] + [seen, nonfinite], np.int64)
+        ty.distributed.all_reduce(counts)
+        correct = dict(zip(topk, counts[:len(topk)].tolist()))
+        seen, nonfinite = int(counts[-2]), int(counts[-1])
     if seen == 0:
         raise ValueError("evaluate_classification: the loader yielded no images")
     if nonfinite:

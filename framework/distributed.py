@@ -8,7 +8,8 @@ every gradient by its mean over the processes, in one allreduce of one flat buff
 the processes take the same steps and stay equal (`broadcast_state` makes them equal at
 the start). With a mean loss and the same batch on each process, that is the step one
 process would take on the batches joined: `data.batch_size` is per process. Batch-norm
-statistics stay per process (PyTorch DDP without SyncBatchNorm); process 0's are saved.
+statistics are gathered per process (PyTorch DDP without SyncBatchNorm); process 0's are the
+ones evaluated and saved.
 
 Outside an MPI launch (no OMPI_/PMI_/PMIX_ environment) this module never imports mpi4py
 and the world is this one process: every call below is then a no-op.
@@ -128,11 +129,14 @@ def broadcast_object(value, root=0):
     return value if comm is None else comm.bcast(value, root=root)
 
 
-def broadcast_state(module):
-    """Process 0's parameters and buffers into `module` on every process."""
+def broadcast_state(module, parameters=True):
+    """Process 0's parameters and buffers (only its buffers: `parameters=False`, e.g. batch
+    norm's running statistics before an evaluation) into `module` on every process."""
     if _comm() is None:
         return
     for name, array in sorted(_arrays(module).items()):
+        if not parameters and name.startswith("param:"):
+            continue
         if not (array.flags.c_contiguous and array.flags.writeable):
             raise ValueError(f"broadcast_state: {name} {array.shape} is not a writeable "
                              "C-contiguous array")
@@ -140,9 +144,13 @@ def broadcast_state(module):
 
 
 def _arrays(module):
+    """{kind:name: the live array} of the parameters and buffers (a buffer may be a Tensor
+    or a bare array; 0-d counters are left alone)."""
     state = {f"param:{n}": p.data for n, p in module.named_parameters()}
-    state.update({f"buffer:{n}": np.asarray(b) for n, b in module.named_buffers()
-                  if isinstance(b, np.ndarray) and b.ndim > 0})
+    for name, buffer in module.named_buffers():
+        array = getattr(buffer, "data", buffer)
+        if isinstance(array, np.ndarray) and array.ndim > 0:
+            state[f"buffer:{name}"] = array
     return state
 
 

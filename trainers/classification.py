@@ -105,7 +105,8 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
                         val_batch_size=None, seed=0, synthetic=None):
     """(train loader, val loader, class names). Train order and augmentation are a pure
     function of (seed, epoch); the last incomplete train batch is dropped. Under an MPI
-    launch each process gets its share of the train set (`batch_size` is per process)."""
+    launch each process gets its share of the train set (`batch_size` is per process) and of
+    the val set (every image once)."""
     train_tf = train_transform(augment, image_size, mean, std)
     val_tf = eval_transform(resize, image_size, mean, std)
     train = classification_dataset(kind, root, True, train_tf, synthetic)
@@ -120,8 +121,10 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
         train_loader = DataLoader(train, batch_size, sampler=share, num_workers=num_workers,
                                   drop_last=True, seed=seed + rank,
                                   persistent_workers=num_workers > 0)
-    val_loader = DataLoader(val, val_batch_size or batch_size, num_workers=num_workers,
-                            seed=seed)
+    val_share = (None if world == 1 else  # each process evaluates its share
+                 DistributedSampler(val, rank, world, shuffle=False, exact=True))
+    val_loader = DataLoader(val, val_batch_size or batch_size, sampler=val_share,
+                            num_workers=num_workers, seed=seed)
     return train_loader, val_loader, classes
 
 
@@ -135,10 +138,12 @@ def classification_forward(model, batch, label_smoothing=0.0):
     return {"loss_cls": loss, "acc": ty.tensor(np.float32(accuracy))}
 
 
-def classification_evaluator(loader, topk=(1, 5)):
-    """evaluate(model) -> {"top1": %, "top5": %} over `loader` (for EvalHook)."""
+def classification_evaluator(loader, topk=(1, 5), distributed=False):
+    """evaluate(model) -> {"top1": %, "top5": %} over `loader` (for EvalHook); `distributed`:
+    the loader holds this process's share of the set."""
     def evaluate(model):
-        result = evaluate_classification(model, loader, topk=topk, progress=False)
+        result = evaluate_classification(model, loader, topk=topk, progress=False,
+                                         distributed=distributed)
         return {k: v for k, v in result.items() if k.startswith("top")}
     return evaluate
 

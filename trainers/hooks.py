@@ -30,7 +30,10 @@ class LRSchedulerHook:
 
 class EvalHook:
     """Runs `evaluate(model) -> {metric: value}` every `every` epochs and at the end, logs
-    it, and keeps the best `metric` (mode "max" or "min") in out_dir/best.safetensors."""
+    it, and keeps the best `metric` (mode "max" or "min") in out_dir/best.safetensors.
+    Data-parallel, every process evaluates (its share, when `evaluate` shards); process 0
+    writes."""
+    every_process = True
 
     def __init__(self, evaluate, every=1, metric="top1", mode="max"):
         if mode not in ("max", "min"):
@@ -40,6 +43,7 @@ class EvalHook:
 
     def run(self):
         trainer = self.trainer
+        ty.distributed.broadcast_state(trainer.model, parameters=False)  # process 0's BN stats
         trainer.model.eval()
         with ty.no_grad():
             metrics = self.evaluate(trainer.model)
@@ -58,9 +62,10 @@ class EvalHook:
                                        value < self.best)
         if better:
             self.best, self.best_iter = float(value), self.trainer.iter
-            ty.save({"model": self.trainer.model.state_dict(), self.metric: self.best,
-                     "iter": self.trainer.iter},
-                    os.path.join(self.trainer.out_dir, "best.safetensors"))
+            if self.trainer.main:
+                ty.save({"model": self.trainer.model.state_dict(), self.metric: self.best,
+                         "iter": self.trainer.iter},
+                        os.path.join(self.trainer.out_dir, "best.safetensors"))
 
     def after_epoch(self):
         if self.every and self.trainer.epoch % self.every == 0:

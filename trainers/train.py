@@ -50,7 +50,8 @@ def build(cfg, model=None):
     scheduler = instantiate(cfg.schedule)(optimizer, epochs=cfg.trainer.max_epochs,
                                           iters_per_epoch=len(train_loader))
     hooks = [LRSchedulerHook(scheduler),
-             EvalHook(classification_evaluator(val_loader), every=cfg.trainer.eval_every),
+             EvalHook(classification_evaluator(val_loader, distributed=dist.world_size() > 1),
+                      every=cfg.trainer.eval_every),
              CheckpointHook(cfg.trainer.checkpoint_every, cfg.trainer.keep_last)]
     forward = partial(classification_forward, label_smoothing=cfg.loss.label_smoothing)
     trainer = Trainer(model, optimizer, train_loader, forward, cfg.trainer.max_epochs,

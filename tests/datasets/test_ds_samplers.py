@@ -28,6 +28,18 @@ def test_distributed_pads_so_every_rank_sees_the_same_count(num, world):
     assert len(set(sum(dropped, []))) == num // world * world
 
 
+@pytest.mark.parametrize("num, world", [(10, 3), (2, 4), (9, 3), (0, 2)])
+def test_distributed_exact_shares_hold_each_index_once(num, world):
+    shares = [list(DistributedSampler(num, r, world, shuffle=True, seed=1, exact=True))
+              for r in range(world)]
+    assert sorted(i for share in shares for i in share) == list(range(num))
+    assert [len(s) for s in shares] == [len(DistributedSampler(num, r, world, exact=True))
+                                        for r in range(world)]
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    with pytest.raises(ValueError, match="exact or drop_last"):
+        DistributedSampler(num, 0, world, exact=True, drop_last=True)
+
+
 def test_infinite_sampler_continues_past_an_epoch():
     stream = iter(InfiniteSampler(4, seed=0))
     first = [next(stream) for _ in range(12)]

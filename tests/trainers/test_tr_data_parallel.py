@@ -8,7 +8,12 @@ import sys
 
 import pytest
 
+from tr_helpers import smoke_cfg
+
+import tianyuan as ty
 from tianyuan.trainers.checkpoint import find_latest
+from tianyuan.trainers.engine import EvalHook
+from tianyuan.trainers.train import build
 
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
@@ -36,7 +41,8 @@ dist.all_reduce(gap)
 if dist.is_main():
     with open({out!r} + "/dp.json", "w") as f:
         json.dump({{"iter": trainer.iter, "stopped": trainer.stop_requested,
-                   "gap": float(gap[0]), "world": dist.world_size()}}, f)
+                   "gap": float(gap[0]), "world": dist.world_size(),
+                   "metrics": trainer.metrics}}, f)
 """
 
 
@@ -56,7 +62,13 @@ def _run(shapes_root, out, stop):
 
 def test_two_processes_train_as_one(shapes_root, tmp_path):
     result = _run(shapes_root, tmp_path, stop=False)
+    metrics = result.pop("metrics")
     assert result == {"iter": 6, "stopped": False, "gap": 0.0, "world": 2}
+    # each process evaluated its share: the sums are one process's score of the whole set
+    trainer = build(smoke_cfg(shapes_root, str(tmp_path / "check")))
+    trainer.model.load_state_dict(ty.load(str(tmp_path / "model_final.safetensors")))
+    hook = next(h for h in trainer.hooks if isinstance(h, EvalHook))
+    assert hook.evaluate(trainer.model.eval()) == metrics
     with open(tmp_path / "log.jsonl") as f:
         steps = [json.loads(line)["iter"] for line in f if '"images_per_s"' in line]
     assert steps == [5, 6]   # log_every 5 and the last step, written once
@@ -65,6 +77,7 @@ def test_two_processes_train_as_one(shapes_root, tmp_path):
 
 def test_a_stop_reaching_one_process_stops_both_after_the_same_step(shapes_root, tmp_path):
     result = _run(shapes_root, tmp_path, stop=True)
+    result.pop("metrics")
     assert result == {"iter": 5, "stopped": True, "gap": 0.0, "world": 2}
     assert find_latest(str(tmp_path / "checkpoints")).endswith("ckpt_00000005.safetensors")
     assert not os.path.exists(tmp_path / "model_final.safetensors")
