@@ -81,3 +81,27 @@ def test_a_stop_reaching_one_process_stops_both_after_the_same_step(shapes_root,
     assert result == {"iter": 5, "stopped": True, "gap": 0.0, "world": 2}
     assert find_latest(str(tmp_path / "checkpoints")).endswith("ckpt_00000005.safetensors")
     assert not os.path.exists(tmp_path / "model_final.safetensors")
+
+
+def test_a_data_parallel_run_resumed_ends_bit_identical(shapes_root, tmp_path):
+    pytest.importorskip("mpi4py")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+    def train(out, *extra):
+        argv = [MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-m",
+                "tianyuan.trainers.cli", "train", "experiment=smoke_shapesnet",
+                f"data.root={shapes_root}", f"out_dir={out}", "data.batch_size=16",
+                "trainer.progress=false", "trainer.checkpoint_every=4", *extra]
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    train(tmp_path / "whole", "trainer.max_iters=12")
+    train(tmp_path / "parts", "trainer.max_iters=6")     # ends at 6: checkpoints at 4 and 6
+    train(tmp_path / "parts", "trainer.max_iters=12", "trainer.resume=true")
+    whole, parts = (ty.load(str(tmp_path / d / "model_final.safetensors"))
+                    for d in ("whole", "parts"))
+    assert list(whole) == list(parts)
+    for key in whole:
+        assert (whole[key] == parts[key]).all(), key
