@@ -164,15 +164,20 @@ def test_a_hooked_graph_is_not_saved(tmp_path):
     jit.trace(model, batch(0)).save(tmp_path / "g.graph")
 
 
-def test_a_layer_kept_float_dequantizes_in_steps_of_its_own(tmp_path):
-    """disable_quantize's pre-hook (dequantize the inputs) is a DequantStub step before the
-    float layer, so the graph file, which holds no hooks, runs the same."""
-    ty.manual_seed(1)
+def _int8_with_float_fc(seed):
+    """TinyNet in int8 but its fc, kept float by disable_quantize."""
+    ty.manual_seed(seed)
     net = TinyNet()
     Q.disable_quantize(net.fc)
     qat = Q.quantize_qat(net)
     Q.calibrate(qat, [batch(s).numpy() for s in range(2)])
-    model = Q.quantize(qat)
+    return Q.quantize(qat)
+
+
+def test_a_layer_kept_float_dequantizes_in_steps_of_its_own(tmp_path):
+    """disable_quantize's pre-hook (dequantize the inputs) is a DequantStub step before the
+    float layer, so the graph file, which holds no hooks, runs the same."""
+    model = _int8_with_float_fc(1)
     graph = jit.trace(model, batch(0), dynamic_batch=True)
     assert [(s.name, s.type, s.native) for s in graph.steps][-3:] == [
         ("fc (dequantize input 0)", "DequantStub", True), ("fc", "Linear", False),
@@ -215,12 +220,7 @@ def test_only_marked_modules_returning_their_input_are_skipped():
 
 
 def test_a_float_layer_kept_in_an_int8_model():
-    ty.manual_seed(0)
-    net = TinyNet()
-    Q.disable_quantize(net.fc)
-    qat = Q.quantize_qat(net)
-    Q.calibrate(qat, [batch(s).numpy() for s in range(2)])
-    model = Q.quantize(qat)
+    model = _int8_with_float_fc(0)
     graph = jit.trace(model, batch(0))
     assert [s.name for s in graph.steps if not s.native] == ["fc", "dequant"]
     with ty.no_grad():
