@@ -158,7 +158,8 @@ def backward(root, grad=None, retain_graph=False):
     """Reverse-mode pass from `root`; leaves' `.grad` accumulate."""
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad and has no graph "
-                           f"(shape {root.shape}); did you compute it under no_grad() or detach() it?")
+                           f"(shape {root.shape}); did you compute it under no_grad() or "
+                           "detach() it?")
     if grad is None:
         if root.data.size != 1:
             raise RuntimeError("backward: a gradient can be created implicitly only for a "
@@ -167,7 +168,8 @@ def backward(root, grad=None, retain_graph=False):
     else:
         grad = np.asarray(getattr(grad, "data", grad), dtype=root.data.dtype)
         if grad.shape != root.shape:
-            raise ValueError(f"backward: grad has shape {grad.shape}, output has shape {root.shape}")
+            raise ValueError(f"backward: grad has shape {grad.shape}, output has shape "
+                             f"{root.shape}")
     grads = {id(root): grad}
     with no_grad():
         for node in reversed(_topological_order(root)):

@@ -18,8 +18,9 @@ Data-parallel. Started by an MPI launcher (`mpiexec -n N tianyuan train ...`), e
 trains on its share of every epoch (the loader's DistributedSampler) and the gradients are
 averaged after each backward pass (tianyuan.distributed), so every process takes the same
 step. Process 0 alone logs and writes checkpoints; hooks marked `every_process` (the LR
-schedule, evaluation: each process scores its share) run everywhere. The loss checked for NaN and a stop asked
-by a signal are agreed on in the same allreduce, so the processes stop together.
+schedule, evaluation: each process scores its share) run everywhere. The loss checked for
+NaN and a stop asked by a signal are agreed on in the same allreduce, so the processes stop
+together.
 
 >>> trainer = Trainer(model, optimizer, loader, forward, max_epochs=2, out_dir="runs/x",
 ...                   hooks=[LRSchedulerHook(scheduler), CheckpointHook(every=100)])

@@ -16,7 +16,8 @@ from ..tensor import Tensor, as_tensor
 def _operands(a, b, op):
     """Both as tensors; a Python number or int tensor takes the float operand's dtype."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} and {type(b).__name__}")
+        raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} and "
+                        f"{type(b).__name__}")
     ref = a if isinstance(a, Tensor) else b
     a = a if isinstance(a, Tensor) else as_tensor(a, dtype=_scalar_dtype(a, ref.dtype))
     b = b if isinstance(b, Tensor) else as_tensor(b, dtype=_scalar_dtype(b, ref.dtype))
@@ -28,7 +29,8 @@ def _operands(a, b, op):
     try:
         np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
-        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast "
+                         "together") from None
     return a, b
 
 
@@ -44,7 +46,8 @@ def _scalar_dtype(value, like):
 
 def _float_only(x, op):
     if not dtypes.is_floating(x.dtype):
-        raise TypeError(f"{op}: expected a floating-point tensor, got dtype {x.dtype} (shape {x.shape})")
+        raise TypeError(f"{op}: expected a floating-point tensor, got dtype {x.dtype} (shape "
+                        f"{x.shape})")
     return x
 
 
@@ -122,7 +125,8 @@ def where(cond, a, b):
 def matmul(a, b):
     a, b = as_tensor(a), as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: operands must be at least 1-D, got shapes {a.shape} and {b.shape}")
+        raise ValueError(f"matmul: operands must be at least 1-D, got shapes {a.shape} and "
+                         f"{b.shape}")
     k_a = a.shape[-1]
     k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if k_a != k_b:
@@ -130,7 +134,8 @@ def matmul(a, b):
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
-        raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot be broadcast") from None
+        raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot be "
+                         "broadcast") from None
     if a.dtype != b.dtype:
         raise TypeError(f"matmul: operands have different dtypes {a.dtype} and {b.dtype}")
     return L.Matmul.apply(a, b)
@@ -201,7 +206,8 @@ def reshape(x, *shape):
     try:
         target = _resolve_shape(x, shape)
     except ValueError as error:
-        raise ValueError(f"reshape: cannot reshape {x.shape} ({x.data.size} elements) to {shape}: {error}") from None
+        raise ValueError(f"reshape: cannot reshape {x.shape} ({x.data.size} elements) to {shape}: "
+                         f"{error}") from None
     return S.Reshape.apply(x, shape=target)
 
 
@@ -232,7 +238,8 @@ def permute(x, *axes):
     x = as_tensor(x)
     axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
     if sorted(a % x.ndim for a in axes) != list(range(x.ndim)):
-        raise ValueError(f"permute: axes {axes} are not a permutation of a {x.ndim}-D tensor's (shape {x.shape})")
+        raise ValueError(f"permute: axes {axes} are not a permutation of a {x.ndim}-D tensor's "
+                         f"(shape {x.shape})")
     return S.Permute.apply(x, axes=tuple(a % x.ndim for a in axes))
 
 
@@ -278,7 +285,8 @@ def concat(tensors, axis=0):
     first = tensors[0]
     axis = axis % first.ndim
     for i, t in enumerate(tensors):
-        if t.ndim != first.ndim or t.shape[:axis] + t.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]:
+        outside = t.shape[:axis] + t.shape[axis + 1:]
+        if t.ndim != first.ndim or outside != first.shape[:axis] + first.shape[axis + 1:]:
             raise ValueError(f"concat: tensor {i} has shape {t.shape}, tensor 0 has {first.shape}; "
                              f"they must match except on axis {axis}")
     return S.Concat.apply(*tensors, axis=axis)
@@ -298,12 +306,14 @@ def split(x, sections, axis=0):
     n = x.shape[axis]
     if isinstance(sections, int):
         if n % sections:
-            raise ValueError(f"split: axis {axis} of size {n} does not divide into {sections} sections")
+            raise ValueError(f"split: axis {axis} of size {n} does not divide into {sections} "
+                             "sections")
         sizes = [n // sections] * sections
     else:
         sizes = list(sections)
         if builtins.sum(sizes) != n:
-            raise ValueError(f"split: sizes {sizes} do not add up to {n} (axis {axis} of {x.shape})")
+            raise ValueError(f"split: sizes {sizes} do not add up to {n} (axis {axis} of "
+                             f"{x.shape})")
     out, start = [], 0
     for size in sizes:
         index = [slice(None)] * x.ndim
@@ -318,7 +328,8 @@ def pad(x, pad_width, value=0.0):
     x = as_tensor(x)
     pad_width = tuple((int(lo), int(hi)) for lo, hi in pad_width)
     if len(pad_width) != x.ndim:
-        raise ValueError(f"pad: pad_width has {len(pad_width)} entries for a {x.ndim}-D tensor (shape {x.shape})")
+        raise ValueError(f"pad: pad_width has {len(pad_width)} entries for a {x.ndim}-D tensor "
+                         f"(shape {x.shape})")
     return S.Pad.apply(x, pad_width=pad_width, value=value)
 
 
@@ -328,6 +339,7 @@ def gather(x, axis, index):
     if not np.issubdtype(index.dtype, np.integer):
         raise TypeError(f"gather: index must be an integer tensor, got {index.dtype}")
     if index.ndim != x.ndim:
-        raise ValueError(f"gather: index has {index.ndim} dims (shape {index.shape}), x has {x.ndim} (shape {x.shape})")
+        raise ValueError(f"gather: index has {index.ndim} dims (shape {index.shape}), x has "
+                         f"{x.ndim} (shape {x.shape})")
     return S.Gather.apply(x, index, axis=axis % x.ndim)
 
