@@ -258,25 +258,48 @@ class Module:
             return tensors
         return OrderedDict((name, np.array(t.data, copy=True)) for name, t in tensors.items())
 
+    def _lazy_state(self):
+        """{dotted name: (module, attribute)} of the state whose shape data sets: buffers
+        registered as None (an observer's range) and empty parameters (LSQ's scale)."""
+        lazy = {}
+        for prefix, module in self.named_modules():
+            dot = f"{prefix}." if prefix else ""
+            for name, buf in module._buffers.items():
+                if buf is None and name not in module._non_persistent:
+                    lazy[dot + name] = (module, name)
+            for name, param in module._parameters.items():
+                if param is not None and param.data.size == 0:
+                    lazy[dot + name] = (module, name)
+        return lazy
+
     def load_state_dict(self, state_dict, strict=True):
         """Copy arrays (or tensors) into the parameters and buffers in place, by name.
 
         Shape mismatches are always errors; missing and unexpected keys are errors when
         `strict`. The error names every offending key, and nothing is copied when it is
-        raised. Returns (missing_keys, unexpected_keys).
+        raised. State not shaped yet (a None buffer, an empty parameter: an observer's
+        range, a learned scale before data) takes the saved array, so a QAT checkpoint
+        loads into a freshly prepared model. Returns (missing_keys, unexpected_keys).
         """
         expected = self._state_tensors(OrderedDict(), "")
+        lazy = {k: v for k, v in self._lazy_state().items() if k in state_dict}
         missing = [k for k in expected if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in expected]
+        unexpected = [k for k in state_dict if k not in expected and k not in lazy]
         given = {k: np.shape(_array_of(state_dict[k])) for k in expected if k in state_dict}
         mismatched = [(k, given[k], t.shape) for k, t in expected.items()
-                      if k in given and given[k] != t.shape]
+                      if k in given and given[k] != t.shape and k not in lazy]
         if mismatched or (strict and (missing or unexpected)):
             raise RuntimeError(self._load_error(missing if strict else [],
                                                 unexpected if strict else [], mismatched))
         for key, tensor in expected.items():
-            if key in state_dict:
+            if key in state_dict and key not in lazy:
                 np.copyto(tensor.data, np.asarray(_array_of(state_dict[key])), casting="unsafe")
+        for key, (module, name) in lazy.items():
+            array = np.array(_array_of(state_dict[key]), copy=True)
+            if name in module._parameters:
+                module._parameters[name].data = array.astype(module._parameters[name].dtype)
+            else:
+                setattr(module, name, Tensor(array))
         for module in self.modules():
             module._state_loaded()
         return IncompatibleKeys(missing, unexpected)

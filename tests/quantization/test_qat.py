@@ -282,6 +282,23 @@ def test_conv_and_linear_fused_with_an_activation_alone():
                                      Q.ema_fakequant_qconfig)
 
 
+@pytest.mark.parametrize("qconfig", [Q.ema_fakequant_qconfig, Q.lsq_qconfig],
+                         ids=["ema", "lsq"])
+def test_a_qat_state_loads_into_a_freshly_prepared_model(trained, data, qconfig):
+    """Observer ranges (None until data) and LSQ scales (empty until data) take the saved
+    arrays: a QAT checkpoint had refused to load ('unexpected keys'), so a QAT training run
+    could not resume."""
+    float_model, _, _ = trained
+    (x, y), (xt, _) = data
+    qat = train(Q.quantize_qat(float_model, qconfig), x, y, steps=2, lr=1e-4)
+    fresh = Q.quantize_qat(float_model, qconfig)
+    assert fresh.conv1.act_observer.min_val is None
+    assert fresh.load_state_dict(qat.state_dict()) == ([], [])
+    np.testing.assert_array_equal(predict(fresh, xt[:64]), predict(qat, xt[:64]))
+    np.testing.assert_array_equal(predict(Q.quantize(fresh), xt[:64]),
+                                  predict(Q.quantize(qat), xt[:64]))
+
+
 @pytest.mark.parametrize("qconfig", [Q.lsq_qconfig, Q.int8_symmetric_qconfig,
                                      Q.min_max_fakequant_qconfig, Q.reduce_range_qconfig])
 def test_other_qconfigs_train_and_convert(trained, data, qconfig):

@@ -141,3 +141,21 @@ def test_smoke_resnet18_crash_then_resume_is_bit_identical(tmp_path):
     resumed.train(resume=True)
     assert resumed.iter == reference.iter == 12
     assert_same_state(resumed.model.state_dict(), reference.model.state_dict())
+
+
+@pytest.mark.parametrize("qconfig", ["ema_fakequant", "lsq"])
+def test_qat_crash_then_resume_is_bit_identical(shapes_root, tmp_path, qconfig):
+    """A QAT run's checkpoint holds observer ranges and LSQ scales that a freshly prepared
+    model has no shape for yet; resuming once failed on them ('unexpected keys')."""
+    extra = ("quant=qat", f"quant.qconfig={qconfig}", "trainer.max_epochs=1")
+    whole = build(smoke_cfg(shapes_root, str(tmp_path / "whole"), *extra))
+    whole.train()
+    crashing = build(smoke_cfg(shapes_root, str(tmp_path / "parts"), *extra))
+    crashing.hooks.append(_At(7, _raise))
+    crashing.hooks[-1].trainer = crashing
+    with pytest.raises(_Crash):
+        crashing.train()
+    resumed = build(smoke_cfg(shapes_root, str(tmp_path / "parts"), *extra))
+    resumed.train(resume=True)
+    assert resumed.iter == whole.iter == 9
+    assert_same_state(resumed.model.state_dict(), whole.model.state_dict())
