@@ -145,11 +145,11 @@ def broadcast_state(module, parameters=True):
 
 def _arrays(module):
     """{kind:name: the live array} of the parameters and buffers (a buffer may be a Tensor
-    or a bare array; 0-d counters are left alone)."""
+    or a bare array; 0-d ones too: a per-tensor observer's range)."""
     state = {f"param:{n}": p.data for n, p in module.named_parameters()}
     for name, buffer in module.named_buffers():
         array = getattr(buffer, "data", buffer)
-        if isinstance(array, np.ndarray) and array.ndim > 0:
+        if isinstance(array, np.ndarray):
             state[f"buffer:{name}"] = array
     return state
 

@@ -31,7 +31,8 @@ class StopOne:  # a signal that reached process 1 only, after step 4
         if dist.rank() == 1 and self.trainer.iter == 4:
             self.trainer.stop_requested = True
 
-trainer = build(smoke_cfg({root!r}, {out!r}, "data.batch_size=16", "trainer.max_iters=6"))
+trainer = build(smoke_cfg({root!r}, {out!r}, "data.batch_size=16", "trainer.max_iters=6",
+                         *{extra!r}))
 if {stop!r}:
     hook = StopOne(); hook.trainer = trainer; trainer.hooks.append(hook)
 trainer.train()
@@ -46,12 +47,12 @@ if dist.is_main():
 """
 
 
-def _run(shapes_root, out, stop):
+def _run(shapes_root, out, stop, *extra):
     pytest.importorskip("mpi4py")
     if MPIEXEC is None:
         pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
     code = _CHILD.format(here=os.path.dirname(__file__), root=shapes_root, out=str(out),
-                         stop=stop)
+                         stop=stop, extra=extra)
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-c", code],
                          env=env, capture_output=True, text=True, timeout=180)
@@ -60,12 +61,14 @@ def _run(shapes_root, out, stop):
         return json.load(f)
 
 
-def test_two_processes_train_as_one(shapes_root, tmp_path):
-    result = _run(shapes_root, tmp_path, stop=False)
+@pytest.mark.parametrize("extra", [(), ("quant=qat",)], ids=["float", "qat"])
+def test_two_processes_train_as_one(shapes_root, tmp_path, extra):
+    result = _run(shapes_root, tmp_path, False, *extra)
     metrics = result.pop("metrics")
     assert result == {"iter": 6, "stopped": False, "gap": 0.0, "world": 2}
-    # each process evaluated its share: the sums are one process's score of the whole set
-    trainer = build(smoke_cfg(shapes_root, str(tmp_path / "check")))
+    # each process evaluated its share with process 0's statistics (batch norm's, the
+    # observers'): the sums are one process's score of the whole set
+    trainer = build(smoke_cfg(shapes_root, str(tmp_path / "check"), *extra))
     trainer.model.load_state_dict(ty.load(str(tmp_path / "model_final.safetensors")))
     hook = next(h for h in trainer.hooks if isinstance(h, EvalHook))
     assert hook.evaluate(trainer.model.eval()) == metrics
