@@ -14,7 +14,8 @@ import sys
 from hydra.utils import instantiate
 
 import tianyuan as ty
-from tianyuan.datasets import DataLoader
+from tianyuan import distributed as dist
+from tianyuan.datasets import DataLoader, DistributedSampler
 from tianyuan.evaluation.benchmark import benchmark, example_input
 from tianyuan.evaluation.classification import (card_preprocessing, eval_transform,
                                                 evaluate_classification)
@@ -59,21 +60,32 @@ def _preprocessing(cfg, card):
 
 
 def evaluate(cfg):
-    """Top-k of the configured model on the data's validation split; returns the result."""
+    """Top-k of the configured model on the data's validation split; returns the result.
+    Under `mpiexec -n N` each process scores its share of the split (the counts summed) and
+    process 0 reports."""
+    rank, world = dist.rank(), dist.world_size()
     if cfg.num_threads:
         ty.set_num_threads(int(cfg.num_threads))
+    elif dist.local_size() > 1:  # the processes share this machine's cores
+        ty.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_size()))
     pre, source = _preprocessing(cfg, _card(cfg.model))
     data = cfg.data
     dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),
                                      data.get("synthetic"))
     classes = getattr(dataset, "classes", None)
     model = build_model(cfg.model, cfg.weights)
-    loader = DataLoader(dataset, data.val_batch_size or data.batch_size,
+    share = None if world == 1 else DistributedSampler(dataset, rank, world, shuffle=False,
+                                                        exact=True)
+    loader = DataLoader(dataset, data.val_batch_size or data.batch_size, sampler=share,
                         num_workers=data.num_workers)
-    metrics = evaluate_classification(model, loader, tuple(cfg.topk), progress=cfg.progress)
+    metrics = evaluate_classification(model, loader, tuple(cfg.topk),
+                                      progress=cfg.progress and rank == 0,
+                                      distributed=world > 1)
     result = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
               "data": data.kind, "root": data.root, "classes": len(classes or []),
-              **metrics, "preprocessing": {**pre, "source": source}}
+              **metrics, "processes": world, "preprocessing": {**pre, "source": source}}
+    if rank:
+        return result
     write_json(cfg.out, result)
     rows = [{k: v for k, v in result.items() if k not in ("preprocessing", "root")}]
     print(format_table(rows, title="\neval"))
@@ -92,6 +104,9 @@ def eval_main(argv=None):
 
 def bench(cfg):
     """Latency/throughput/memory of the configured model at cfg.batch and cfg.precision."""
+    if dist.world_size() > 1:
+        raise ValueError("bench: runs in one process (processes sharing the cores would time "
+                         "each other)")
     if cfg.num_threads:
         ty.set_num_threads(int(cfg.num_threads))
     model = build_model(cfg.model, cfg.get("weights"))

@@ -108,3 +108,26 @@ def test_a_data_parallel_run_resumed_ends_bit_identical(shapes_root, tmp_path):
     assert list(whole) == list(parts)
     for key in whole:
         assert (whole[key] == parts[key]).all(), key
+
+
+def test_eval_in_two_processes_scores_each_image_once(shapes_root, tmp_path):
+    pytest.importorskip("mpi4py")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    from tianyuan.trainers import cli
+    from tianyuan.zoo import registry
+    ty.manual_seed(3)
+    ty.save(registry.get_model("shapesnet").state_dict(), str(tmp_path / "w.safetensors"))
+    args = ["eval", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
+            f"weights={tmp_path / 'w.safetensors'}", "progress=false", "data.val_batch_size=7"]
+    assert cli.main(args + [f"out={tmp_path / 'one.json'}"]) == 0
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-m",
+                          "tianyuan.trainers.cli", *args, f"out={tmp_path / 'two.json'}"],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    one, two = (json.load(open(tmp_path / f"{n}.json")) for n in ("one", "two"))
+    assert (two["processes"], one["processes"]) == (2, 1)
+    assert {k: two[k] for k in ("top1", "top5", "images")} == \
+        {k: one[k] for k in ("top1", "top5", "images")}
+    assert 0 < one["top1"] < 100
