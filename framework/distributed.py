@@ -8,8 +8,8 @@ every gradient by its mean over the processes, in one allreduce of one flat buff
 the processes take the same steps and stay equal (`broadcast_state` makes them equal at
 the start). With a mean loss and the same batch on each process, that is the step one
 process would take on the batches joined: `data.batch_size` is per process. Batch-norm
-statistics are gathered per process (PyTorch DDP without SyncBatchNorm); process 0's are the
-ones evaluated and saved.
+statistics are gathered per process (PyTorch DDP's default; nn.SyncBatchNorm2d gathers them
+over all processes); process 0's running statistics are the ones evaluated and saved.
 
 Outside an MPI launch (no OMPI_/PMI_/PMIX_ environment) this module never imports mpi4py
 and the world is this one process: every call below is then a no-op.

@@ -41,6 +41,11 @@ def build(cfg, model=None):
     tune = cfg.finetune
     prepare_finetune(model, tune.weights, len(classes) if tune.new_head else None,
                      tune.freeze_backbone)
+    if cfg.trainer.get("sync_bn"):
+        if cfg.quant.method is not None:
+            raise ValueError("train: trainer.sync_bn is for float training (QAT's fused "
+                             "ConvBn2d keeps its own batch norm)")
+        ty.nn.convert_sync_batchnorm(model)
     if cfg.quant.method == "qat":
         model = prepare_qat(model, cfg.quant.qconfig, list(cfg.quant.get("keep_float") or ()))
     elif cfg.quant.method is not None:

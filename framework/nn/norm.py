@@ -3,6 +3,7 @@ num_batches_tracked (int64, 0-d)."""
 import numpy as np
 
 from .. import functional as F
+from ..ops import norm as N
 from ..tensor import Tensor
 from . import init
 from .activation import ReLU, ReLU6
@@ -86,6 +87,49 @@ class BatchNorm1d(_BatchNorm):
 class BatchNorm2d(_BatchNorm):
     """Over (N, C, H, W)."""
     _input_ndims = (4,)
+
+
+class SyncBatchNorm2d(BatchNorm2d):
+    """BatchNorm2d that, training under several data-parallel processes, normalises with the
+    statistics of the whole batch across them (ops.norm.SyncBatchNormTrain): small batches
+    per process then train as one large batch. With one process, or in eval, it is
+    BatchNorm2d. `convert_sync_batchnorm(model)` swaps a model's BatchNorm2d layers for it."""
+
+    def forward(self, x, clamp=None, input_scale=None, ste=None):
+        from .. import distributed
+        if not (self.training and distributed.world_size() > 1):
+            return super().forward(x, clamp, input_scale, ste)
+        if input_scale is not None or ste is not None or not self.affine:
+            raise ValueError("SyncBatchNorm2d: input_scale, ste and affine=False are "
+                             "BatchNorm2d's alone (QAT's ConvBn2d keeps its own batch norm)")
+        self._check_input(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.track_running_stats:
+            self.num_batches_tracked.data[...] += 1
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked.data)
+        track = self.track_running_stats
+        y = N.SyncBatchNormTrain.apply(
+            x, self.weight, self.bias, running_mean=self.running_mean.data if track else None,
+            running_var=self.running_var.data if track else None, momentum=factor,
+            eps=self.eps)
+        return y if clamp is None else F.clip(y, clamp[0], clamp[1])
+
+
+def convert_sync_batchnorm(model):
+    """Swap every BatchNorm2d of `model` (in place) for a SyncBatchNorm2d holding the same
+    parameters and buffers; returns the model."""
+    for name, child in list(model._modules.items()):
+        if type(child) is BatchNorm2d:
+            sync = SyncBatchNorm2d(child.num_features, child.eps, child.momentum, child.affine,
+                                   child.track_running_stats)
+            for key, value in list(child._parameters.items()) + list(child._buffers.items()):
+                (sync._parameters if key in child._parameters else sync._buffers)[key] = value
+            sync.train(child.training)
+            model._modules[name] = sync
+        elif child is not None:
+            convert_sync_batchnorm(child)
+    return model
 
 
 def fused_clamp(bn, act):

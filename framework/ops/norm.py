@@ -107,3 +107,51 @@ class ChannelAffine(Function):
             _, gs, gb = _C.batch_norm_backward(g, x, zeros, np.ones_like(zeros), None, False)
         return (gx, gs.astype(self.scale.dtype) if self.needs_input_grad[1] else None,
                 gb if self.needs_input_grad[2] else None)
+
+
+class SyncBatchNormTrain(Function):
+    """Training batch norm over (N, C, H, W) with the statistics of the whole batch over the
+    data-parallel processes (tianyuan.distributed): per channel, the sums of x and x^2 and the
+    count are allreduced (float64); the backward allreduces the sums of g and g * xhat, so x's
+    gradient is that of the processes' summed losses (PyTorch SyncBatchNorm's), and the weight
+    and bias gradients stay this process's (the trainer's gradient average takes them).
+    Running statistics (given arrays, updated in place): momentum, the unbiased variance."""
+
+    def forward(self, x, weight, bias, running_mean=None, running_var=None, momentum=0.1,
+                eps=1e-5):
+        from .. import distributed
+        c = x.shape[1]
+        axes = (0,) + tuple(range(2, x.ndim))
+        sums = np.concatenate([x.sum(axes, dtype=np.float64),
+                               np.square(x).sum(axes, dtype=np.float64),
+                               [x.size // c]])
+        distributed.all_reduce(sums)
+        n = sums[-1]
+        mean = sums[:c] / n
+        var = np.maximum(sums[c:2 * c] / n - mean * mean, 0.0)
+        invstd = 1.0 / np.sqrt(var + eps)
+        if running_mean is not None:
+            running_mean *= 1.0 - momentum
+            running_mean += (momentum * mean).astype(running_mean.dtype)
+            running_var *= 1.0 - momentum
+            running_var += (momentum * var * n / max(n - 1.0, 1.0)).astype(running_var.dtype)
+        dtype = x.dtype
+        self.n, self.axes = n, axes
+        self.xhat = (x - channel_view(mean.astype(dtype), x.ndim)) * \
+            channel_view(invstd.astype(dtype), x.ndim)
+        self.scale = (weight.astype(np.float64) * invstd).astype(dtype)
+        return self.xhat * channel_view(weight, x.ndim) + channel_view(bias, x.ndim)
+
+    def backward(self, g):
+        from .. import distributed
+        sum_g = g.sum(self.axes, dtype=np.float64)
+        sum_gx = (g * self.xhat).sum(self.axes, dtype=np.float64)
+        local = (sum_gx.astype(g.dtype), sum_g.astype(g.dtype))  # weight, bias: this process's
+        totals = distributed.all_reduce(np.concatenate([sum_g, sum_gx]))
+        c = sum_g.size
+        mean_g = (totals[:c] / self.n).astype(g.dtype)
+        mean_gx = (totals[c:] / self.n).astype(g.dtype)
+        ndim = g.ndim
+        gx = channel_view(self.scale, ndim) * (
+            g - channel_view(mean_g, ndim) - self.xhat * channel_view(mean_gx, ndim))
+        return gx, local[0], local[1]

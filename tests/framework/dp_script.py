@@ -1,6 +1,7 @@
 """Run by test_distributed.py, in one process or under mpiexec: a few SGD steps of a small
-net (no batch norm) where each process takes its share of every batch and the gradients are
-averaged. Process 0 writes the final weights and each process's distance to them."""
+net (argv[2] "plain": no batch norm; "syncbn": SyncBatchNorm2d) where each process takes its
+share of every batch and the gradients are averaged. Process 0 writes the final weights
+(and running statistics) and each process's distance to them."""
 import sys
 
 import numpy as np
@@ -12,7 +13,11 @@ from tianyuan import distributed as dist
 
 rank, world = dist.rank(), dist.world_size()
 ty.manual_seed(0)
-model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+if sys.argv[2] == "plain":
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+else:  # batch norm with the whole batch's statistics across the processes
+    model = nn.convert_sync_batchnorm(nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5)))
 if rank:  # a different start everywhere but process 0: broadcast_state must undo it
     for p in model.parameters():
         p.data += 1.0

@@ -45,11 +45,15 @@ def test_an_mpi_launch_without_mpi4py_says_what_to_install(monkeypatch):
         dist.rank()
 
 
-def test_two_processes_take_the_step_of_one_on_the_joined_batch(tmp_path):
+@pytest.mark.parametrize("net", ["plain", "syncbn"])
+def test_two_processes_take_the_step_of_one_on_the_joined_batch(tmp_path, net):
+    """syncbn: SyncBatchNorm2d's statistics, running statistics and gradients are those of
+    the whole batch (in one process it is BatchNorm2d)."""
     one, two = tmp_path / "one.npz", tmp_path / "two.npz"
     script = os.path.join(HERE, "dp_script.py")
-    subprocess.run([sys.executable, script, str(one)], check=True, env=MPI_ENV, timeout=120)
-    run = mpi_run(2, [script, str(two)])
+    subprocess.run([sys.executable, script, str(one), net], check=True, env=MPI_ENV,
+                   timeout=120)
+    run = mpi_run(2, [script, str(two), net])
     assert run.returncode == 0, run.stdout + run.stderr
     a, b = np.load(one), np.load(two)
     assert int(a["world"]) == 1 and int(b["world"]) == 2
@@ -58,6 +62,7 @@ def test_two_processes_take_the_step_of_one_on_the_joined_batch(tmp_path):
     for name in a.files:
         if name not in ("world", "loss", "gap"):
             np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert ("1.running_var" in a.files) == (net == "syncbn")
 
 
 def test_an_error_in_one_process_ends_them_all(tmp_path):

@@ -61,7 +61,8 @@ def _run(shapes_root, out, stop, *extra):
         return json.load(f)
 
 
-@pytest.mark.parametrize("extra", [(), ("quant=qat",)], ids=["float", "qat"])
+@pytest.mark.parametrize("extra", [(), ("quant=qat",), ("trainer.sync_bn=true",)],
+                         ids=["float", "qat", "sync_bn"])
 def test_two_processes_train_as_one(shapes_root, tmp_path, extra):
     result = _run(shapes_root, tmp_path, False, *extra)
     metrics = result.pop("metrics")
