@@ -92,6 +92,24 @@ def local_size():
     return world_size()
 
 
+def threads_per_process():
+    """Threads for each process of this machine: its share of the cores, and no more than
+    the CPUs it may run on (OpenMPI's mpiexec binds each of 2 or fewer processes to one
+    core unless told `--bind-to none`; a warning then says so)."""
+    share = max(1, (os.cpu_count() or 1) // local_size())
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        allowed = share
+    if allowed < share and is_main():
+        import warnings
+        warnings.warn(f"tianyuan.distributed: each process may run on {allowed} CPU(s) of its "
+                      f"share of {share}: the launcher bound it; `mpiexec --bind-to none` (or "
+                      f"--map-by slot:PE={share}) gives it {share} threads", RuntimeWarning,
+                      stacklevel=2)
+    return max(1, min(share, allowed))
+
+
 def barrier():
     comm = _comm()
     if comm is not None:

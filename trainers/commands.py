@@ -67,7 +67,7 @@ def evaluate(cfg):
     if cfg.num_threads:
         ty.set_num_threads(int(cfg.num_threads))
     elif dist.local_size() > 1:  # the processes share this machine's cores
-        ty.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_size()))
+        ty.set_num_threads(dist.threads_per_process())
     pre, source = _preprocessing(cfg, _card(cfg.model))
     data = cfg.data
     dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),

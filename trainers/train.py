@@ -35,7 +35,7 @@ def build(cfg, model=None):
     if cfg.trainer.num_threads:
         ty.set_num_threads(int(cfg.trainer.num_threads))
     elif dist.local_size() > 1:  # data-parallel processes share this machine's cores
-        ty.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_size()))
+        ty.set_num_threads(dist.threads_per_process())
     train_loader, val_loader, classes = instantiate(cfg.data, seed=cfg.seed)
     model = instantiate(cfg.model) if model is None else model
     tune = cfg.finetune

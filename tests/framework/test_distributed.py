@@ -78,3 +78,13 @@ def test_an_error_in_one_process_ends_them_all(tmp_path):
     run = mpi_run(2, [str(script)], timeout=60)
     assert run.returncode != 0
     assert "RuntimeError: process 0 fails alone" in run.stderr
+
+
+def test_threads_per_process_share_the_cores_the_launcher_allows(monkeypatch):
+    monkeypatch.setattr(dist.os, "cpu_count", lambda: 16)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert dist.threads_per_process() == 8
+    monkeypatch.setattr(dist.os, "sched_getaffinity", lambda pid: {3})  # bound to one core
+    with pytest.warns(RuntimeWarning, match="--bind-to none"):
+        assert dist.threads_per_process() == 1
