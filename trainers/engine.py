@@ -178,8 +178,10 @@ class Trainer:
         """Everything a resumed run needs (see CheckpointHook for what else is stored)."""
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "iter": self.iter, "epoch": self.epoch, "iter_in_epoch": self.iter_in_epoch,
-                 "data": {"seed": self._data_seed(),
-                          "epoch": self.epoch, "batches_done": self.iter_in_epoch},
+                 "data": {"seed": self._data_seed(), "epoch": self.epoch,
+                          "batches_done": self.iter_in_epoch,
+                          "iters_per_epoch": self.iters_per_epoch,
+                          "processes": dist.world_size()},
                  "rng": capture_rng(), "config": self.config, "hooks": {}}
         for hook in self.hooks:
             if hasattr(hook, "state_dict"):
@@ -187,6 +189,19 @@ class Trainer:
         return state
 
     def load_state_dict(self, state):
+        data = state.get("data", {})
+        per_epoch = data.get("iters_per_epoch")  # absent from older checkpoints
+        if (per_epoch is not None and int(per_epoch) != self.iters_per_epoch) or \
+                int(state["iter_in_epoch"]) > self.iters_per_epoch:
+            # the position in the epoch would mean another batch; past the epoch's end the
+            # loop had found no batch to run and never finished the epoch (a hang)
+            raise ValueError(
+                f"Trainer.resume: the checkpoint was written with "
+                f"{per_epoch if per_epoch is not None else 'another number of'} iterations "
+                f"per epoch ({data.get('processes', 1)} process(es)), this run has "
+                f"{self.iters_per_epoch} ({dist.world_size()}): resume with the same "
+                "data.batch_size and number of processes, or start a new out_dir "
+                "(finetune.weights= the checkpoint starts from its weights)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.iter, self.epoch = int(state["iter"]), int(state["epoch"])

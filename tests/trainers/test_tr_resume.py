@@ -159,3 +159,15 @@ def test_qat_crash_then_resume_is_bit_identical(shapes_root, tmp_path, qconfig):
     resumed.train(resume=True)
     assert resumed.iter == whole.iter == 9
     assert_same_state(resumed.model.state_dict(), whole.model.state_dict())
+
+
+@pytest.mark.parametrize("batch", [16, 64])
+def test_resume_with_another_batch_size_is_refused(shapes_root, tmp_path, batch):
+    """32 -> 64 (4 iterations an epoch, the checkpoint at 5 of 9) had looped for ever: the
+    epoch's remaining batches were all skipped and the epoch never ended."""
+    first = build(smoke_cfg(shapes_root, str(tmp_path), "trainer.max_iters=5"))
+    first.train()
+    again = build(smoke_cfg(shapes_root, str(tmp_path), f"data.batch_size={batch}"))
+    with pytest.raises(ValueError, match=r"9 iterations per epoch .* this run has "
+                                         f"{300 // batch}"):
+        again.train(resume=True)
