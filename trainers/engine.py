@@ -99,7 +99,8 @@ class Trainer:
         self._bar = tqdm(total=self.max_iters, initial=self.iter, desc="train", unit="it",
                          dynamic_ncols=True, disable=not self.progress)
         with _StopOnSignal(self):
-            while self.iter < self.max_iters and not self._stopping():
+            while (self.iter < self.max_iters and self.epoch < self.max_epochs and
+                   not self._stopping()):
                 self.train_one_epoch()
         self._bar.close()
         self.stop_requested = self._stopping()
@@ -118,10 +119,13 @@ class Trainer:
             for batch in self.loader:
                 self.run_step(batch)
                 if self.iter >= self.max_iters or self._stopping():
+                    ended = self.iter_in_epoch == self.iters_per_epoch
                     break
+            else:  # the loader ran out: the epoch ended, though a batch the loader dropped
+                ended = True  # (every item skipped, on_error="skip") took no step
         finally:
             self.loader.batch_sampler = batch_sampler
-        if self.iter_in_epoch == self.iters_per_epoch:
+        if ended:
             self.epoch, self.iter_in_epoch = self.epoch + 1, 0
             self._call("after_epoch")
 

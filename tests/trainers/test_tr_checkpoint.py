@@ -113,3 +113,26 @@ def test_a_nan_loss_stops_training_before_the_step(tmp_path):
     for name, value in model.state_dict().items():  # the weights of the step before
         np.testing.assert_array_equal(value, before[name])
     assert np.isfinite(model.weight.numpy()).all()
+
+
+def test_an_epoch_with_a_dropped_batch_ends(tmp_path):
+    """A batch whose every item the dataset skipped (None) takes no step; the epoch used to
+    wait for a step that never came (an endless loop of empty epochs)."""
+    from tianyuan.datasets import DataLoader
+    from tianyuan.trainers.engine import Trainer
+
+    class Data:
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return None if i in (2, 3) else {"image": np.full((2,), i, np.float32)}
+
+    model = ty.nn.Linear(2, 1)
+    loader = DataLoader(Data(), batch_size=2, seed=0)   # batch 1 is items 2 and 3
+    trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
+                      lambda m, b: {"loss": (m(ty.tensor(b["image"])) ** 2).mean()},
+                      max_epochs=2, out_dir=str(tmp_path), progress=False)
+    with pytest.warns(RuntimeWarning, match="2 items were skipped"):
+        trainer.train()
+    assert (trainer.epoch, trainer.iter) == (2, 6)
