@@ -123,6 +123,12 @@ class Trainer:
                     break
             else:  # the loader ran out: the epoch ended, though a batch the loader dropped
                 ended = True  # (every item skipped, on_error="skip") took no step
+                if self.iter_in_epoch < self.iters_per_epoch and dist.world_size() > 1:
+                    raise RuntimeError(
+                        f"Trainer: process {dist.rank()}'s loader dropped "
+                        f"{self.iters_per_epoch - self.iter_in_epoch} batch(es) of epoch "
+                        f"{self.epoch + 1} (every item skipped); data-parallel processes must "
+                        "take the same steps: make the dataset raise on bad items")
         finally:
             self.loader.batch_sampler = batch_sampler
         if ended:
