@@ -132,3 +132,38 @@ def test_eval_in_two_processes_scores_each_image_once(shapes_root, tmp_path):
     assert {k: two[k] for k in ("top1", "top5", "images")} == \
         {k: one[k] for k in ("top1", "top5", "images")}
     assert 0 < one["top1"] < 100
+
+
+_DROPPING = """
+import numpy as np
+import tianyuan as ty
+from tianyuan import distributed as dist
+from tianyuan.datasets import DataLoader, DistributedSampler
+from tianyuan.trainers.engine import Trainer
+
+class Data:  # process 1 finds two unreadable items, one whole batch of its share
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return None if i in (1, 3) else {{"image": np.full((2,), i, np.float32)}}
+
+model = ty.nn.Linear(2, 1)
+share = DistributedSampler(Data(), dist.rank(), 2, shuffle=False)
+loader = DataLoader(Data(), batch_size=2, sampler=share, seed=0)
+trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
+                  lambda m, b: {{"loss": (m(ty.tensor(b["image"])) ** 2).mean()}},
+                  max_epochs=2, out_dir={out!r}, progress=False)
+trainer.train()
+"""
+
+
+def test_a_batch_dropped_in_one_process_stops_the_run(tmp_path):
+    pytest.importorskip("mpi4py")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-W",
+                          "ignore", "-c", _DROPPING.format(out=str(tmp_path))],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "process 1's loader dropped 1 batch(es) of epoch 1" in run.stderr
