@@ -140,9 +140,11 @@ class Trainer:
         loss = sum(value for name, value in losses.items() if name.startswith("loss"))
         self.optimizer.zero_grad()
         loss.backward()
-        # one process: as they are; several: the mean gradient, loss and stop flag of all
+        # one process: as they are; several: the mean gradient, losses and stop flag of all
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        value, stop = dist.average_gradients(params, [loss.item(), self.stop_requested])
+        names = list(losses)
+        *means, value, stop = dist.average_gradients(
+            params, [float(losses[n].item()) for n in names] + [loss.item(), self.stop_requested])
         self._stop_agreed = stop > 0  # a signal may reach one process only
         if not np.isfinite(value):  # stop before the step spoils the weights
             parts = ", ".join(f"{name}={float(v.item()):.4g}" for name, v in losses.items())
@@ -153,7 +155,7 @@ class Trainer:
                 "checkpoint to resume from")
         self.optimizer.step()
         self.iter, self.iter_in_epoch = self.iter + 1, self.iter_in_epoch + 1
-        self.last_losses = {name: float(v.item()) for name, v in losses.items()}
+        self.last_losses = dict(zip(names, means))  # logged: the means over the processes
         self.last_losses["loss"] = value
         self._log_step(_batch_size(batch) * dist.world_size())  # images of all processes
         self._call("after_step")
