@@ -12,6 +12,7 @@ arrays (`graph_step`), so an int8 MobileNetV2 at batch 1 loses about 3 us of Pyt
 (2, True)
 """
 from . import passes
-from .graph import Graph, TraceError, trace
+from .graph import Graph, trace
+from .record import TraceError
 
 __all__ = ["Graph", "TraceError", "passes", "trace"]

@@ -20,7 +20,8 @@ from ..nn.module import Module
 from ..nn.parameter import Parameter
 from ..quantization.qarray import wrap
 from ..tensor import Tensor
-from .graph import Const, Graph, Step, bind, bind_module, explicit_hooks
+from .graph import Graph
+from .record import Const, Step, bind, bind_module, explicit_hooks
 from .views import view_function
 
 FORMAT = "tianyuan.graph"
