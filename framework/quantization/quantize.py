@@ -103,7 +103,7 @@ def _dequantize_inputs(module, args):
 
 
 # jit.trace records this pre-hook as dequantize steps before the module (a graph file holds
-# no hooks): jit/graph.py, _Recorder.dequantized
+# no hooks): jit/record.py, Recorder.dequantized
 _dequantize_inputs.graph_dequantize = True
 
 
