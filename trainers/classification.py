@@ -113,16 +113,15 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
     classes = list(getattr(train, "classes", []))
     val = classification_dataset(kind, root, False, val_tf, synthetic, classes or None)
     rank, world = dist.rank(), dist.world_size()
-    if world == 1:
-        train_loader = DataLoader(train, batch_size, shuffle=True, num_workers=num_workers,
-                                  drop_last=True, seed=seed, persistent_workers=num_workers > 0)
-    else:  # each process its share of one permutation, and augmentation draws of its own
-        share = DistributedSampler(train, rank, world, shuffle=True, seed=seed, drop_last=True)
-        train_loader = DataLoader(train, batch_size, sampler=share, num_workers=num_workers,
-                                  drop_last=True, seed=seed + rank,
-                                  persistent_workers=num_workers > 0)
-    val_share = (None if world == 1 else  # each process evaluates its share
-                 DistributedSampler(val, rank, world, shuffle=False, exact=True))
+    # several processes: each its share of one permutation (augmented with draws of its own:
+    # seed + rank) and of the val set
+    share = None if world == 1 else DistributedSampler(train, rank, world, shuffle=True,
+                                                        seed=seed, drop_last=True)
+    train_loader = DataLoader(train, batch_size, shuffle=share is None, sampler=share,
+                              num_workers=num_workers, drop_last=True, seed=seed + rank,
+                              persistent_workers=num_workers > 0)
+    val_share = None if world == 1 else DistributedSampler(val, rank, world, shuffle=False,
+                                                            exact=True)
     val_loader = DataLoader(val, val_batch_size or batch_size, sampler=val_share,
                             num_workers=num_workers, seed=seed)
     return train_loader, val_loader, classes

@@ -74,7 +74,7 @@ def main(argv=None):
         print(f"tianyuan {argv[0]}: {message}\n"
               "(TIANYUAN_TRACEBACK=1 shows where it was raised)", file=sys.stderr)
         status = 2
-    if status and status != 130 and "tianyuan" in sys.modules:
+    if status and status != 130:
         from tianyuan import distributed
         if distributed.world_size() > 1:  # the other processes may wait in an allreduce
             distributed.abort(status)

@@ -23,7 +23,7 @@ from tianyuan.evaluation.report import format_table, write_json
 
 from .checkpoint import model_weights
 from .classification import classification_dataset
-from .config import compose, to_dict, usage
+from .config import compose, to_dict, usage, use_threads
 
 
 def _card(model_cfg):
@@ -64,10 +64,7 @@ def evaluate(cfg):
     Under `mpiexec -n N` each process scores its share of the split (the counts summed) and
     process 0 reports."""
     rank, world = dist.rank(), dist.world_size()
-    if cfg.num_threads:
-        ty.set_num_threads(int(cfg.num_threads))
-    elif dist.local_size() > 1:  # the processes share this machine's cores
-        ty.set_num_threads(dist.threads_per_process())
+    use_threads(cfg.num_threads)
     pre, source = _preprocessing(cfg, _card(cfg.model))
     data = cfg.data
     dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),
@@ -107,8 +104,7 @@ def bench(cfg):
     if dist.world_size() > 1:
         raise ValueError("bench: runs in one process (processes sharing the cores would time "
                          "each other)")
-    if cfg.num_threads:
-        ty.set_num_threads(int(cfg.num_threads))
+    use_threads(cfg.num_threads)
     model = build_model(cfg.model, cfg.get("weights"))
     if cfg.precision == "int8":
         model = _int8(model, cfg)

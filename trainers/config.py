@@ -45,3 +45,13 @@ def usage(command, config_name, groups):
              f"hydra overrides of trainers/conf/{config_name}.yaml; groups:"]
     lines += [f"  {group:<11} {', '.join(options(group))}" for group in groups]
     return "\n".join(lines)
+
+
+def use_threads(count):
+    """`count` threads for the native kernels where given; else, with several mpiexec
+    processes on this machine, this process's share of its cores (distributed)."""
+    import tianyuan as ty
+    if count:
+        ty.set_num_threads(int(count))
+    elif ty.distributed.local_size() > 1:
+        ty.set_num_threads(ty.distributed.threads_per_process())

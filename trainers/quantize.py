@@ -31,7 +31,7 @@ from tianyuan.evaluation import QuantReport, eval_transform, evaluate_classifica
 
 from .classification import classification_dataset, prepare_qat
 from .commands import _card, _preprocessing, build_model
-from .config import compose, usage
+from .config import compose, usage, use_threads
 from .train import GROUPS, build
 
 METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
@@ -86,8 +86,7 @@ def run(cfg):
     if ty.distributed.world_size() > 1:
         raise ValueError("quantize: runs in one process; for data-parallel QAT use "
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
-    if cfg.num_threads:
-        ty.set_num_threads(int(cfg.num_threads))
+    use_threads(cfg.num_threads)
     pre, source = _preprocessing(cfg, _card(cfg.model))
     calib, val = _loaders(cfg, pre)
     model = build_model(cfg.model, cfg.weights).eval()

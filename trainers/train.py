@@ -23,7 +23,7 @@ from tianyuan.evaluation.report import format_table, write_json
 
 from .classification import (classification_evaluator, classification_forward, prepare_finetune,
                              prepare_qat)
-from .config import compose, to_dict, usage
+from .config import compose, to_dict, usage, use_threads
 from .engine import CheckpointHook, EvalHook, LRSchedulerHook, Trainer, seed_everything
 
 GROUPS = ("experiment", "model", "data", "optim", "schedule", "quant")
@@ -32,10 +32,7 @@ GROUPS = ("experiment", "model", "data", "optim", "schedule", "quant")
 def build(cfg, model=None):
     """The Trainer for a composed train config (and `model`, else cfg.model's)."""
     seed_everything(cfg.seed)
-    if cfg.trainer.num_threads:
-        ty.set_num_threads(int(cfg.trainer.num_threads))
-    elif dist.local_size() > 1:  # data-parallel processes share this machine's cores
-        ty.set_num_threads(dist.threads_per_process())
+    use_threads(cfg.trainer.num_threads)
     train_loader, val_loader, classes = instantiate(cfg.data, seed=cfg.seed)
     model = instantiate(cfg.model) if model is None else model
     tune = cfg.finetune
@@ -78,7 +75,7 @@ def run(cfg):
               **{f"val_{k}": v for k, v in trainer.metrics.items()},
               "best_top1": eval_hook.best, "out_dir": cfg.out_dir,
               "processes": dist.world_size()}
-    if not dist.is_main():  # process 0 evaluated, saved and reports
+    if not dist.is_main():  # process 0 saved and reports
         return result
     write_json(os.path.join(cfg.out_dir, "results.json"), result)
     print(format_table([{"metric": k, "value": v} for k, v in result.items() if v is not None],
