@@ -130,21 +130,15 @@ def all_reduce(array):
     return array
 
 
-def broadcast(array, root=0):
+def broadcast(array, root=0, name="the array"):
     """Process `root`'s values into `array` on every process, in place; returns it."""
     comm = _comm()
     if comm is not None:
         if not (array.flags.c_contiguous and array.flags.writeable):
-            raise ValueError(f"broadcast: need a writeable C-contiguous array, got shape "
-                             f"{array.shape}")
+            raise ValueError(f"broadcast: {name} {array.shape} is not a writeable "
+                             "C-contiguous array")
         comm.Bcast(array, root=root)
     return array
-
-
-def broadcast_object(value, root=0):
-    """A picklable Python value from process `root` (small things: metrics, flags)."""
-    comm = _comm()
-    return value if comm is None else comm.bcast(value, root=root)
 
 
 def broadcast_state(module, parameters=True):
@@ -153,12 +147,8 @@ def broadcast_state(module, parameters=True):
     if _comm() is None:
         return
     for name, array in sorted(_arrays(module).items()):
-        if not parameters and name.startswith("param:"):
-            continue
-        if not (array.flags.c_contiguous and array.flags.writeable):
-            raise ValueError(f"broadcast_state: {name} {array.shape} is not a writeable "
-                             "C-contiguous array")
-        broadcast(array)
+        if parameters or not name.startswith("param:"):
+            broadcast(array, name=name)
 
 
 def _arrays(module):

@@ -56,18 +56,23 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: input has {x.shape[1]} channels (shape "
                              f"{tuple(x.shape)}), num_features is {self.num_features}")
 
-    def forward(self, x, clamp=None, input_scale=None, ste=None):
-        """clamp = (lo, hi): the ReLU / ReLU6 after this layer in the same passes
-        (F.batch_norm's clamp; nn.Sequential passes it in training). input_scale (C,): normalise
-        x * input_scale without forming it; ste: a straight-through estimator after it, in the
-        same node (F.batch_norm's; QAT's ConvBn2d)."""
-        self._check_input(x)
+    def _running_factor(self):
+        """The running statistics' update weight for this batch (counted, in training)."""
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.data[...] += 1
             if self.momentum is None:
                 # cumulative moving average over every batch seen so far
                 factor = 1.0 / float(self.num_batches_tracked.data)
+        return factor
+
+    def forward(self, x, clamp=None, input_scale=None, ste=None):
+        """clamp = (lo, hi): the ReLU / ReLU6 after this layer in the same passes
+        (F.batch_norm's clamp; nn.Sequential passes it in training). input_scale (C,): normalise
+        x * input_scale without forming it; ste: a straight-through estimator after it, in the
+        same node (F.batch_norm's; QAT's ConvBn2d)."""
+        self._check_input(x)
+        factor = self._running_factor()
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if track else None,
@@ -103,12 +108,7 @@ class SyncBatchNorm2d(BatchNorm2d):
             raise ValueError("SyncBatchNorm2d: input_scale, ste and affine=False are "
                              "BatchNorm2d's alone (QAT's ConvBn2d keeps its own batch norm)")
         self._check_input(x)
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.track_running_stats:
-            self.num_batches_tracked.data[...] += 1
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked.data)
-        track = self.track_running_stats
+        factor, track = self._running_factor(), self.track_running_stats
         y = N.SyncBatchNormTrain.apply(
             x, self.weight, self.bias, running_mean=self.running_mean.data if track else None,
             running_var=self.running_var.data if track else None, momentum=factor,

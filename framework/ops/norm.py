@@ -146,7 +146,6 @@ class SyncBatchNormTrain(Function):
         from .. import distributed
         sum_g = g.sum(self.axes, dtype=np.float64)
         sum_gx = (g * self.xhat).sum(self.axes, dtype=np.float64)
-        local = (sum_gx.astype(g.dtype), sum_g.astype(g.dtype))  # weight, bias: this process's
         totals = distributed.all_reduce(np.concatenate([sum_g, sum_gx]))
         c = sum_g.size
         mean_g = (totals[:c] / self.n).astype(g.dtype)
@@ -154,4 +153,5 @@ class SyncBatchNormTrain(Function):
         ndim = g.ndim
         gx = channel_view(self.scale, ndim) * (
             g - channel_view(mean_g, ndim) - self.xhat * channel_view(mean_gx, ndim))
-        return gx, local[0], local[1]
+        # the weight's and bias's gradients: this process's sums (the trainer averages them)
+        return gx, sum_gx.astype(g.dtype), sum_g.astype(g.dtype)
