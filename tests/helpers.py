@@ -122,3 +122,26 @@ def guarded_copy(data):
     out = out.reshape(data.shape)
     out[...] = data
     return out, buf
+
+
+def mpi_run(n, args, timeout=180, ok=True):
+    """`mpiexec -n n python *args` (skipped without mpi4py or mpiexec): the CompletedProcess;
+    with `ok`, asserted to exit 0, naming its output where it did not."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+    pytest.importorskip("mpi4py")
+    mpiexec = (shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or
+               shutil.which("mpiexec"))
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([mpiexec, "-n", str(n), "--oversubscribe", sys.executable, *args],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    if ok:
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run

@@ -2,12 +2,10 @@
 that reaches one process stops both after the same step."""
 import json
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
+from helpers import mpi_run
 from tr_helpers import smoke_cfg
 
 import tianyuan as ty
@@ -15,7 +13,6 @@ from tianyuan.trainers.checkpoint import find_latest
 from tianyuan.trainers.engine import EvalHook
 from tianyuan.trainers.train import build
 
-MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 _CHILD = """
 import json, sys
@@ -48,15 +45,9 @@ if dist.is_main():
 
 
 def _run(shapes_root, out, stop, *extra):
-    pytest.importorskip("mpi4py")
-    if MPIEXEC is None:
-        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
     code = _CHILD.format(here=os.path.dirname(__file__), root=shapes_root, out=str(out),
                          stop=stop, extra=extra)
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-c", code],
-                         env=env, capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    mpi_run(2, ["-c", code])
     with open(out / "dp.json") as f:
         return json.load(f)
 
@@ -88,18 +79,10 @@ def test_a_stop_reaching_one_process_stops_both_after_the_same_step(shapes_root,
 
 
 def test_a_data_parallel_run_resumed_ends_bit_identical(shapes_root, tmp_path):
-    pytest.importorskip("mpi4py")
-    if MPIEXEC is None:
-        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-
     def train(out, *extra):
-        argv = [MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-m",
-                "tianyuan.trainers.cli", "train", "experiment=smoke_shapesnet",
-                f"data.root={shapes_root}", f"out_dir={out}", "data.batch_size=16",
-                "trainer.progress=false", "trainer.checkpoint_every=4", *extra]
-        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        mpi_run(2, ["-m", "tianyuan.trainers.cli", "train", "experiment=smoke_shapesnet",
+                    f"data.root={shapes_root}", f"out_dir={out}", "data.batch_size=16",
+                    "trainer.progress=false", "trainer.checkpoint_every=4", *extra])
 
     train(tmp_path / "whole", "trainer.max_iters=12")
     train(tmp_path / "parts", "trainer.max_iters=6")     # ends at 6: checkpoints at 4 and 6
@@ -112,9 +95,6 @@ def test_a_data_parallel_run_resumed_ends_bit_identical(shapes_root, tmp_path):
 
 
 def test_eval_in_two_processes_scores_each_image_once(shapes_root, tmp_path):
-    pytest.importorskip("mpi4py")
-    if MPIEXEC is None:
-        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
     from tianyuan.trainers import cli
     from tianyuan.zoo import registry
     ty.manual_seed(3)
@@ -122,11 +102,7 @@ def test_eval_in_two_processes_scores_each_image_once(shapes_root, tmp_path):
     args = ["eval", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
             f"weights={tmp_path / 'w.safetensors'}", "progress=false", "data.val_batch_size=7"]
     assert cli.main(args + [f"out={tmp_path / 'one.json'}"]) == 0
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-m",
-                          "tianyuan.trainers.cli", *args, f"out={tmp_path / 'two.json'}"],
-                         env=env, capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    mpi_run(2, ["-m", "tianyuan.trainers.cli", *args, f"out={tmp_path / 'two.json'}"])
     one, two = (json.load(open(tmp_path / f"{n}.json")) for n in ("one", "two"))
     assert (two["processes"], one["processes"]) == (2, 1)
     assert {k: two[k] for k in ("top1", "top5", "images")} == \
@@ -158,12 +134,7 @@ trainer.train()
 
 
 def test_a_batch_dropped_in_one_process_stops_the_run(tmp_path):
-    pytest.importorskip("mpi4py")
-    if MPIEXEC is None:
-        pytest.skip("no mpiexec (pip install 'tianyuan[dist]')")
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    run = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", sys.executable, "-W",
-                          "ignore", "-c", _DROPPING.format(out=str(tmp_path))],
-                         env=env, capture_output=True, text=True, timeout=120)
+    run = mpi_run(2, ["-W", "ignore", "-c", _DROPPING.format(out=str(tmp_path))], timeout=120,
+                  ok=False)
     assert run.returncode != 0
     assert "process 1's loader dropped 1 batch(es) of epoch 1" in run.stderr
