@@ -61,7 +61,7 @@ def evaluate_classification(model, loader, topk=(1, 5), progress=True, distribut
             logits = model(ty.tensor(batch["image"])).numpy()
             for k, n in topk_correct(logits, batch["label"], topk).items():
                 correct[k] += n
-            nonfinite += int((~np.isfinite(logits).reshape(len(logits), -1).all(1)).sum())
+            nonfinite += int((~np.isfinite(logits).all(axis=1)).sum())
             seen += len(batch["label"])
             bar.set_postfix(top1=f"{100.0 * correct[topk[0]] / seen:.2f}")
     if distributed:
