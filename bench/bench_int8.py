@@ -17,7 +17,7 @@ layer's time is the median over the rounds of its per-round times. Time = median
 writes every layer's times and the totals. Ours runs as the int8 modules do: a `PreparedConv`
 made once (per input scale), one native call per conv, NCHW in and out, or channels-last where
 the int8 model carries that layout (`quantization.carries_channels_last`: every conv of groups
-1 and 64 output channels or more, on the vnni ISA: `kernels.channels_last_wins`; ResNet there;
+1 and 64 output channels or more, on the vnni and amx ISAs: `kernels.channels_last_wins`; ResNet there;
 the report says which): its first conv reads the QuantStub's NCHW and writes channels-last, the
 others read and write channels-last.
 PyTorch: torch.ao.nn.quantized.Conv2d, per-channel qint8 weights, quint8 activations in the

@@ -11,6 +11,7 @@
 #include "cpu.h"
 #include "int8_amx.h"
 #include "int8_cgemm.h"
+#include "int8_cgemm_blocks.h"
 #include "int8_conv_nhwc.h"
 #include "int8_ops.h"
 
@@ -170,6 +171,36 @@ class Int8Conv {
                 gemm_.resize(static_cast<size_t>(int8::amx_gemm_size(oc, kp)));
                 int8::amx_gemm_weights(w.data(), oc, kp, gemm_.data());
             }
+            // the channels-last rows form's (the stem's), likewise
+            int8::ConvGeom wg{};
+            wg.c = cg;
+            wg.oc = oc;
+            wg.kh = kh;
+            wg.kw = kw;
+            wg.dh = std::get<0>(dil);
+            wg.dw = std::get<1>(dil);
+            wg.groups = groups;
+            if (int8::amx_rows_takes(wg) && cpu.os_avx512 && cpu.avx512vbmi &&
+                (algo == 3 || (algo == 0 && cpu.os_amx && int8::amx_rows_wins(wg)))) {
+                // (OC, C, kh, kw) from the packed layout's rows (int8_cgemm.h: K in (c, i, j)
+                // order, or (c / 4, i, j, c % 4) where C is a multiple of 4)
+                const int64_t taps = kh * kw;
+                std::vector<int8_t> raw(static_cast<size_t>(oc * cg * taps));
+                for (int64_t j = 0; j < oc; ++j) {
+                    const int64_t b = j / int8::kOcBlock;
+                    const int64_t rb = std::min(int8::kOcBlock, oc - b * int8::kOcBlock);
+                    const int8_t* src = w.data() + b * int8::kOcBlock * kp +
+                                        j % int8::kOcBlock * int8::kGroup;
+                    for (int64_t k = 0; k < cg * taps; ++k) {
+                        const int64_t ch = k / taps, t = k % taps;
+                        const int64_t at = cg % 4 ? k : (ch / 4 * taps + t) * 4 + ch % 4;
+                        raw[j * cg * taps + k] =
+                            src[at / int8::kGroup * rb * int8::kGroup + at % int8::kGroup];
+                    }
+                }
+                rows_.resize(static_cast<size_t>(int8::amx_rows_size(oc, cg, kh, kw)));
+                int8::amx_rows_weights(raw.data(), oc, cg, kh, kw, rows_.data());
+            }
         }
         r_ = int8_requant(bias_, mult_, shift_, std::get<0>(wshape_), out_zp, relu, out_signed,
                           op_, out_max);
@@ -200,25 +231,38 @@ class Int8Conv {
     // x u8 (N, C, H, W) with its channels side by side (channels-last, any other strides), or
     // C-contiguous (an image: copied channels-last here, padded with zp, so that no tile is on
     // the border: the ResNet stem 0.94x the time with the padding's tables) -> (N, OH, OW, OC):
-    // int8_conv_nhwc.h; needs the channels-last weights.
+    // int8_conv_nhwc.h (needs the channels-last weights), or AMX tiles where the layer takes
+    // them (amx weights; algo 3, or the automatic choice on the amx ISA): int8_amx.h, the
+    // planes copied from channels-last rows (or transposed from C-contiguous ones), the
+    // accumulator rows stored as the positions' runs.
     py::array channels_last(const py::array& x, int zp) const {
         const char* op = "int8_conv2d (channels-last)";
-        if (!nhwc_) {
-            throw std::invalid_argument(
+        const auto refuse = [&] {
+            return std::invalid_argument(
                 std::string(op) + ": made without channels-last weights (weights (" +
                 std::to_string(std::get<0>(wshape_)) + ", " + std::to_string(std::get<1>(wshape_)) +
                 ", " + std::to_string(std::get<2>(wshape_)) + ", " +
                 std::to_string(std::get<3>(wshape_)) + "), groups " + std::to_string(groups_) +
                 ": the engine takes groups 1, and PreparedConv packs for it only on the ISAs "
                 "that run it)");
-        }
+        };
+        if (groups_ != 1 || (!nhwc_ && !amx_ && rows_.empty())) throw refuse();
         const int8::ConvGeom g = int8_geom(x, wshape_, stride_, pad_, dil_, 1, op);
+        const int64_t strides[4] = {x.strides(0), x.strides(1), x.strides(2), x.strides(3)};
+        const bool nchw = strides[1] != 1 && g.c > 1;
+        const CpuFeatures& cpu = cpu_features();
+        const bool run_amx = algo_ == 3 || (algo_ == 0 && current_isa() == Isa::amx &&
+                                            int8::amx_verified());
+        const bool amx = amx_ && int8::amx_takes(g) && cpu.os_avx512 && cpu.avx512vbmi &&
+                         run_amx;
+        // the rows form reads C-contiguous x (rows_ is made only where it may run)
+        const bool rows = !rows_.empty() && nchw && run_amx &&
+                          (algo_ == 3 || int8::amx_rows_wins(g));
+        if (!nhwc_ && !amx && !rows) throw refuse();
         const int8::QIn in = int8_input(x, zp, op, false);
         if (in.is_signed) {
             throw std::invalid_argument(std::string(op) + ": input must be uint8, got int8");
         }
-        const int64_t strides[4] = {x.strides(0), x.strides(1), x.strides(2), x.strides(3)};
-        const bool nchw = strides[1] != 1 && g.c > 1;
         if (nchw && !(x.flags() & py::array::c_style)) {
             throw std::invalid_argument(
                 std::string(op) + ": input " + shape_str(x) + " with strides (" +
@@ -229,6 +273,20 @@ class Int8Conv {
         py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
+        if (rows) {
+            const std::vector<int32_t> b =
+                int8::corrected_bias(bias_.data(), sums_.data(), g.oc, zp);
+            int8::conv2d_amx_rows(in.data, static_cast<uint8_t>(zp), g, rows_.data(), b.data(), r_,
+                                  o, !cpu.os_amx);
+            return out;
+        }
+        if (amx) {
+            const std::vector<int32_t> b =
+                int8::corrected_bias(bias_.data(), sums_.data(), g.oc, zp);
+            int8::conv2d_amx(in.data, 0, static_cast<uint8_t>(zp), g, amx_->data(), b.data(), r_,
+                             o, !cpu.os_amx, nchw ? nullptr : strides, true);
+            return out;
+        }
         if (!nchw) {
             int8::conv2d_nhwc(in.data, strides, zp, g, nhwc_->data(), sums_.data(), r_,
                               nhwc_q_.data(), o);
@@ -264,6 +322,7 @@ class Int8Conv {
     int8::NarrowWeights nw_{};
     std::vector<int32_t> dw_words_, dw_sums_;  // depthwise: the weights' depthwise_consts
     std::vector<int8_t> gemm_;                  // the packed_amx algorithm's weights, or empty
+    std::vector<int8_t> rows_;                  // the AMX rows form's (channels-last), or empty
     std::vector<int8::NhwcBlockQ> nhwc_q_;      // with nhwc_: its blocks' requantization
     int8::Requant r_{};
 };
@@ -349,6 +408,19 @@ void bind_int8_conv(py::module_& m) {
     }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"),
        "the AMX store's runs of virtual positions [v, v + 16): [(offset, 16-bit mask)] "
        "(int8_amx.h, AmxWindow); for the tests, on CPUs with AVX-512");
+    m.def("int8_amx_offsets", [](int64_t v, int64_t wph, int64_t ow, int64_t nv, int64_t oc) {
+        if (wph < 1 || ow < 1 || ow > wph || v < 0 || oc < 1) {
+            throw std::invalid_argument("int8_amx_offsets: needs v >= 0, 1 <= ow <= wph and "
+                                        "oc >= 1, got v=" + std::to_string(v) + ", ow=" +
+                                        std::to_string(ow) + ", wph=" + std::to_string(wph) +
+                                        ", oc=" + std::to_string(oc));
+        }
+        std::vector<int64_t> offs(int8::kAmxPos);
+        int8::amx_offsets(v, wph, ow, nv, oc, offs.data());
+        return offs;
+    }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"), py::arg("oc"),
+       "the AMX channels-last store's offsets of virtual positions [v, v + 32) (-1: "
+       "dropped); int8_amx.h, amx_offsets; for the tests");
     m.def("int8_amx_verified", &int8::amx_verified,
           "whether the real AMX tiles gave the emulated ones' bits (both conv algorithms), "
           "checked once per process; False where the OS grants no AMX");

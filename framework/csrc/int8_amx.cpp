@@ -196,30 +196,75 @@ void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, cons
     amx_transpose(tmp, g.c, p.wph, dst);
 }
 
+// The same row from a channels-last x (byte strides xs, xs[1] == 1): each position's c bytes
+// copied as they lie (one run at stride 1 where the pixels are packed), z outside the input.
+void nhwc_row_cl(const uint8_t* x, const int64_t* xs, uint8_t z, const ConvGeom& g,
+                 const AmxPlan& p, int64_t n, int64_t ph, int64_t y, uint8_t* planes) {
+    const int64_t a = ph / g.sw, b = ph % g.sw, row = g.sh * y + a - g.pt;
+    uint8_t* dst = planes + (n * p.image + ph * p.plane + y * p.wph) * g.c;
+    int64_t lo = 0, hi = 0;  // the columns whose input column sw * xx + b - pl lies inside
+    if (row >= 0 && row < g.h) {
+        hi = p.wph;
+        while (lo < hi && g.sw * lo + b - g.pl < 0) ++lo;
+        while (hi > lo && g.sw * (hi - 1) + b - g.pl >= g.w) --hi;
+    }
+    std::memset(dst, z, static_cast<size_t>(lo * g.c));
+    if (hi > lo) {
+        const uint8_t* src = x + n * xs[0] + row * xs[2] + (g.sw * lo + b - g.pl) * xs[3];
+        if (g.sw == 1 && xs[3] == g.c) {
+            std::memcpy(dst + lo * g.c, src, static_cast<size_t>((hi - lo) * g.c));
+        } else {
+            for (int64_t xx = lo; xx < hi; ++xx) {
+                std::memcpy(dst + xx * g.c, src + (xx - lo) * g.sw * xs[3],
+                            static_cast<size_t>(g.c));
+            }
+        }
+    }
+    std::memset(dst + hi * g.c, z, static_cast<size_t>((p.wph - hi) * g.c));
+}
+
 }  // namespace
+
+void amx_offsets(int64_t v0, int64_t wph, int64_t ow, int64_t nv, int64_t oc, int64_t* offs) {
+    int64_t oy = v0 / wph, ox = v0 % wph;
+    for (int64_t i = 0; i < kAmxPos; ++i) {
+        offs[i] = ox < ow && v0 + i < nv ? (oy * ow + ox) * oc : -1;
+        if (++ox == wph) {
+            ox = 0;
+            ++oy;
+        }
+    }
+}
 
 void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                 const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
-                bool emulate) {
+                bool emulate, const int64_t* xs, bool out_nhwc) {
     const AmxPlan p = amx_plan(g);
     // the slack, read only for dropped positions, stays defined (grown bytes are zero)
     uint8_t* planes = thread_space(Space::amx, g.n * p.image * g.c);
     const auto item = emulate ? amx_item_emulated : amx_item_tiles;
     const auto store = emulate ? amx_store_emulated : amx_store_tiles;
-    const int64_t passes = static_cast<int64_t>(p.passes.size());
+    // the phases' rows to write: channels-last x, every phase a tap reads, one by one
+    const std::vector<int64_t>& phs = xs ? p.used : p.passes;
+    const int64_t passes = static_cast<int64_t>(phs.size());
     const int64_t rows = g.n * passes * p.hph, items = g.n * p.vblocks * p.oblocks;
     const int64_t plane_out = g.oh * g.ow, positions = g.n * p.vblocks;
 #pragma omp parallel
     {
         // the gathered phase rows of strides > 1 (stride 1 and paired passes go straight to
         // the transpose)
-        const bool gather = g.sw > 1 && std::count(p.paired.begin(), p.paired.end(), 0) > 0;
+        const bool gather =
+            !xs && g.sw > 1 && std::count(p.paired.begin(), p.paired.end(), 0) > 0;
         std::vector<uint8_t> tmp(gather ? static_cast<size_t>(g.c * p.wph) : 0);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
-            const int64_t i = t / p.hph % passes;
-            nhwc_row(x, flip, z, g, p, t / (passes * p.hph), p.passes[i], p.paired[i], t % p.hph,
-                     tmp.data(), planes);
+            const int64_t i = t / p.hph % passes, n = t / (passes * p.hph);
+            if (xs) {
+                nhwc_row_cl(x, xs, z, g, p, n, phs[i], t % p.hph, planes);
+            } else {
+                nhwc_row(x, flip, z, g, p, n, phs[i], p.paired[i], t % p.hph, tmp.data(),
+                         planes);
+            }
         }
         if (!emulate) amx_tiles_begin();
         // Items in order: a group gi of channel blocks, then (image, position block) pos, then
@@ -235,6 +280,7 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         // the two items' sums.
         alignas(64) int32_t acc[2][kAmxPos * kAmxOc];
         AmxWindow win[2][2];  // the windows of the current and the previous position block
+        int64_t offs[2][kAmxPos];  // out_nhwc: their positions' offsets instead
         int w = 0, slot = 0;
         int64_t win_pos = -1;
         AmxPending pending{nullptr, {}, &r, nullptr, plane_out, nullptr};
@@ -246,14 +292,20 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
             store(acc[slot]);
             if (pos != win_pos) {  // a thread's items share position blocks in runs
                 w ^= 1;
-                amx_window(v0, p.wph, g.ow, p.nv, win[w][0]);
-                amx_window(v0 + 16, p.wph, g.ow, p.nv, win[w][1]);
+                if (out_nhwc) {
+                    amx_offsets(v0, p.wph, g.ow, p.nv, g.oc, offs[w]);
+                } else {
+                    amx_window(v0, p.wph, g.ow, p.nv, win[w][0]);
+                    amx_window(v0 + 16, p.wph, g.ow, p.nv, win[w][1]);
+                }
                 win_pos = pos;
             }
             pending.acc = acc[slot];
             pending.q = RowParams{bias + c0, r.multiplier + c0, r.shift + c0};
-            pending.base = out + (n * g.oc + c0) * plane_out;
+            pending.base = out_nhwc ? out + n * plane_out * g.oc + c0
+                                    : out + (n * g.oc + c0) * plane_out;
             pending.win = win[w];
+            pending.offs = out_nhwc ? offs[w] : nullptr;
             slot ^= 1;
             if (++k == size) {
                 k = 0;

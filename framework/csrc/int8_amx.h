@@ -19,7 +19,10 @@
 // of 16 positions x 16 channels) over every (tap, chunk); the store requantizes each
 // accumulator row (a position, 16 channels in lanes) with the channels' parameters as
 // vectors, then transposes the bytes into 16-position runs of channel rows stored straight
-// into the NCHW output.
+// into the NCHW output. On channels-last activations (conv2d_amx's xs, out_nhwc) the planes'
+// rows are copies of the input's rows (no transpose) and each accumulator row, a position's
+// 32 channels, is requantized and stored as it lies: ResNet-18's 3x3 layers at batch 16 took
+// 0.75-0.90x their NCHW time on a 2-vCPU AMX host (bench/RESULTS.md, 2026-12-07).
 //
 // Where the OS grants no AMX the same kernel runs on emulated tiles (plain C++ with the
 // instructions' semantics), which is what the tests check bit for bit against the reference
@@ -55,16 +58,35 @@ int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps);
 void amx_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t taps, int8_t* dst);
 
 // The convolution (bias already corrected for the input zero point); emulate: emulated
-// tiles instead of the real ones (needs AVX-512 for the store).
+// tiles instead of the real ones (needs AVX-512 for the store). xs: x's byte strides (N, C,
+// H, W) with its channels side by side (xs[1] == 1, channels-last: each plane row is copied,
+// not transposed; flip must be 0), or null for C-contiguous x. out_nhwc: out is (N, OH, OW,
+// OC), each position's channels one run (the accumulator rows requantized as they lie, no
+// transpose), else C-contiguous (N, OC, OH, OW).
 void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
                 const int8_t* wamx, const int32_t* bias, const Requant& r, uint8_t* out,
-                bool emulate);
+                bool emulate, const int64_t* xs = nullptr, bool out_nhwc = false);
+// The rows form for layers of few input channels (int8_rows_amx.cpp: the stem): C-contiguous
+// x u8 (flip 0) in, channels-last (N, OH, OW, OC) out, tile rows read from R padded input rows
+// interleaved per column (R = min(kh, 64 / (kw C))). Takes groups 1, OC a multiple of 32, more
+// than one tap, no dilation, kw C <= 64 and R C <= 16; the automatic choice (amx_rows_wins)
+// where C <= 4. Weights (amx_rows_weights from (OC, C, kh, kw) s8): per block of 32 output
+// channels and chunk cc of ceil(kh / R), the two s8 tiles of amx_pack_weights, k-byte b being
+// kernel column b / (R C), row cc R + b % (R C) / C, channel b % C (zero past the kernel).
+bool amx_rows_takes(const ConvGeom& g);
+bool amx_rows_wins(const ConvGeom& g);
+int64_t amx_rows_size(int64_t oc, int64_t c, int64_t kh, int64_t kw);
+void amx_rows_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
+                      int8_t* dst);
+void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_t* wrows,
+                     const int32_t* bias, const Requant& r, uint8_t* out, bool emulate);
 // Whether the real tiles give the emulated tiles' bits, both algorithms' (checked once per
 // process; false where the OS grants no AMX).
 bool amx_verified();
 
 // An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
-// (channel o's parameters at q.*[o]) to base + o * ld as win[p / 16] says for position p.
+// (channel o's parameters at q.*[o]) to base + o * ld as win[p / 16] says for position p;
+// with offs (channels-last), position p's kAmxOc bytes to base + offs[p] (none where < 0).
 struct AmxWindow;
 struct AmxPending {
     const int32_t* acc;
@@ -73,6 +95,7 @@ struct AmxPending {
     uint8_t* base;
     int64_t ld;
     const AmxWindow* win;
+    const int64_t* offs = nullptr;
 };
 constexpr int kAmxPieces = 16;  // the store's pieces (int8_requant_amx.h)
 
@@ -87,6 +110,12 @@ void amx_tiles_end();
 void amx_item_tiles(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
                     int64_t chunks, const int8_t* w, const AmxPending* prev);
 void amx_store_tiles(int32_t* acc);
+// The rows form's item (int8_rows_amx.cpp): the same tiles over chunks cc of the position
+// halves' rows at a0 + cc * koff and a1 + cc * koff (row stride lda).
+void amx_rows_item_tiles(const uint8_t* a0, const uint8_t* a1, int64_t lda, int64_t koff,
+                         int64_t chunks, const int8_t* w, const AmxPending* prev);
+void amx_rows_item_emulated(const uint8_t* a0, const uint8_t* a1, int64_t lda, int64_t koff,
+                            int64_t chunks, const int8_t* w, const AmxPending* prev);
 void amx_item_emulated(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
                        int64_t chunks, const int8_t* w, const AmxPending* prev);
 void amx_store_emulated(int32_t* acc);
@@ -117,6 +146,9 @@ struct AmxWindow {
 // real, nv in all) -> their runs in NCHW rows of ow bytes, off relative to the plane. Filled
 // in place: returned, the struct's copy had cost a store-forwarding stall per position block.
 void amx_window(int64_t v, int64_t wph, int64_t ow, int64_t nv, AmxWindow& w);
+// The channels-last store's offsets of the kAmxPos virtual positions from v0 (the same plan):
+// (oy * ow + ox) * oc for the real ones, -1 for the dropped (past a row's ow, or past nv).
+void amx_offsets(int64_t v0, int64_t wph, int64_t ow, int64_t nv, int64_t oc, int64_t* offs);
 // The packed algorithm's blocks on AMX tiles (ConvAlgo::packed_amx) for layers the planes
 // above cannot take (the stem: C = 3, K = 147) or do not win (1x1 layers): TDPBSUD takes the weights as the signed
 // operand, 16 channels x 64 k a tile, and the packed block (int8_cgemm.h: k-quad q's kPos

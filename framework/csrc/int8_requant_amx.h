@@ -41,13 +41,42 @@ static const TransposeIndex transpose_index;
 struct Drain {
     AmxPending p;
     RowQ rq;
-    LaneQ c;      // the unit's channels' constants (made at pieces 0 and 8)
+    LaneQ c;      // the unit's channels' constants (made at pieces 0 and 8; channels-last: 0)
+    LaneQ c2;     // channels-last: those of channels 16-31 (made at piece 0)
     __m512i g[4];
     explicit Drain(const AmxPending& pending)  // r null: no store (nothing is read)
         : p(pending), rq(pending.r ? row_q(*pending.r) : RowQ{}) {}
 };
 
+// The channels-last store's piece i: positions 2i and 2i + 1, each one row of acc (channels
+// 0-15 | 16-31) requantized as it lies, the two positions' 32 bytes from one requant_row64.
+static inline __attribute__((always_inline)) void drain_piece_nhwc(Drain& d, int piece) {
+    const AmxPending& p = d.p;
+    if (piece == 0) {
+        d.c = lane_q(p.q.bias, p.q.multiplier, p.q.shift, *p.r);
+        d.c2 = lane_q(p.q.bias + 16, p.q.multiplier + 16, p.q.shift + 16, *p.r);
+    }
+    const int32_t* a = p.acc + 2 * piece * kAmxOc;
+    const __m512i v = requant_row64(requant_lanes_y(_mm512_load_si512(a), d.c),
+                                    requant_lanes_y(_mm512_load_si512(a + 16), d.c2),
+                                    requant_lanes_y(_mm512_load_si512(a + kAmxOc), d.c),
+                                    requant_lanes_y(_mm512_load_si512(a + kAmxOc + 16), d.c2),
+                                    d.rq);
+    const int64_t o0 = p.offs[2 * piece], o1 = p.offs[2 * piece + 1];
+    if (o0 >= 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.base + o0), _mm512_castsi512_si256(v));
+    }
+    if (o1 >= 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.base + o1),
+                            _mm512_extracti64x4_epi64(v, 1));
+    }
+}
+
 static inline __attribute__((always_inline)) void drain_piece(Drain& d, int piece) {
+    if (d.p.offs) {
+        drain_piece_nhwc(d, piece);
+        return;
+    }
     const int u = piece / 4, k = piece % 4, o0 = 16 * (u / 2), p0 = 16 * (u % 2);
     const AmxPending& p = d.p;
     if (piece % 8 == 0) d.c = lane_q(p.q.bias + o0, p.q.multiplier + o0, p.q.shift + o0, *p.r);

@@ -220,7 +220,9 @@ class PreparedConv:
     "packed" (activations gathered per block of positions), "direct" (read in place from a
     channel-quad copy of the input; needs C/groups divisible by 4; layouts in
     framework/csrc/int8_cgemm.h), "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
-    of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests) or
+    of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests; for
+    `channels_last` from an NCHW image of few channels, the stem, its rows form:
+    framework/csrc/int8_rows_amx.cpp) or
     "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1,
     AVX-512; emulated tiles likewise).
     Depthwise convolutions have their own kernel and ignore it.
@@ -248,11 +250,10 @@ class PreparedConv:
         if packed.depthwise:
             self.run = _C.Int8Conv(True, packed.raw, None, packed.raw.shape, *tail, 1)
         else:
-            # the automatic choice takes AMX for kernels of more than one tap (amx_wins in
-            # framework/csrc/int8_amx.h): 1x1 weights are not packed a second time for it
+            # the automatic choice takes AMX for NCHW kernels of more than one tap (amx_wins in
+            # framework/csrc/int8_amx.h) and for every channels-last conv that it takes
             amx = packed.amx if algorithm == "amx" or (
-                algorithm == "auto" and _C.current_isa() == "amx" and
-                packed.shape[2] * packed.shape[3] > 1) else None
+                algorithm == "auto" and _C.current_isa() == "amx") else None
             self.run = _C.Int8Conv(False, packed.packed, packed.row_sums, packed.shape, *tail,
                                    packed.groups, CONV_ALGORITHMS.index(algorithm), amx,
                                    packed.narrow if _C.int8_narrow_tile() else None,

@@ -8,6 +8,7 @@ from conv_cases import conv_case, needs_avx512
 from tianyuan import _C
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
+from tianyuan.quantization.layout import is_channels_last, to_channels_last
 
 # The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
 # on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
@@ -70,6 +71,61 @@ def test_conv2d_amx(case, algorithm, in_dtype, in_zp, relu, out_dtype, out_zp, s
     np.testing.assert_array_equal(got, R.qconv2d(x, in_zp, wt, *args, groups=groups, **geom))
 
 
+@needs_avx512
+@pytest.mark.parametrize("case", AMX_CASES)
+@pytest.mark.parametrize("relu,out_dtype,out_zp", [(False, np.uint8, 64), (True, np.int8, -7)])
+@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
+def test_conv2d_amx_channels_last(case, relu, out_dtype, out_zp, scales):
+    # The AMX algorithm on channels-last activations (PreparedConv.channels_last): the planes
+    # copied from channels-last rows (packed pixels: one run a row; a cropped view: pixel by
+    # pixel) or transposed from C-contiguous ones, the accumulator rows stored as each
+    # position's run of channels (channels-last out, positions past a row's end dropped).
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 10)
+    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, np.uint8, scales)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    want = R.qconv2d(x, 117, wt, *args, groups=groups, **geom)
+    conv = K.PreparedConv(K.pack_weights(wt, groups), *args, **geom, algorithm="amx")
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 0), (2, 1)), constant_values=9)
+    crop = to_channels_last(padded)[:, :, 1:, 2:-1]
+    for name, xi in (("packed", to_channels_last(x)), ("cropped", crop), ("NCHW", x)):
+        got = conv.channels_last(xi, 117)
+        assert is_channels_last(got), name
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} input")
+
+
+# The rows form (int8_rows_amx.cpp, channels-last out from C-contiguous x): the stem (R = 3
+# rows of 3 channels a column, 3 chunks), one and two images, a last pair of one unit (odd
+# units per image) and units past a row's end, C a multiple of 4 (the packed weights' other K
+# order), R = 1 and 2, strides (2, 1), asymmetric padding, 96 output channels (3 blocks).
+ROWS_CASES = [
+    (1, 3, 23, 29, 32, 7, 7, 2, 3, 1, 1),
+    (2, 3, 9, 11, 64, 7, 7, 2, 3, 1, 1),
+    (3, 3, 31, 17, 32, 7, 7, 2, 3, 1, 1),
+    (1, 3, 8, 40, 32, 3, 3, 1, 1, 1, 1),
+    (2, 4, 7, 9, 96, 5, 5, 1, (2, 0, 1, 2), 1, 1),
+    (1, 1, 6, 50, 32, 3, 3, 2, 0, 1, 1),
+    (1, 2, 5, 70, 64, 2, 3, (2, 1), 1, 1, 1),
+    (1, 16, 6, 7, 32, 3, 3, 1, 1, 1, 1),
+    (1, 8, 5, 9, 32, 2, 5, 1, (0, 1, 2, 2), 1, 1),
+]
+
+
+@needs_avx512
+@pytest.mark.parametrize("case", ROWS_CASES)
+@pytest.mark.parametrize("relu,out_dtype,out_zp", [(False, np.uint8, 64), (True, np.int8, -7)])
+@pytest.mark.parametrize("scales", [None, AMX_MIXED_SCALES])
+def test_conv2d_amx_rows(case, relu, out_dtype, out_zp, scales):
+    rng = np.random.default_rng(sum(np.ravel(case[:7])) + 11)
+    x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, np.uint8, scales)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    want = R.qconv2d(x, 117, wt, *args, groups=groups, **geom)
+    for algorithm in ("amx", "auto"):   # forced: the rows form; auto: whatever runs
+        conv = K.PreparedConv(K.pack_weights(wt, groups), *args, **geom, algorithm=algorithm)
+        got = conv.channels_last(x, 117)
+        assert is_channels_last(got)
+        np.testing.assert_array_equal(got, want, err_msg=algorithm)
+
+
 @pytest.mark.skipif(not _C.cpu_features()["os_amx"], reason="the OS grants no AMX tiles")
 def test_amx_tiles_match_their_emulation():
     # where the OS grants tiles, the tests above run the real ones; this is the emulated tiles'
@@ -96,6 +152,21 @@ def test_amx_window():
                         hits = [off + i for off, mask in runs if mask >> i & 1]
                         assert hits == ([p // wph * ow + p % wph] if real else []), \
                             (wph, ow, nv, v, i, runs)
+
+
+def test_amx_offsets():
+    # The channels-last store's offsets (int8_amx.h, amx_offsets): each real position of 32
+    # virtual ones at (oy * ow + ox) * oc, the dropped ones (columns ow.., past nv) -1. A
+    # stray offset would write the next row's (or image's, or past the output's end) first
+    # position, which a later item may overwrite: the convolution tests alone need not see it.
+    for wph in (1, 2, 3, 9, 17, 33, 58, 70):
+        for ow in sorted({1, max(1, wph - 2), wph - 1 or 1, wph}):
+            for oh in (1, 2, 7):
+                nv = (oh - 1) * wph + ow
+                for v in range(0, nv + 32, 32):
+                    want = [(p // wph * ow + p % wph) * 64 if p < nv and p % wph < ow else -1
+                            for p in range(v, v + 32)]
+                    assert _C.int8_amx_offsets(v, wph, ow, nv, 64) == want, (wph, ow, nv, v)
 
 
 @needs_avx512
