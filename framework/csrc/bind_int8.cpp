@@ -381,6 +381,7 @@ void bind_int8_eltwise(py::module_& m) {
 void bind_int8(py::module_& m) {
     bind_int8_gemm(m);
     bind_int8_conv(m);
+    bind_int8_tiles(m);
     bind_int8_eltwise(m);
     bind_fake_quant(m);
 }

@@ -63,9 +63,10 @@ inline int8::Requant int8_requant(const Array<int32_t>& bias, const Array<int32_
     return {bias.data(), mult.data(), shift.data(), 1, zp, floor, top, out_signed};
 }
 
-// The convolutions' bindings (bind_int8_conv.cpp) and fake quantization's for QAT
-// (bind_fake_quant.cpp), added by bind_int8.
+// The convolutions' bindings (bind_int8_conv.cpp), the AMX helpers' (bind_int8_tiles.cpp) and
+// fake quantization's for QAT (bind_fake_quant.cpp), added by bind_int8.
 void bind_int8_conv(py::module_& m);
+void bind_int8_tiles(py::module_& m);
 void bind_fake_quant(py::module_& m);
 
 }  // namespace bind

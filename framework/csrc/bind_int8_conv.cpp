@@ -182,24 +182,8 @@ class Int8Conv {
             wg.groups = groups;
             if (int8::amx_rows_takes(wg) && cpu.os_avx512 && cpu.avx512vbmi &&
                 (algo == 3 || (algo == 0 && cpu.os_amx && int8::amx_rows_wins(wg)))) {
-                // (OC, C, kh, kw) from the packed layout's rows (int8_cgemm.h: K in (c, i, j)
-                // order, or (c / 4, i, j, c % 4) where C is a multiple of 4)
-                const int64_t taps = kh * kw;
-                std::vector<int8_t> raw(static_cast<size_t>(oc * cg * taps));
-                for (int64_t j = 0; j < oc; ++j) {
-                    const int64_t b = j / int8::kOcBlock;
-                    const int64_t rb = std::min(int8::kOcBlock, oc - b * int8::kOcBlock);
-                    const int8_t* src = w.data() + b * int8::kOcBlock * kp +
-                                        j % int8::kOcBlock * int8::kGroup;
-                    for (int64_t k = 0; k < cg * taps; ++k) {
-                        const int64_t ch = k / taps, t = k % taps;
-                        const int64_t at = cg % 4 ? k : (ch / 4 * taps + t) * 4 + ch % 4;
-                        raw[j * cg * taps + k] =
-                            src[at / int8::kGroup * rb * int8::kGroup + at % int8::kGroup];
-                    }
-                }
                 rows_.resize(static_cast<size_t>(int8::amx_rows_size(oc, cg, kh, kw)));
-                int8::amx_rows_weights(raw.data(), oc, cg, kh, kw, rows_.data());
+                int8::amx_rows_weights(w.data(), oc, cg, kh, kw, rows_.data());
             }
         }
         r_ = int8_requant(bias_, mult_, shift_, std::get<0>(wshape_), out_zp, relu, out_signed,
@@ -390,53 +374,6 @@ void bind_int8_conv(py::module_& m) {
     }, py::arg("packed"), py::arg("groups"), py::arg("ocg"), py::arg("kp"),
        "conv-packed s8 -> its narrow form (packed s8, res_ptr s32 (OC + 1,), res s32 "
        "(2 * nnz,)); int8_cgemm.h, NarrowWeights");
-    m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
-          py::call_guard<py::gil_scoped_release>(),
-          "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "
-          "instructions on every thread): the AMX peak; RuntimeError without AMX");
-    m.def("int8_amx_window", [](int64_t v, int64_t wph, int64_t ow, int64_t nv) {
-        if (wph < 1 || ow < 1 || ow > wph || v < 0) {
-            throw std::invalid_argument("int8_amx_window: needs v >= 0 and 1 <= ow <= wph, got "
-                                        "v=" + std::to_string(v) + ", ow=" +
-                                        std::to_string(ow) + ", wph=" + std::to_string(wph));
-        }
-        int8::AmxWindow w;
-        int8::amx_window(v, wph, ow, nv, w);
-        py::list runs;
-        for (int k = 0; k < w.segs; ++k) runs.append(py::make_tuple(w.off[k], w.mask[k]));
-        return runs;
-    }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"),
-       "the AMX store's runs of virtual positions [v, v + 16): [(offset, 16-bit mask)] "
-       "(int8_amx.h, AmxWindow); for the tests, on CPUs with AVX-512");
-    m.def("int8_amx_offsets", [](int64_t v, int64_t wph, int64_t ow, int64_t nv, int64_t oc) {
-        if (wph < 1 || ow < 1 || ow > wph || v < 0 || oc < 1) {
-            throw std::invalid_argument("int8_amx_offsets: needs v >= 0, 1 <= ow <= wph and "
-                                        "oc >= 1, got v=" + std::to_string(v) + ", ow=" +
-                                        std::to_string(ow) + ", wph=" + std::to_string(wph) +
-                                        ", oc=" + std::to_string(oc));
-        }
-        std::vector<int64_t> offs(int8::kAmxPos);
-        int8::amx_offsets(v, wph, ow, nv, oc, offs.data());
-        return offs;
-    }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"), py::arg("oc"),
-       "the AMX channels-last store's offsets of virtual positions [v, v + 32) (-1: "
-       "dropped); int8_amx.h, amx_offsets; for the tests");
-    m.def("int8_amx_verified", &int8::amx_verified,
-          "whether the real AMX tiles gave the emulated ones' bits (both conv algorithms), "
-          "checked once per process; False where the OS grants no AMX");
-    m.def("int8_pack_conv_weights_amx", [](const Array<int8_t>& w) {
-        if (w.ndim() != 4) {
-            throw std::invalid_argument("int8_pack_conv_weights_amx: w must be (OC, C, kh, kw)");
-        }
-        const int64_t oc = w.shape(0), c = w.shape(1), taps = w.shape(2) * w.shape(3);
-        if (c % int8::kAmxK || oc % int8::kAmxOc) {
-            throw std::invalid_argument("int8_pack_conv_weights_amx: C must be a multiple of 64"
-                                        " and OC of 32, got w " + shape_str(w));
-        }
-        Array<int8_t> out(int8::amx_packed_size(oc, c, taps));
-        int8::amx_pack_weights(w.data(), oc, c, taps, out.mutable_data());
-        return out;
-    }, py::arg("w"), "w s8 (OC, C, kh, kw) -> the AMX tiles' weight layout (int8_amx.h)");
 }
 
 }  // namespace bind

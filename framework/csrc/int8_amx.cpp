@@ -371,7 +371,7 @@ bool amx_verified() {
         // the rows form (int8_rows_amx.cpp): 3 channels, 7x7, stride 2, on an 8x9 image
         ConvGeom gr{1, 3, 8, 9, 32, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1, 4, 5};
         std::vector<int8_t> wr(static_cast<size_t>(amx_rows_size(32, 3, 7, 7)));
-        amx_rows_weights(w.data(), 32, 3, 7, 7, wr.data());
+        amx_rows_weights(w.data(), 32, 3, 7, 7, wr.data());  // w's bytes as conv-packed ones
         std::vector<uint8_t> real_rows(32 * 20), emulated_rows(32 * 20);
         conv2d_amx_rows(x.data(), 7, gr, wr.data(), bias.data(), r, real_rows.data(), false);
         conv2d_amx_rows(x.data(), 7, gr, wr.data(), bias.data(), r, emulated_rows.data(), true);

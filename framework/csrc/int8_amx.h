@@ -70,13 +70,14 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
 // x u8 (flip 0) in, channels-last (N, OH, OW, OC) out, tile rows read from R padded input rows
 // interleaved per column (R = min(kh, 64 / (kw C))). Takes groups 1, OC a multiple of 32, more
 // than one tap, no dilation, kw C <= 64 and R C <= 16; the automatic choice (amx_rows_wins)
-// where C <= 4. Weights (amx_rows_weights from (OC, C, kh, kw) s8): per block of 32 output
+// where C <= 4. Weights (amx_rows_weights from the conv-packed layout of int8_cgemm.h, groups
+// 1): per block of 32 output
 // channels and chunk cc of ceil(kh / R), the two s8 tiles of amx_pack_weights, k-byte b being
 // kernel column b / (R C), row cc R + b % (R C) / C, channel b % C (zero past the kernel).
 bool amx_rows_takes(const ConvGeom& g);
 bool amx_rows_wins(const ConvGeom& g);
 int64_t amx_rows_size(int64_t oc, int64_t c, int64_t kh, int64_t kw);
-void amx_rows_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
+void amx_rows_weights(const int8_t* packed, int64_t oc, int64_t c, int64_t kh, int64_t kw,
                       int8_t* dst);
 void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_t* wrows,
                      const int32_t* bias, const Requant& r, uint8_t* out, bool emulate);

@@ -76,6 +76,17 @@ struct RowsTables {
     }
 };
 
+// Every P's tables (P <= 16, amx_rows_takes), made once per process: per call they had cost
+// 5184 byte steps at P = 9.
+const RowsTables& rows_tables(int64_t p) {
+    static const std::vector<RowsTables> all = [] {
+        std::vector<RowsTables> v;
+        for (int64_t q = 1; q <= 16; ++q) v.emplace_back(q);
+        return v;
+    }();
+    return all[static_cast<size_t>(p - 1)];
+}
+
 // Plane row r of image n: source row s = (j, c) is xpad[c][r + j], z outside the input.
 void rows_plane_row(const uint8_t* x, uint8_t z, const ConvGeom& g, const RowsPlan& p,
                     const RowsTables& t, int64_t n, int64_t r, uint8_t* dst) {
@@ -124,21 +135,30 @@ int64_t amx_rows_size(int64_t oc, int64_t c, int64_t kh, int64_t kw) {
     return oc * (kh + r - 1) / r * kAmxK;
 }
 
-void amx_rows_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_t kw,
+void amx_rows_weights(const int8_t* packed, int64_t oc, int64_t c, int64_t kh, int64_t kw,
                       int8_t* dst) {
     ConvGeom g{};
     g.c = c;
     g.kh = kh;
     g.kw = kw;
     const int64_t r = rows_r(g), p = r * c, chunks = (kh + r - 1) / r;
+    const int64_t taps = kh * kw, kp = round_up(c * taps, kGroup);
     for (int64_t j = 0; j < oc; ++j) {
+        // row j of the packed layout (int8_cgemm.h): its k-quads rb words apart in its block
+        const int64_t blk = j / kOcBlock, rb = std::min(kOcBlock, oc - blk * kOcBlock);
+        const int8_t* row = packed + blk * kOcBlock * kp + j % kOcBlock * kGroup;
         const int64_t ob = j / kAmxOc, h = j % kAmxOc / 16, o = j % 16;
         for (int64_t cc = 0; cc < chunks; ++cc) {
             for (int64_t b = 0; b < kAmxK; ++b) {
                 // byte b of a tile row: kernel column b / P, row cc R + (b % P) / C, channel
                 const int64_t kx = b / p, ky = cc * r + b % p / c, ch = b % c;
-                dst[(ob * chunks + cc) * 2048 + h * 1024 + b / 4 * 64 + o * 4 + b % 4] =
-                    kx < kw && ky < kh ? w[((j * c + ch) * kh + ky) * kw + kx] : 0;
+                int8_t v = 0;
+                if (kx < kw && ky < kh) {  // k: (c, i, j) order, or (c / 4, i, j, c % 4)
+                    const int64_t t = ky * kw + kx;
+                    const int64_t k = c % 4 ? ch * taps + t : (ch / 4 * taps + t) * 4 + ch % 4;
+                    v = row[k / kGroup * rb * kGroup + k % kGroup];
+                }
+                dst[(ob * chunks + cc) * 2048 + h * 1024 + b / 4 * 64 + o * 4 + b % 4] = v;
             }
         }
     }
@@ -147,7 +167,7 @@ void amx_rows_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64_
 void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_t* wrows,
                      const int32_t* bias, const Requant& r, uint8_t* out, bool emulate) {
     const RowsPlan p = rows_plan(g);
-    const RowsTables tables(p.p);
+    const RowsTables& tables = rows_tables(p.p);
     // slack: a tile's last rows read up to 16 sw P + 64 bytes past a plane row's end
     uint8_t* planes = thread_space(Space::amx, g.n * p.image + 16 * g.sw * p.p + kAmxK);
     const auto item = emulate ? amx_rows_item_emulated : amx_rows_item_tiles;
