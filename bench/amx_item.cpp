@@ -48,7 +48,7 @@ double seconds(void (*fn)(void*), void* arg) {
 
 struct Layer {
     int64_t c, hw, n, wph, image, vblocks, oblocks, chunks, items;
-    std::vector<int64_t> toff;
+    std::vector<int64_t> soff;  // the item's steps (tap, chunk): bytes from a block's first
     Aligned<uint8_t> planes, x, out;
     Aligned<int8_t> w;
     std::vector<int32_t> bias, mult, shift;
@@ -60,14 +60,17 @@ struct Layer {
     Layer(int64_t c_, int64_t hw_, int64_t n_)
         : c(c_), hw(hw_), n(n_), wph(hw_ + 2), image(wph * wph + kAmxPos),
           vblocks(((hw_ - 1) * wph + hw_ + kAmxPos - 1) / kAmxPos), oblocks(c_ / kAmxOc),
-          chunks(c_ / kAmxK), items(n_ * vblocks * oblocks), toff(9), planes(n_ * image * c_),
+          chunks(c_ / kAmxK), items(n_ * vblocks * oblocks), soff(9 * chunks),
+          planes(n_ * image * c_),
           x(n_ * c_ * hw_ * hw_), out(n_ * c_ * hw_ * hw_), w(c_ * c_ * 9), bias(c_, 100),
           mult(c_, 1 << 30), shift(c_, 38) {
         uint32_t s = 12345;
         for (int64_t i = 0; i < n * image * c; ++i) planes.data[i] = (s = s * 1103515245u + 1);
         for (int64_t i = 0; i < n * c * hw * hw; ++i) x.data[i] = (s = s * 1103515245u + 1) >> 8;
         for (int64_t i = 0; i < c * c * 9; ++i) w.data[i] = (s = s * 1103515245u + 1) >> 16;
-        for (int64_t t = 0; t < 9; ++t) toff[t] = t / 3 * wph + t % 3;
+        for (int64_t t = 0; t < 9; ++t)
+            for (int64_t cc = 0; cc < chunks; ++cc)
+                soff[t * chunks + cc] = (t / 3 * wph + t % 3) * c + cc * kAmxK;
         r = Requant{nullptr, mult.data(), shift.data(), 1, 3, 0, 255, false};  // zp 3, u8
         g = ConvGeom{n, c, hw, hw, c, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, hw, hw};
     }
@@ -90,7 +93,8 @@ void loop(void* arg) {
         for (int64_t it = 0; it < L.items; ++it) {
             const int64_t ob = it / (L.n * L.vblocks), pos = it % (L.n * L.vblocks);
             const int64_t img = pos / L.vblocks, v0 = pos % L.vblocks * kAmxPos;
-            item(L.planes.data + (img * L.image + v0) * L.c, L.c, L.toff.data(), 9, L.chunks,
+            const uint8_t* a = L.planes.data + (img * L.image + v0) * L.c;
+            item(a, a + 16 * L.c, L.c, L.soff.data(), 9 * L.chunks,
                  L.w.data + ob * 9 * L.chunks * 2048, nullptr);
             store(acc);
             if (L.requant) {

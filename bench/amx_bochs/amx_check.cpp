@@ -29,16 +29,19 @@ size_t check_item(bool real) {
     const int64_t taps = 9, chunks = 2, lda = chunks * kAmxK + 64, rows = 64;
     std::vector<uint8_t> a(rows * lda);
     std::vector<int8_t> w(taps * chunks * 2048);
-    std::vector<int64_t> toff(taps);
+    std::vector<int64_t> soff(taps * chunks);  // step (tap t, chunk cc)
     for (auto& v : a) v = static_cast<uint8_t>(next());
     for (auto& v : w) v = static_cast<int8_t>(next() & 0x7f);
-    for (int64_t i = 0; i < taps; ++i) toff[i] = i * 5 % (rows - 32);
+    for (int64_t i = 0; i < taps * chunks; ++i)
+        soff[i] = i / chunks * 5 % (rows - 32) * lda + i % chunks * kAmxK;
     std::vector<int32_t> got(kAmxPos * kAmxOc, 7), want(kAmxPos * kAmxOc, 9);
-    amx_item_emulated(a.data(), lda, toff.data(), taps, chunks, w.data(), nullptr);
+    amx_item_emulated(a.data(), a.data() + 16 * lda, lda, soff.data(), taps * chunks, w.data(),
+                      nullptr);
     amx_store_emulated(want.data());
     if (real) {
         amx_tiles_begin();
-        amx_item_tiles(a.data(), lda, toff.data(), taps, chunks, w.data(), nullptr);
+        amx_item_tiles(a.data(), a.data() + 16 * lda, lda, soff.data(), taps * chunks, w.data(),
+                       nullptr);
         amx_store_tiles(got.data());
         amx_tiles_end();
     }

@@ -80,6 +80,7 @@ struct AmxPlan {
     int64_t hph, wph, plane, phases, image, nv, vblocks, oblocks, chunks, taps;
     int64_t group;  // channel blocks whose weights stay in L2 while the positions pass
     std::vector<int64_t> toff;  // (taps,) positions from a block's first
+    std::vector<int64_t> soff;  // (taps * chunks,) the item's steps: bytes from a block's first
     std::vector<int64_t> used;  // the phases some tap reads (a 1x1 stride-2 layer: one of 4)
     // The phases the NHWC copy visits, and whether each visit writes the next phase too
     // (stride 2 with both column phases read: one transposing pass splits a row's columns).
@@ -112,6 +113,7 @@ AmxPlan amx_plan(const ConvGeom& g) {
         const int64_t ph = di % g.sh * g.sw + dj % g.sw;
         p.toff[t] = ph * p.plane + di / g.sh * p.wph + dj / g.sw;
         if (std::find(p.used.begin(), p.used.end(), ph) == p.used.end()) p.used.push_back(ph);
+        for (int64_t cc = 0; cc < p.chunks; ++cc) p.soff.push_back(p.toff[t] * g.c + cc * kAmxK);
     }
     const auto used = [&p](int64_t ph) {
         return std::find(p.used.begin(), p.used.end(), ph) != p.used.end();
@@ -287,7 +289,8 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         for (int64_t it = first; it < last; ++it) {
             const int64_t ob = gi * p.group + k, vb = pos % p.vblocks, n = pos / p.vblocks;
             const int64_t v0 = vb * kAmxPos, c0 = ob * kAmxOc;
-            item(planes + (n * p.image + v0) * g.c, g.c, p.toff.data(), p.taps, p.chunks,
+            const uint8_t* a = planes + (n * p.image + v0) * g.c;
+            item(a, a + 16 * g.c, g.c, p.soff.data(), p.taps * p.chunks,
                  wamx + ob * p.taps * p.chunks * 2048, pending.acc ? &pending : nullptr);
             store(acc[slot]);
             if (pos != win_pos) {  // a thread's items share position blocks in runs

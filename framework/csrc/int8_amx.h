@@ -100,25 +100,20 @@ struct AmxPending {
 };
 constexpr int kAmxPieces = 16;  // the store's pieces (int8_requant_amx.h)
 
-// The AMX unit (int8_tiles_amx.cpp). item: the accumulator tiles 0-3 = sum over taps t and
-// chunks cc of the u8 block at a + toff[t] * lda + cc * kAmxK (16-row tiles, row stride lda)
-// times w's tiles, left in the tiles, with the previous item's store (prev, unless null)
-// spread over the loop's steps; store: acc (as AmxPending's) = those tiles. tiles_begin /
-// tiles_end configure and release the tiles of the calling thread (real tiles only; the
-// emulated ones are per thread too).
+// The AMX unit (int8_tiles_amx.cpp). item: the accumulator tiles 0-3 = sum over its steps s
+// of the two position halves' u8 rows at a0 + soff[s] and a1 + soff[s] (16-row tiles, row
+// stride lda) times step s's weight tiles at w + 2048 s, left in the tiles, with the previous
+// item's store (prev, unless null) spread over the steps (the planes kernel: a step a (tap,
+// chunk), a1 = a0 + 16 lda; the rows form: a step a chunk, its halves anywhere); store: acc
+// (as AmxPending's) = those tiles. tiles_begin / tiles_end configure and release the tiles of
+// the calling thread (real tiles only; the emulated ones are per thread too).
 void amx_tiles_begin();
 void amx_tiles_end();
-void amx_item_tiles(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                    int64_t chunks, const int8_t* w, const AmxPending* prev);
+void amx_item_tiles(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int64_t* soff,
+                    int64_t steps, const int8_t* w, const AmxPending* prev);
 void amx_store_tiles(int32_t* acc);
-// The rows form's item (int8_rows_amx.cpp): the same tiles over chunks cc of the position
-// halves' rows at a0 + cc * koff and a1 + cc * koff (row stride lda).
-void amx_rows_item_tiles(const uint8_t* a0, const uint8_t* a1, int64_t lda, int64_t koff,
-                         int64_t chunks, const int8_t* w, const AmxPending* prev);
-void amx_rows_item_emulated(const uint8_t* a0, const uint8_t* a1, int64_t lda, int64_t koff,
-                            int64_t chunks, const int8_t* w, const AmxPending* prev);
-void amx_item_emulated(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                       int64_t chunks, const int8_t* w, const AmxPending* prev);
+void amx_item_emulated(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int64_t* soff,
+                       int64_t steps, const int8_t* w, const AmxPending* prev);
 void amx_store_emulated(int32_t* acc);
 // Register-only TDPBUSD throughput: `steps` x 4 independent instructions on the calling
 // thread (tiles configured inside); returns a checksum so that the loop is kept. amx_peak()

@@ -170,10 +170,12 @@ void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_
     const RowsTables& tables = rows_tables(p.p);
     // slack: a tile's last rows read up to 16 sw P + 64 bytes past a plane row's end
     uint8_t* planes = thread_space(Space::amx, g.n * p.image + 16 * g.sw * p.p + kAmxK);
-    const auto item = emulate ? amx_rows_item_emulated : amx_rows_item_tiles;
+    const auto item = emulate ? amx_item_emulated : amx_item_tiles;
     const auto store = emulate ? amx_store_emulated : amx_store_tiles;
     const int64_t items = g.n * p.pairs * p.oblocks, lda = g.sw * p.p;
-    const int64_t koff = p.r * p.wz * p.p, plane_out = g.oh * g.ow;
+    const int64_t plane_out = g.oh * g.ow;
+    std::vector<int64_t> soff(static_cast<size_t>(p.chunks));  // a chunk: R plane rows on
+    for (int64_t cc = 0; cc < p.chunks; ++cc) soff[cc] = cc * p.r * p.wz * p.p;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
@@ -208,7 +210,7 @@ void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_
                 }
             }
             offs_pair = at;
-            item(a[0], a[1], lda, koff, p.chunks, wrows + ob * p.chunks * 2048,
+            item(a[0], a[1], lda, soff.data(), p.chunks, wrows + ob * p.chunks * 2048,
                  pending.acc ? &pending : nullptr);
             store(acc[slot]);
             const int64_t c0 = ob * kAmxOc;

@@ -63,7 +63,6 @@ inline void emu_dp(int c, int a, int b) {
 #define TY_TILE_DP(c, a, b) _tile_dpbusd(c, a, b)
 #define TY_TILE_DPSU(c, a, b) _tile_dpbsud(c, a, b)
 #define TY_ITEM_NAME amx_item_tiles
-#define TY_ROWS_NAME amx_rows_item_tiles
 #define TY_STORE_NAME amx_store_tiles
 #define TY_GEMM_NAME amx_gemm_block_tiles
 #include "int8_tiles_body.h"
@@ -73,7 +72,6 @@ inline void emu_dp(int c, int a, int b) {
 #undef TY_TILE_DP
 #undef TY_TILE_DPSU
 #undef TY_ITEM_NAME
-#undef TY_ROWS_NAME
 #undef TY_STORE_NAME
 #undef TY_GEMM_NAME
 
@@ -83,7 +81,6 @@ inline void emu_dp(int c, int a, int b) {
 #define TY_TILE_DP(c, a, b) emu_dp<false>(c, a, b)
 #define TY_TILE_DPSU(c, a, b) emu_dp<true>(c, a, b)
 #define TY_ITEM_NAME amx_item_emulated
-#define TY_ROWS_NAME amx_rows_item_emulated
 #define TY_STORE_NAME amx_store_emulated
 #define TY_GEMM_NAME amx_gemm_block_emulated
 #include "int8_tiles_body.h"
@@ -93,7 +90,6 @@ inline void emu_dp(int c, int a, int b) {
 #undef TY_TILE_DP
 #undef TY_TILE_DPSU
 #undef TY_ITEM_NAME
-#undef TY_ROWS_NAME
 #undef TY_STORE_NAME
 #undef TY_GEMM_NAME
 

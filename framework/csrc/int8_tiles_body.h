@@ -1,65 +1,35 @@
 // The AMX work item's tile loop (int8_amx.h), included by int8_tiles_amx.cpp once per tile
 // implementation: TY_TILE_LOAD / STORE / ZERO / DP (TDPBUSD) / DPSU (TDPBSUD) and the
-// functions' names TY_ITEM_NAME, TY_ROWS_NAME, TY_STORE_NAME and TY_GEMM_NAME are defined
-// around each inclusion. Tiles 0-3: acc (positions 0-15 | 16-31) x (channels 0-15 | 16-31);
+// functions' names TY_ITEM_NAME, TY_STORE_NAME and TY_GEMM_NAME are defined around each
+// inclusion. Tiles 0-3: acc (positions 0-15 | 16-31) x (channels 0-15 | 16-31);
 // 4-5: the two position halves' u8 rows; 6-7: the two channel halves' s8 rows.
 // No include guard: included on purpose twice.
 
-void TY_ITEM_NAME(const uint8_t* a, int64_t lda, const int64_t* toff, int64_t taps,
-                  int64_t chunks, const int8_t* w, const AmxPending* prev) {
+void TY_ITEM_NAME(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int64_t* soff,
+                  int64_t steps, const int8_t* w, const AmxPending* prev) {
     TY_TILE_ZERO(0);
     TY_TILE_ZERO(1);
     TY_TILE_ZERO(2);
     TY_TILE_ZERO(3);
     __asm__ volatile("" ::: "memory");  // the operands were written by ordinary stores
     // prev's pieces: after step s (of steps), those below kAmxPieces * (s + 1) / steps
-    const int64_t steps = taps * chunks;
     int piece = 0;
     int64_t due = 0;  // kAmxPieces * (steps done) - steps * (pieces done)
     Drain drain(prev ? *prev : AmxPending{});
-    for (int64_t t = 0; t < taps; ++t) {
-        const uint8_t* at = a + toff[t] * lda;
-        // the weights first, then each position half just before its two products: on an
-        // Emerald Rapids host the loop alone took 0.71-0.95x the time of loading all four
-        // operands first, a whole item 0.91-1.0x (bench/RESULTS.md)
-        for (int64_t cc = 0; cc < chunks; ++cc, w += 2048) {
-            TY_TILE_LOAD(6, w, 64);
-            TY_TILE_LOAD(7, w + 1024, 64);
-            TY_TILE_LOAD(4, at + cc * kAmxK, lda);
-            TY_TILE_DP(0, 4, 6);
-            TY_TILE_DP(1, 4, 7);
-            TY_TILE_LOAD(5, at + 16 * lda + cc * kAmxK, lda);
-            TY_TILE_DP(2, 5, 6);
-            TY_TILE_DP(3, 5, 7);
-            if (!prev) continue;
-            for (due += kAmxPieces; due >= steps; due -= steps) drain_piece(drain, piece++);
-        }
-    }
-}
-
-// amx_rows_item (int8_amx.h): the item loop of the rows form, whose two position halves'
-// operands (a0, a1) lie anywhere and step koff bytes a chunk.
-void TY_ROWS_NAME(const uint8_t* a0, const uint8_t* a1, int64_t lda, int64_t koff,
-                  int64_t chunks, const int8_t* w, const AmxPending* prev) {
-    TY_TILE_ZERO(0);
-    TY_TILE_ZERO(1);
-    TY_TILE_ZERO(2);
-    TY_TILE_ZERO(3);
-    __asm__ volatile("" ::: "memory");  // the operands were written by ordinary stores
-    int piece = 0;
-    int64_t due = 0;  // as in TY_ITEM_NAME
-    Drain drain(prev ? *prev : AmxPending{});
-    for (int64_t cc = 0; cc < chunks; ++cc, w += 2048) {
+    // the weights first, then each position half just before its two products: on an
+    // Emerald Rapids host the loop alone took 0.71-0.95x the time of loading all four
+    // operands first, a whole item 0.91-1.0x (bench/RESULTS.md)
+    for (int64_t s = 0; s < steps; ++s, w += 2048) {
         TY_TILE_LOAD(6, w, 64);
         TY_TILE_LOAD(7, w + 1024, 64);
-        TY_TILE_LOAD(4, a0 + cc * koff, lda);
+        TY_TILE_LOAD(4, a0 + soff[s], lda);
         TY_TILE_DP(0, 4, 6);
         TY_TILE_DP(1, 4, 7);
-        TY_TILE_LOAD(5, a1 + cc * koff, lda);
+        TY_TILE_LOAD(5, a1 + soff[s], lda);
         TY_TILE_DP(2, 5, 6);
         TY_TILE_DP(3, 5, 7);
         if (!prev) continue;
-        for (due += kAmxPieces; due >= chunks; due -= chunks) drain_piece(drain, piece++);
+        for (due += kAmxPieces; due >= steps; due -= steps) drain_piece(drain, piece++);
     }
 }
 
