@@ -23,7 +23,14 @@ def _register_resolvers():
 
 
 def compose(config_name, overrides=()):
-    """The composed config `config_name` (train, eval, bench) with hydra-style overrides."""
+    """The composed config `config_name` (train, eval, bench) with hydra-style overrides.
+    `key=None` is refused: hydra reads None as the string "None" (data.root=None had made a
+    folder ./None); no value is `key=null`."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and value.strip() in ("None", "none"):
+            raise ValueError(f"{item}: hydra reads {value.strip()} as the string "
+                             f"{value.strip()!r}; for no value write {key}=null")
     _register_resolvers()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="tianyuan"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))

@@ -43,3 +43,16 @@ def test_zoo_models_configured():
         cfg = compose("train", [f"model={name}"])
         if cfg.model._target_ == "tianyuan.zoo.get_model":
             assert cfg.model.name in zoo.list_models()
+
+
+def test_none_is_refused_for_null(tmp_path, monkeypatch, capsys):
+    # hydra reads None as the string "None": data.root=None had made a dataset in ./None
+    from tianyuan.trainers import cli
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TIANYUAN_TRACEBACK", raising=False)
+    with pytest.raises(ValueError, match=r"^data\.root=None: .* write data\.root=null$"):
+        compose("eval", ["model=shapesnet", "data=shapes", "data.root=None"])
+    assert compose("eval", ["model=shapesnet", "data=shapes", "data.root=null"]).data.root is None
+    assert cli.main(["eval", "model=shapesnet", "data=shapes", "data.root=none"]) == 2
+    assert "data.root=none: hydra reads none" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
