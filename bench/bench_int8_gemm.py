@@ -2,8 +2,11 @@
 ResNet-like shapes, against the float32 numpy matmul (BLAS) at the same shapes.
 
 GOP/s = 2*M*N*K / time; best of --repeat runs; weights packed once, outside the timing.
-The last line sets the best VNNI figure against the machine's VNNI peak, measured before
-and after the shapes (`kernels.vnni_peak`, a register-only vpdpbusd loop; the larger).
+'+rq' times a `kernels.PreparedLinear` as the int8 Linear keeps it. On the `amx` path the
+s32 GEMM is the VNNI kernel's, and the requantized one runs on AMX tiles where it takes them
+(K a multiple of 64, N of 32, M and M*N*K past its thresholds). The last lines set the best VNNI figure against the
+machine's VNNI peak and the best amx+rq one against its AMX peak, each measured before and
+after the shapes (`kernels.vnni_peak`, `kernels.amx_peak`: register-only loops; the larger).
 
     python bench/bench_int8_gemm.py [--repeat 5] [--threads 2]
 """
@@ -13,6 +16,7 @@ import time
 import numpy as np
 
 import tianyuan as ty
+from tianyuan import _C
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 
@@ -49,8 +53,8 @@ def bench_shape(m, n, k, repeat, isas):
     for isa in isas:
         ty.set_isa(isa)
         row[isa] = ops / best_time(lambda: K.gemm(a, 3, packed), repeat)
-        row[isa + "+rq"] = ops / best_time(
-            lambda: K.linear(a, 3, packed, bias, mult, shift, 0, True, np.uint8), repeat)
+        prepared = K.PreparedLinear(packed, bias, mult, shift, 0, True, np.uint8)  # as kept
+        row[isa + "+rq"] = ops / best_time(lambda: prepared(a, 3), repeat)
     af, wf = a.astype(np.float32), w.astype(np.float32).T.copy()
     row["f32 numpy"] = ops / best_time(lambda: af @ wf, repeat)
     return row
@@ -65,6 +69,7 @@ def main():
     original, isas = ty.current_isa(), ty.available_isas()
     # the same threads, before numpy's BLAS (its spinning workers would share the cores)
     peak = K.vnni_peak() / 1e9 if "vnni" in isas else None
+    amx_peak = K.amx_peak() / 1e9 if "amx" in isas and _C.cpu_features()["os_amx"] else None
     rows = []
     try:
         for name, m, n, k in SHAPES:
@@ -81,6 +86,11 @@ def main():
         best = max(row[c] for *_, row in rows for c in row if c.startswith("vnni"))
         print(f"VNNI peak {peak:.0f} GOP/s (register-only vpdpbusd loop); the best vnni "
               f"figure above is {100 * best / peak:.0f} % of it")
+    if amx_peak is not None:
+        amx_peak = max(amx_peak, K.amx_peak() / 1e9)
+        best = max(row["amx+rq"] for *_, row in rows)
+        print(f"AMX peak {amx_peak:.0f} GOP/s (register-only TDPBUSD loop); the best amx+rq "
+              f"figure above (AMX tiles) is {100 * best / amx_peak:.0f} % of it")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ class PackedWeight:
         self.shape, self.groups = tuple(w.shape), int(groups)
         self.depthwise = w.ndim == 4 and groups > 1 and w.shape[1] == 1
         self._w4 = w if w.ndim == 4 and groups == 1 else None
-        self._amx, self._narrow, self._nhwc = None, None, None
+        self._w2 = w if w.ndim == 2 else None
+        self._amx, self._narrow, self._nhwc, self._conv = None, None, None, None
         if self.depthwise:
             self.raw, self.packed, self.row_sums = w, None, None
         else:
@@ -55,6 +56,8 @@ class PackedWeight:
         self.__dict__.pop("narrow", None)  # a bool before the narrow form replaced it
         self.__dict__.setdefault("_narrow", None)
         self.__dict__.setdefault("_nhwc", None)
+        self.__dict__.setdefault("_w2", None)
+        self.__dict__.setdefault("_conv", None)
         for key in ("packed", "_amx", "_nhwc"):
             if getattr(self, key, None) is not None:
                 setattr(self, key, _aligned(getattr(self, key)))
@@ -75,6 +78,14 @@ class PackedWeight:
                 self.shape[0] % 32 == 0):
             self._amx = _aligned(_C.int8_pack_conv_weights_amx(self._w4))
         return self._amx
+
+    @property
+    def as_conv(self):
+        """A linear weight (N, K) packed as that of a 1x1 convolution (N, K, 1, 1), made on
+        first use (PreparedLinear's AMX path); None for conv weights."""
+        if self._conv is None and self._w2 is not None:
+            self._conv = PackedWeight(self._w2.reshape(self._w2.shape + (1, 1)))
+        return self._conv
 
     @property
     def nhwc(self):
@@ -107,7 +118,8 @@ class PackedWeight:
         extra = [a for a in (self._amx, self._nhwc) + (self._narrow or ())
                  if a is not None and a is not self.packed]
         return (self.raw.nbytes if self.depthwise
-                else self.packed.nbytes + self.row_sums.nbytes + sum(a.nbytes for a in extra))
+                else self.packed.nbytes + self.row_sums.nbytes + sum(a.nbytes for a in extra) +
+                (self._conv.nbytes if self._conv is not None else 0))
 
 
 def _aligned(a):
@@ -185,26 +197,60 @@ def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype):
     return _C.int8_requantize(acc, b, m, s, int(zero_point), bool(relu), _signed(dtype))
 
 
+# PreparedLinear on the amx ISA runs the GEMM on AMX tiles from this many rows (M) and
+# multiply-adds (M N K) on: below them the VNNI GEMM's shorter call wins. At N = K = 1024 the
+# tiles took 0.74x the VNNI time at M = 8, 0.30-0.39x from 16 on (1.18x at M = 4); at N = K = 64
+# 0.97x at M = 64 (262 k multiply-adds), 0.51x at 256 (bench/RESULTS.md, 2026-12-07).
+AMX_LINEAR_MIN_ROWS = 8
+AMX_LINEAR_MIN_MACS = 1 << 19
+
+
 class PreparedLinear:
     """An int8 linear with its per-channel int32 parameters converted once (they had cost
-    10 of a 14 us call), so a call is one native call: `PreparedLinear(...)(x, zp)`."""
+    10 of a 14 us call), so a call is one native call: `PreparedLinear(...)(x, zp)`.
 
-    def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype):
+    Made on the amx ISA (and amx=True), where the AMX planes kernel takes the weights (K a
+    multiple of 64, N of 32), a uint8 x of AMX_LINEAR_MIN_ROWS rows and AMX_LINEAR_MIN_MACS
+    multiply-adds or more runs there instead: x (M, K) is, as it lies, the channels-last
+    (1, K, M, 1) input of a 1x1 convolution, whose channels-last (1, N, M, 1) result is (M, N)
+    as it lies (the same bits). That convolution is prepared on the first call it takes (2.7
+    ms for 512 x 4608 weights); `linear`, one call, keeps the VNNI GEMM (amx=False)."""
+
+    def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype, amx=True):
         self.packed = packed
+        self._args = (bias, multiplier, shift, out_zero_point, relu, dtype)
         self._tail = (*_params(packed.shape[0], bias, multiplier, shift), int(out_zero_point),
                       bool(relu), _signed(dtype))
+        n, k = packed.shape if len(packed.shape) == 2 else (0, 0)
+        self._amx = amx and _C.current_isa() == "amx" and n % 32 == 0 and k % 64 == 0 and n > 0
+        self._conv = None
+
+    def takes_amx(self, x):
+        """Whether x (M, K) runs on the AMX tiles."""
+        m, (n, k) = x.shape[0], self.packed.shape
+        return (self._amx and x.dtype == np.uint8 and m >= AMX_LINEAR_MIN_ROWS and
+                m * n * k >= AMX_LINEAR_MIN_MACS)
 
     def __call__(self, x, x_zero_point):
         """x u8/s8 (M, K) C-contiguous -> (M, N)."""
         p = self.packed
         _check_linear("linear", x, p)
+        if self.takes_amx(x):
+            if self._conv is None:
+                self._conv = PreparedConv(p.as_conv, *self._args)
+            (m, k), n = x.shape, p.shape[0]
+            y = self._conv(x.reshape(1, m, 1, k).transpose(0, 3, 1, 2), x_zero_point)
+            return y.transpose(0, 2, 3, 1).reshape(m, n)
         return _C.int8_linear(x, int(x_zero_point), p.packed, p.row_sums, p.shape[0],
                               *self._tail)
 
 
 def linear(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu, dtype):
-    """x u8/s8 (M, K), packed W (N, K) -> dtype (M, N); requant per output channel."""
-    prepared = PreparedLinear(packed, bias, multiplier, shift, out_zero_point, relu, dtype)
+    """x u8/s8 (M, K), packed W (N, K) -> dtype (M, N); requant per output channel. One call:
+    the GEMM of the ISA's VNNI (or narrower) kernel; a `PreparedLinear`, kept, also runs on
+    AMX tiles."""
+    prepared = PreparedLinear(packed, bias, multiplier, shift, out_zero_point, relu, dtype,
+                              amx=False)
     return prepared(_input(x), x_zero_point)
 
 

@@ -46,6 +46,36 @@ def test_linear(m, n, k, relu, in_dtype, in_zp, out_dtype, out_zp):
     check_quant(lambda: K.linear(x, in_zp, packed, *args), lambda: R.linear(x, in_zp, w, *args))
 
 
+# (M, N, K, on AMX tiles for a uint8 x on the amx ISA): past PreparedLinear's thresholds (8
+# rows, 2 ** 19 multiply-adds) where K is a multiple of 64 and N of 32 (odd rows: a position
+# block in part), then shapes just short of one condition each
+AMX_LINEAR = [(8, 64, 1024, True), (9, 96, 640, True), (33, 32, 512, True), (200, 64, 64, True),
+              (1030, 32, 64, True), (7, 64, 1024, False), (64, 64, 64, False),
+              (40, 48, 1024, False), (40, 64, 1000, False)]
+
+
+@pytest.mark.parametrize("m,n,k,amx", AMX_LINEAR)
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("in_dtype,in_zp,out_dtype,out_zp",
+                         [(np.uint8, 128, np.uint8, 77), (np.uint8, 3, np.int8, -5),
+                          (np.int8, 0, np.uint8, 250)])
+def test_linear_on_amx_tiles(m, n, k, amx, relu, in_dtype, in_zp, out_dtype, out_zp):
+    rng = np.random.default_rng(m + n + k)
+    x, w = _act(rng, (m, k), in_dtype), _act(rng, (n, k), np.int8)
+    bias, mult, shift = _channel_params(rng, n)
+    packed = K.pack_weights(w)
+    args = (bias, mult, shift, out_zp, relu, out_dtype)
+    takes = []
+
+    def native():
+        prepared = K.PreparedLinear(packed, *args)
+        takes.append((ty.current_isa(), prepared.takes_amx(x)))
+        return prepared(x, in_zp)
+    check_quant(native, lambda: R.linear(x, in_zp, w, *args))
+    amx = amx and in_dtype == np.uint8
+    assert takes == [(isa, isa == "amx" and amx) for isa, _ in takes]
+
+
 def test_linear_per_tensor_scalars_broadcast():
     rng = np.random.default_rng(5)
     x, w = _act(rng, (4, 9), np.uint8), _act(rng, (5, 9), np.int8)
