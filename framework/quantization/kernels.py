@@ -387,10 +387,15 @@ class PreparedAdd:
 
 
 def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):
-    """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers."""
+    """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers.
+    Channels-last in, channels-last out, as `PreparedAdd` (C-contiguous copies of both had
+    made a 16 x 64 x 56 x 56 add 3.6 ms where it takes 0.36)."""
     prepared = PreparedAdd(a_zero_point, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
                            dtype)
-    return prepared(_input(a), _input(b))
+    a, b = np.asarray(a), np.asarray(b)
+    qrange(a.dtype)
+    qrange(b.dtype)
+    return prepared(a, b)
 
 
 class PreparedConcat:

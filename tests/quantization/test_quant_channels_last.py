@@ -73,9 +73,12 @@ def test_add_channels_last(layouts):
     a, b = (rng.integers(0, 256, (2, 12, 5, 6)).astype(np.uint8) for _ in range(2))
     ma, mb, shift = R.add_multipliers(0.03, 0.05, 0.06)
     add = K.PreparedAdd(100, 7, ma, mb, shift, 9, True, np.uint8)
-    got = add(*(K.to_channels_last(v) if cl else v for v, cl in zip((a, b), layouts)))
-    assert K.is_channels_last(got) and not got.flags.c_contiguous
-    np.testing.assert_array_equal(got, R.add(a, 100, b, 7, ma, mb, shift, 9, True, np.uint8))
+    inputs = [K.to_channels_last(v) if cl else v for v, cl in zip((a, b), layouts)]
+    expected = R.add(a, 100, b, 7, ma, mb, shift, 9, True, np.uint8)
+    for got in (add(*inputs), K.add(inputs[0], 100, inputs[1], 7, ma, mb, shift, 9, True,
+                                    np.uint8)):
+        assert K.is_channels_last(got) and not got.flags.c_contiguous
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_carries_channels_last():
