@@ -15,6 +15,9 @@ from tianyuan.quantization.layout import is_channels_last, to_channels_last
 # strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images; at
 # stride 2 both column phases from one pass (rows of 1, 2 and 3 blocks of 64 padded columns,
 # odd padded widths, padding on one side) and only the even ones (dilation 2, a 1x1 layer).
+# Blocks of at most 24 KB of weights in groups past 32 KB pass windows of 16 position blocks
+# a channel block: 64 -> 64 channels over 40 position blocks (windows of 16, 16, 8; the second
+# thread starting inside the second); 512 channels: two groups, the last of one block.
 AMX_CASES = [
     (1, 64, 5, 5, 32, 3, 3, 1, 1, 1, 1),
     (2, 64, 9, 11, 64, 3, 3, 2, 1, 1, 1),
@@ -27,6 +30,8 @@ AMX_CASES = [
     (1, 64, 4, 70, 32, 3, 3, 1, 1, 1, 1),
     (1, 64, 3, 140, 32, 3, 3, 3, 1, 1, 1),
     (1, 64, 5, 131, 32, 1, 1, 2, 0, 1, 1),
+    (2, 64, 20, 30, 64, 3, 3, 1, 1, 1, 1),
+    (1, 512, 4, 5, 128, 3, 3, 1, 1, 1, 1),
 ]
 # The store requantizes 16 channels at once, on s32 lanes where every shift is >= 32, else on
 # s64 ones: scales whose shifts are 29-31 and 32-42 side by side in one 16-channel block.
