@@ -199,7 +199,7 @@ def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype):
 
 # PreparedLinear on the amx ISA runs the GEMM on AMX tiles from this many rows (M) and
 # multiply-adds (M N K) on: below them the VNNI GEMM's shorter call wins. At N = K = 1024 the
-# tiles took 0.74x the VNNI time at M = 8, 0.30-0.39x from 16 on (1.18x at M = 4); at N = K = 64
+# tiles took 0.74x the VNNI time at M = 8, 0.28-0.39x from 16 on (1.18x at M = 4); at N = K = 64
 # 0.97x at M = 64 (262 k multiply-adds), 0.51x at 256 (bench/RESULTS.md, 2026-12-07).
 AMX_LINEAR_MIN_ROWS = 8
 AMX_LINEAR_MIN_MACS = 1 << 19
