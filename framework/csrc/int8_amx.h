@@ -82,7 +82,7 @@ void amx_rows_weights(const int8_t* packed, int64_t oc, int64_t c, int64_t kh, i
 void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_t* wrows,
                      const int32_t* bias, const Requant& r, uint8_t* out, bool emulate);
 // Whether the real tiles give the emulated tiles' bits, both algorithms' and the rows form's
-// (checked once per process; false where the OS grants no AMX).
+// (checked once per process; false where the OS grants no AMX; int8_amx_check.cpp).
 bool amx_verified();
 
 // An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
