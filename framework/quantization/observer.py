@@ -9,7 +9,7 @@ Range -> quantization parameters (`qparams_from_range`), with 0 always represent
 - symmetric: ``scale = max(|min|, |max|) / 127`` (int8, zero point 0; uint8, zero point 128),
   so the int8 grid is [-127, 127] and weights never use -128; with `reduce_range`, ``/ 63``:
   the 7-bit grid [-63, 63] (ONNX Runtime's `reduce_range`), which AVX2 CPUs without VNNI
-  convolve faster (`kernels.PackedWeight.narrow`) at half the weights' resolution;
+  convolve faster (`packing.PackedWeight.narrow`) at half the weights' resolution;
 - asymmetric: ``scale = (max - min) / (qmax - qmin)``, ``zp = qmin - round(min / scale)``.
 
 Per channel when `ch_axis` is set (weights: axis 0, one scale per output channel).

@@ -92,7 +92,7 @@ lsq_qconfig = QConfig(make_weight_observer, MovingAverageMinMaxObserver,
                       LSQFakeQuantize, LSQFakeQuantize)
 # weights on the 7-bit grid [-63, 63] (ONNX Runtime's reduce_range): on AVX2 CPUs without
 # VNNI every convolution but the depthwise ones then runs the faster exact tile
-# (kernels.PackedWeight.narrow)
+# (packing.PackedWeight.narrow)
 reduce_range_qconfig = QConfig(partial(make_weight_observer, reduce_range=True),
                                MovingAverageMinMaxObserver, FakeQuantize, FakeQuantize)
 calibration_reduce_range_qconfig = QConfig(partial(make_weight_observer, reduce_range=True),

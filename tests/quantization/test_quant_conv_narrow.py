@@ -7,6 +7,7 @@ from helpers import check_quant, guarded_copy
 
 from tianyuan import available_isas
 from tianyuan.quantization import kernels as K
+from tianyuan.quantization import packing
 from tianyuan.quantization import reference as R
 
 # The narrow form (framework/csrc/int8_cgemm.h, NarrowWeights): the AVX2 tile without VNNI
@@ -34,7 +35,7 @@ def _narrow(rng, wt, x, in_dtype, bits):
 def test_conv2d_narrow_form(case, algorithm, in_dtype, in_zp, relu, bits, monkeypatch):
     if algorithm == "direct" and (case[1] // case[10]) % 4:
         pytest.skip("direct needs C/groups divisible by 4")
-    monkeypatch.setattr(K, "NARROW_MAX_RESIDUAL", 1.0)  # whatever the residual costs
+    monkeypatch.setattr(packing, "NARROW_MAX_RESIDUAL", 1.0)  # whatever the residual costs
     rng = np.random.default_rng(sum(np.ravel(case[:7])) + 13)
     x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, in_dtype)
     wt, x = _narrow(rng, wt, x, in_dtype, bits)
@@ -55,7 +56,7 @@ def test_conv2d_narrow_tails(n, width, oc, bits, monkeypatch):
     one): steps of 16 and 8 positions and the few-position kernel (tile6_few) for the last
     1-4, over channel blocks of 6 and shorter, with and without a residual; blocks that span
     images too."""
-    monkeypatch.setattr(K, "NARROW_MAX_RESIDUAL", 1.0)
+    monkeypatch.setattr(packing, "NARROW_MAX_RESIDUAL", 1.0)
     rng = np.random.default_rng(width * 31 + oc + bits + n)
     case = (n, 8, 1, width, oc, 3, 3, 1, 1, 1, 1)
     x, wt, bias, mult, shift, geom, groups = conv_case(rng, case, np.uint8)
