@@ -136,7 +136,7 @@ class QuantReport:
                 row["output_sqnr_db"], layers[name] = sensitivity(float_model, model, example,
                                                                   groups)
             rows.append(row)
-        return cls(rows, layers, info, worst)
+        return cls(rows, layers, {**dict(info or {}), "input_size": list(input_size)}, worst)
 
     def worst_layers(self):
         """[{"model", "layer", "float_layer", "sqnr_db"}]: the `worst` lowest-SQNR layers of
@@ -150,6 +150,11 @@ class QuantReport:
                    ["drop"] + [c for c in first if c.startswith("ms_batch")] + ["size_kb"] +
                    (["output_sqnr_db"] if self.sensitivity else []))
         text = format_table(self.rows, columns, title="\nquantization report")
+        if "input_size" in self.info:
+            pre = self.info.get("preprocessing") or {}
+            used = ", ".join(f"{k} {v}" for k, v in pre.items() if k != "source")
+            text += (f"\ninput {' x '.join(map(str, self.info['input_size']))}"
+                     + (f"; preprocessing ({pre.get('source', 'given')}): {used}" if pre else ""))
         if self.sensitivity:
             text += "\n" + format_table(self.worst_layers(), title=(
                 f"\nper-layer sensitivity: the {self.worst} lowest-SQNR int8 layers "

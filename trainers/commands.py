@@ -12,6 +12,7 @@ import os
 import sys
 
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 import tianyuan as ty
 from tianyuan import distributed as dist
@@ -23,7 +24,7 @@ from tianyuan.evaluation.report import format_table, write_json
 
 from .checkpoint import model_weights
 from .classification import classification_dataset
-from .config import compose, to_dict, usage, use_threads
+from .config import CONF_DIR, compose, to_dict, usage, use_threads
 
 
 def _card(model_cfg):
@@ -49,14 +50,56 @@ def build_model(model_cfg, weights=None, num_classes=None):
     return model
 
 
-def _preprocessing(cfg, card):
+PRE_KEYS = ("resize", "image_size", "mean", "std")
+
+
+def _data_preprocessing(data):
+    return {"resize": data.resize, "crop": data.image_size,
+            "mean": tuple(float(m) for m in data.mean), "std": tuple(float(s) for s in data.std)}
+
+
+def _data_set_by_user(data):
+    """Whether the data config's resize/image_size/mean/std differ from its kind's defaults
+    (trainers/conf/data/{kind}.yaml): set on the command line or by a recipe."""
+    path = os.path.join(CONF_DIR, "data", f"{data.kind}.yaml")
+    if not os.path.exists(path):
+        return True
+    ours = OmegaConf.to_container(data, resolve=True)
+    defaults = OmegaConf.to_container(OmegaConf.load(path))
+    return any(ours.get(key) != defaults.get(key) for key in PRE_KEYS)
+
+
+def _describe(pre):
+    mean = ", ".join(f"{m:g}" for m in pre["mean"])
+    std = ", ".join(f"{s:g}" for s in pre["std"])
+    return f"resize {pre['resize']}, crop {pre['crop']}, mean ({mean}), std ({std})"
+
+
+def choose_preprocessing(cfg, card, command="eval"):
+    """(eval_transform kwargs, source) for eval and quantize. `preprocessing=auto`: the data
+    config's where the user set any of data.resize/image_size/mean/std (or the data has no
+    card to follow: cifar10, shapes, a model without a card), else the model card's. Where
+    the two disagree, one line says which was taken and how to take the other."""
     data = cfg.data
-    if cfg.preprocessing == "auto" and card is not None and data.kind in ("imagenet", "folder"):
-        return card_preprocessing(card), "model card"
-    if cfg.preprocessing not in ("auto", "data"):
-        raise ValueError(f"eval: preprocessing must be 'auto' or 'data', got {cfg.preprocessing!r}")
-    return {"resize": data.resize, "crop": data.image_size, "mean": tuple(data.mean),
-            "std": tuple(data.std)}, "data config"
+    if cfg.preprocessing not in ("auto", "data", "card"):
+        raise ValueError(f"{command}: preprocessing must be 'auto', 'data' or 'card', got "
+                         f"{cfg.preprocessing!r}")
+    own = _data_preprocessing(data)
+    if card is None or data.kind not in ("imagenet", "folder"):
+        if cfg.preprocessing == "card":
+            raise ValueError(f"{command}: preprocessing=card, but {data.kind} data takes "
+                             "its own preprocessing (no model card applies)")
+        return own, "data config"
+    theirs = card_preprocessing(card)
+    if cfg.preprocessing == "data" or (cfg.preprocessing == "auto" and _data_set_by_user(data)):
+        pre, source, other, switch = own, "data config", theirs, "card"
+    else:
+        pre, source, other, switch = theirs, "model card", own, "data"
+    if _describe(pre) != _describe(other) and cfg.preprocessing == "auto":
+        print(f"{command}: preprocessing from the {source} ({_describe(pre)}); the "
+              f"{'data config' if switch == 'data' else 'model card'} says "
+              f"{_describe(other)}: preprocessing={switch} takes that one", flush=True)
+    return pre, source
 
 
 def evaluate(cfg):
@@ -65,7 +108,7 @@ def evaluate(cfg):
     process 0 reports."""
     rank, world = dist.rank(), dist.world_size()
     use_threads(cfg.num_threads)
-    pre, source = _preprocessing(cfg, _card(cfg.model))
+    pre, source = choose_preprocessing(cfg, _card(cfg.model))
     data = cfg.data
     dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),
                                      data.get("synthetic"))
@@ -147,4 +190,4 @@ def bench_main(argv=None):
     return 0
 
 
-__all__ = ["bench", "bench_main", "build_model", "eval_main", "evaluate", "to_dict"]
+__all__ = ["bench", "bench_main", "build_model", "choose_preprocessing", "eval_main", "evaluate", "to_dict"]

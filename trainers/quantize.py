@@ -30,7 +30,7 @@ from tianyuan.datasets import DataLoader
 from tianyuan.evaluation import QuantReport, eval_transform, evaluate_classification
 
 from .classification import classification_dataset, prepare_qat
-from .commands import _card, _preprocessing, build_model
+from .commands import _card, build_model, choose_preprocessing
 from .config import compose, usage, use_threads
 from .train import GROUPS, build
 
@@ -87,7 +87,7 @@ def run(cfg):
         raise ValueError("quantize: runs in one process; for data-parallel QAT use "
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
     use_threads(cfg.num_threads)
-    pre, source = _preprocessing(cfg, _card(cfg.model))
+    pre, source = choose_preprocessing(cfg, _card(cfg.model), "quantize")
     calib, val = _loaders(cfg, pre)
     model = build_model(cfg.model, cfg.weights).eval()
     int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),

@@ -30,7 +30,9 @@ def test_quantize_prints_report_and_writes_json(shapes_root, tmp_path, capsys):
         graph = ty.runtime.load(tmp_path / "export" / f"{method}.graph")
         assert graph.input_specs[0][0][0] == 2 and all(s.native for s in graph.steps)
     assert "quantization report" in text and "per-layer sensitivity" in text
+    assert "input 3 x 32 x 32; preprocessing (data config)" in text
     report = json.load(open(out))
+    assert report["input_size"] == [3, 32, 32]
     assert {"model", "method", "rows", "worst_layers", "sensitivity", "ptq", "qat"} <= set(report)
     assert [r["model"] for r in report["rows"]] == ["float", "ptq", "qat"]
     for row in report["rows"]:
