@@ -1,9 +1,9 @@
 """Graph passes: `trace(model, x, fuse=True)` folds each float conv's batch norm and
 activation into the conv (quantization.fuse on a copy of the model, then traced again).
 
-A group is a float Conv2d whose result only a BatchNorm2d reads, then optionally a ReLU or
-ReLU6 that alone reads the batch norm's result (or the ReLU straight after the conv), none of
-them called anywhere else and no intermediate a result of the graph. The fused graph gives
+A group is a float Conv2d whose result only a BatchNorm2d (or FrozenBatchNorm2d) reads, then
+optionally a ReLU or ReLU6 that alone reads the batch norm's result (or the ReLU straight after
+the conv), none of them called anywhere else and no intermediate a result of the graph. The fused graph gives
 the fused copy's result bit for bit and the model's within float rounding (checked).
 """
 import copy
@@ -42,7 +42,7 @@ def fusion_groups(graph):
         if type(step.module) is not nn.Conv2d or calls[id(step.module)] != 1:
             continue
         group = [step]
-        bn = sole_reader(step, (nn.BatchNorm2d,))
+        bn = sole_reader(step, (nn.BatchNorm2d, nn.FrozenBatchNorm2d))
         if bn is not None:
             group.append(bn)
         act = sole_reader(group[-1], _ACTIVATIONS)

@@ -15,8 +15,8 @@ from .conv import Conv2d, ConvTranspose2d
 from .linear import Linear
 from .misc import ChannelShuffle, Dropout, Flatten, Identity
 from .module import IncompatibleKeys, Module, RemovableHandle
-from .norm import (BatchNorm1d, BatchNorm2d, SyncBatchNorm2d, batch_norm_act,
-                   convert_sync_batchnorm)
+from .norm import (BatchNorm1d, BatchNorm2d, FrozenBatchNorm2d, SyncBatchNorm2d,
+                   batch_norm_act, convert_frozen_batchnorm, convert_sync_batchnorm)
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

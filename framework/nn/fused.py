@@ -20,6 +20,12 @@ SHORT_NAMES = {"Conv2d": "Conv", "BatchNorm2d": "Bn", "ReLU": "ReLU", "ReLU6": "
                "Linear": "Linear"}
 
 
+def part_name(module):
+    """The class name `module` fuses as: its own, or its class's `fuse_as` (a
+    FrozenBatchNorm2d fuses as a BatchNorm2d whose statistics never change)."""
+    return getattr(type(module), "fuse_as", type(module).__name__)
+
+
 def fused_name(names):
     """Class names ['Conv2d', 'BatchNorm2d', 'ReLU'] -> 'ConvBnReLU2d'; ['Linear', 'ReLU'] ->
     'LinearReLU'."""
@@ -41,7 +47,7 @@ class Fused(Sequential):
     graph_leaf = True   # jit.trace records it as one step (its children are its parts)
 
     def __init__(self, *modules):
-        got = tuple(type(m).__name__ for m in modules)
+        got = tuple(part_name(m) for m in modules)
         if got != self.parts:
             raise TypeError(f"{type(self).__name__}: expected modules {self.parts}, got {got}")
         super().__init__(*modules)
@@ -119,7 +125,8 @@ def _frozen_affine(fused):
     mean, var = bn._buffers.get("running_mean"), bn._buffers.get("running_var")
     if mean is None or var is None:
         return None
-    weight, bias = (bn._parameters.get(k) for k in ("weight", "bias"))
+    # a BatchNorm2d's affine is parameters, a FrozenBatchNorm2d's buffers
+    weight, bias = (bn._parameters.get(k, bn._buffers.get(k)) for k in ("weight", "bias"))
     scale, shift = eval_affine_arrays(conv._parameters["weight"].dtype, mean.data, var.data,
                                       None if weight is None else weight.data,
                                       None if bias is None else bias.data, bn.eps, shift)

@@ -284,7 +284,9 @@ class Module:
         expected = self._state_tensors(OrderedDict(), "")
         lazy = {k: v for k, v in self._lazy_state().items() if k in state_dict}
         missing = [k for k in expected if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in expected and k not in lazy]
+        ignored = self._ignored_on_load()
+        unexpected = [k for k in state_dict
+                      if k not in expected and k not in lazy and k not in ignored]
         given = {k: np.shape(_array_of(state_dict[k])) for k in expected if k in state_dict}
         mismatched = [(k, given[k], t.shape) for k, t in expected.items()
                       if k in given and given[k] != t.shape and k not in lazy]
@@ -303,6 +305,13 @@ class Module:
         for module in self.modules():
             module._state_loaded()
         return IncompatibleKeys(missing, unexpected)
+
+    def _ignored_on_load(self):
+        """Dotted names load_state_dict accepts and drops: each module's `ignored_on_load`
+        (FrozenBatchNorm2d takes a BatchNorm2d's state less its num_batches_tracked)."""
+        return {f"{prefix}.{name}" if prefix else name
+                for prefix, module in self.named_modules()
+                for name in getattr(module, "ignored_on_load", ())}
 
     def _state_loaded(self):
         """Called on every module after load_state_dict has copied the state in: a module

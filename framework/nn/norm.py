@@ -1,5 +1,6 @@
 """BatchNorm1d / BatchNorm2d with PyTorch's state: weight, bias, running_mean, running_var,
-num_batches_tracked (int64, 0-d)."""
+num_batches_tracked (int64, 0-d); FrozenBatchNorm2d, the same affine held fixed (detection
+backbones)."""
 import numpy as np
 
 from .. import functional as F
@@ -130,6 +131,71 @@ def convert_sync_batchnorm(model):
         elif child is not None:
             convert_sync_batchnorm(child)
     return model
+
+
+class FrozenBatchNorm2d(Module):
+    """BatchNorm2d with its statistics and affine fixed (torchvision.ops.FrozenBatchNorm2d):
+    y = (x - running_mean) / sqrt(running_var + eps) * weight + bias, in training too.
+    All four are buffers, so nothing is trained and the names are BatchNorm2d's less
+    `num_batches_tracked`, which a loaded BatchNorm2d state dict may carry (dropped).
+    Detection backbones use it where a few images per batch would make batch statistics
+    noise. `quantization.fuse` folds it into the conv before it as it folds a BatchNorm2d
+    (`fuse_as`); QAT's ConvBn2d then always folds with these fixed statistics.
+
+    >>> bn = FrozenBatchNorm2d(8)
+    >>> sorted(bn.state_dict())
+    ['bias', 'running_mean', 'running_var', 'weight']
+    """
+    fuse_as = "BatchNorm2d"
+    ignored_on_load = ("num_batches_tracked",)
+
+    def __init__(self, num_features, eps=1e-5):
+        super().__init__()
+        self.num_features, self.eps = int(num_features), eps
+        for name, fill in (("weight", 1.0), ("bias", 0.0), ("running_mean", 0.0),
+                           ("running_var", 1.0)):
+            self.register_buffer(name, Tensor(np.full(self.num_features, fill, np.float32)))
+
+    def forward(self, x):
+        if x.ndim != 4 or x.shape[1] != self.num_features:
+            raise ValueError(f"FrozenBatchNorm2d: expected (N, {self.num_features}, H, W), got "
+                             f"shape {tuple(x.shape)}")
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            False, 0.0, self.eps)
+
+    @classmethod
+    def from_batchnorm(cls, bn):
+        """A FrozenBatchNorm2d holding a copy of `bn`'s statistics and affine (1 and 0 where
+        it has none)."""
+        if bn.running_mean is None:
+            raise ValueError(f"FrozenBatchNorm2d: {bn!r} keeps no running statistics to freeze "
+                             "(track_running_stats=False)")
+        frozen = cls(bn.num_features, bn.eps)
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            value = getattr(bn, name)
+            if value is not None:
+                frozen._buffers[name].data[...] = value.data
+        return frozen.train(bn.training)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}"
+
+
+def convert_frozen_batchnorm(module):
+    """Every BatchNorm2d (and SyncBatchNorm2d) of `module` swapped, in place, for a
+    FrozenBatchNorm2d holding a copy of its state; returns the module (a new
+    FrozenBatchNorm2d where `module` is itself a BatchNorm2d).
+
+    >>> net = convert_frozen_batchnorm(Sequential(Conv2d(3, 8, 3), BatchNorm2d(8)))
+    >>> type(net[1]).__name__
+    'FrozenBatchNorm2d'
+    """
+    if isinstance(module, BatchNorm2d):
+        return FrozenBatchNorm2d.from_batchnorm(module)
+    for name, child in list(module._modules.items()):
+        if child is not None:
+            module._modules[name] = convert_frozen_batchnorm(child)
+    return module
 
 
 def fused_clamp(bn, act):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import nn
 from ..autograd import no_grad
-from ..nn.fused import fused_name
+from ..nn.fused import fused_name, part_name
 from .fake_quant import FakeQuantize
 from .observer import Observer
 from .qarray import dequantize_tensor
@@ -51,7 +51,7 @@ def fuse(model, groups):
         modules = [model.get_submodule(name) for name in group]
         if any(_disabled(m) for m in modules):
             continue
-        cls = getattr(nn.fused, fused_name([type(m).__name__ for m in modules]), None)
+        cls = getattr(nn.fused, fused_name([part_name(m) for m in modules]), None)
         if cls is None or len(group) < 2:
             raise ValueError(f"fuse: cannot fuse group {group} "
                              f"({[type(m).__name__ for m in modules]})")

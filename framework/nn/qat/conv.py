@@ -11,7 +11,8 @@ BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
   the folded output by ``sqrt(running_var + eps) / sqrt(batch_var + eps)`` plus the batch
   shift, so training is stable while the weight quantization is the deployed one;
 - eval: ``y = conv(x, fq(W * f)) + beta + (b - running_mean) * f``, exactly what
-  `nn.quantized.ConvBn2d` computes in int8 (weights ``W * f``, bias folded).
+  `nn.quantized.ConvBn2d` computes in int8 (weights ``W * f``, bias folded). A
+  FrozenBatchNorm2d's statistics never change, so with one the eval form trains too.
 """
 import numpy as np
 
@@ -19,6 +20,8 @@ from ... import functional as F
 from ...ops import norm as N
 from ...tensor import Tensor
 from .. import conv as float_conv
+from ..fused import part_name
+from ..norm import FrozenBatchNorm2d
 from .module import QATModule
 
 
@@ -59,7 +62,7 @@ class ConvReLU62d(Conv2d):
 
 class ConvBn2d(Conv2d):
     def attach_fused(self, parts):
-        if len(parts) < 1 or type(parts[0]).__name__ != "BatchNorm2d":
+        if len(parts) < 1 or part_name(parts[0]) != "BatchNorm2d":
             raise TypeError(f"{type(self).__name__}: expected a BatchNorm2d after the conv")
         super().attach_fused(parts[1:])
         self.bn = parts[0]
@@ -87,8 +90,8 @@ class ConvBn2d(Conv2d):
         return w, (b if bn.bias is None else b + bn.bias)
 
     def forward(self, x):
-        if not self.training:
-            return super().forward(x)
+        if not self.training or isinstance(self.bn, FrozenBatchNorm2d):
+            return super().forward(x)   # folded with the running statistics
         f = self._factor()
         w = self.fake_quant_weight(self._scaled_weight(f))
         y = self.conv(x, w, None)                                 # (N, OC, H, W), unscaled
