@@ -1,7 +1,8 @@
 """Metrics, quantization reports and speed/memory measurement."""
 
 from .benchmark import benchmark, compare_latency
-from .classification import (card_preprocessing, eval_transform, evaluate_classification,
-                             topk_correct)
+from .classification import (ClassificationEvaluator, card_preprocessing, eval_transform,
+                             evaluate_classification, topk_correct)
+from .evaluator import Evaluator, inference
 from .report import format_table, write_json
 from .quant_report import QuantReport, sensitivity, sqnr_db

@@ -4,14 +4,13 @@
 >>> loader = DataLoader(ImageNet(root, "val", eval_transform(**pre)), batch_size=100)
 >>> evaluate_classification(model, loader)          # {"top1": 69.76, "top5": 89.08, ...}
 """
-import time
 import warnings
 
 import numpy as np
-from tqdm import tqdm
 
-import tianyuan as ty
 from tianyuan.datasets import transforms as T
+
+from .evaluator import Evaluator, inference
 
 
 def topk_correct(logits, labels, topk=(1, 5)):
@@ -47,34 +46,45 @@ def card_preprocessing(card):
             "std": tuple(float(s) * scale for s in pre["std"])}
 
 
+class ClassificationEvaluator(Evaluator):
+    """Top-k accuracy (%) of logits (N, C) against batch["label"] (N,); a row with a NaN or
+    infinite logit counts as wrong and is counted in "nonfinite"."""
+
+    name = "classification"
+
+    def __init__(self, topk=(1, 5)):
+        super().__init__()
+        self.topk = tuple(int(k) for k in topk)
+
+    def process(self, batch, outputs):
+        logits = outputs.numpy() if hasattr(outputs, "numpy") else np.asarray(outputs)
+        hits = topk_correct(logits, batch["label"], self.topk)
+        self.records.append({"correct": [hits[k] for k in self.topk],
+                             "seen": len(batch["label"]),
+                             "nonfinite": int((~np.isfinite(logits).all(axis=1)).sum())})
+
+    def postfix(self):
+        seen = sum(r["seen"] for r in self.records)
+        right = sum(r["correct"][0] for r in self.records)
+        return f"top{self.topk[0]}={100.0 * right / max(seen, 1):.2f}"
+
+    def evaluate(self):
+        seen = sum(r["seen"] for r in self.records)
+        nonfinite = sum(r["nonfinite"] for r in self.records)
+        if seen == 0:
+            raise ValueError("evaluate_classification: the loader yielded no images")
+        if nonfinite:
+            warnings.warn(f"evaluate_classification: {nonfinite} of {seen} images gave NaN or "
+                          "infinite logits (counted as wrong); the model has diverged or "
+                          "overflowed", RuntimeWarning, stacklevel=2)
+        correct = [sum(r["correct"][i] for r in self.records) for i in range(len(self.topk))]
+        result = {f"top{k}": 100.0 * n / seen for k, n in zip(self.topk, correct)}
+        return {**result, "images": seen, "nonfinite": nonfinite}
+
+
 def evaluate_classification(model, loader, topk=(1, 5), progress=True, distributed=False):
-    """{"top1": %, "top5": %, "images": N, "seconds": s} of `model` (put in eval mode) over
-    a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}. `distributed`: the
-    loader holds this process's share (DistributedSampler(exact=True)); the counts are
-    summed over the processes, and each gets the whole result."""
-    model.eval()
-    correct, seen, started = dict.fromkeys(topk, 0), 0, time.perf_counter()
-    nonfinite = 0
-    bar = tqdm(loader, desc="eval", unit="batch", disable=not progress, dynamic_ncols=True)
-    with ty.no_grad():
-        for batch in bar:
-            logits = model(ty.tensor(batch["image"])).numpy()
-            for k, n in topk_correct(logits, batch["label"], topk).items():
-                correct[k] += n
-            nonfinite += int((~np.isfinite(logits).all(axis=1)).sum())
-            seen += len(batch["label"])
-            bar.set_postfix(top1=f"{100.0 * correct[topk[0]] / seen:.2f}")
-    if distributed:
-        counts = np.array([correct[k] for k in topk] + [seen, nonfinite], np.int64)
-        ty.distributed.all_reduce(counts)
-        correct = dict(zip(topk, counts[:len(topk)].tolist()))
-        seen, nonfinite = int(counts[-2]), int(counts[-1])
-    if seen == 0:
-        raise ValueError("evaluate_classification: the loader yielded no images")
-    if nonfinite:
-        warnings.warn(f"evaluate_classification: {nonfinite} of {seen} images gave NaN or "
-                      "infinite logits (counted as wrong); the model has diverged or overflowed",
-                      RuntimeWarning, stacklevel=2)
-    result = {f"top{k}": 100.0 * correct[k] / seen for k in topk}
-    return {**result, "images": seen, "nonfinite": nonfinite,
-            "seconds": round(time.perf_counter() - started, 3)}
+    """{"top1": %, "top5": %, "images": N, "nonfinite": N, "seconds": s} of `model` (put in
+    eval mode) over a loader of batches {"image" (N, 3, H, W) float32, "label" (N,)}.
+    `distributed`: the loader holds this process's share (DistributedSampler(exact=True));
+    each process gets the whole result."""
+    return inference(model, loader, ClassificationEvaluator(topk), progress, distributed)

@@ -17,6 +17,7 @@ and the world is this one process: every call below is then a no-op.
 An uncaught exception in one process of several aborts them all (`abort`): the others
 would otherwise wait in their next allreduce for ever.
 """
+import json
 import os
 import sys
 
@@ -139,6 +140,40 @@ def broadcast(array, root=0, name="the array"):
                              "C-contiguous array")
         comm.Bcast(array, root=root)
     return array
+
+
+def gather_json(value, root=0):
+    """[every process's `value`] on process `root` (None elsewhere), sent as JSON text:
+    an evaluator's records (numbers, strings, lists, dicts) meet on one process. No pickle
+    crosses between processes."""
+    comm = _comm()
+    if comm is None:
+        return [value]
+    data = np.frombuffer(json.dumps(value).encode(), np.uint8)
+    sizes = np.zeros(comm.Get_size(), np.int64)
+    sizes[comm.Get_rank()] = data.size
+    all_reduce(sizes)
+    from mpi4py import MPI
+    if comm.Get_rank() != root:
+        comm.Gatherv(data, None, root=root)
+        return None
+    joined = np.empty(int(sizes.sum()), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    comm.Gatherv(data, [joined, sizes, offsets, MPI.BYTE], root=root)
+    return [json.loads(joined[o:o + n].tobytes()) for o, n in zip(offsets, sizes)]
+
+
+def broadcast_json(value, root=0):
+    """Process `root`'s `value` (JSON-able) on every process; returns it."""
+    comm = _comm()
+    if comm is None:
+        return value
+    data = np.frombuffer(json.dumps(value).encode(), np.uint8) if rank() == root else None
+    size = np.array([0 if data is None else data.size], np.int64)
+    broadcast(size, root=root)
+    buffer = data.copy() if data is not None else np.empty(int(size[0]), np.uint8)
+    broadcast(buffer, root=root)
+    return json.loads(buffer.tobytes())
 
 
 def broadcast_state(module, parameters=True):

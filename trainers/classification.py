@@ -1,10 +1,10 @@
 """The classification task: data, loss, fine-tune and QAT preparation, evaluation.
 
-Everything takes explicit arguments (the config is unpacked in train.py); the loop
-itself is engine.Trainer.
+`ClassificationTask` is what the shared Trainer (engine.py) runs; the functions below it
+take explicit arguments (the config is unpacked by the task and train.py).
 
 >>> train_loader, val_loader, classes = classification_data("folder", "data/shapes", 64)
->>> forward = partial(classification_forward, label_smoothing=0.1)
+>>> task = ClassificationTask(label_smoothing=0.1)
 """
 import copy
 import os
@@ -20,7 +20,9 @@ from tianyuan.datasets import CIFAR10, DataLoader, DistributedSampler, ImageFold
 from tianyuan.datasets import transforms as T
 from tianyuan.datasets.synthetic import write_image_folder
 from tianyuan.datasets.transforms.random import get_rng
-from tianyuan.evaluation.classification import evaluate_classification, eval_transform
+from tianyuan.evaluation.classification import ClassificationEvaluator, eval_transform
+
+from .task import Task
 
 DATA_KINDS = ("imagenet", "folder", "cifar10", "shapes")
 
@@ -41,14 +43,17 @@ class PadRandomCrop:
         return {**item, "image": image[top:top + self.size, left:left + self.size]}
 
 
-def train_transform(augment, image_size, mean, std):
+def train_transform(augment, image_size, mean, std, resize=None):
     """augment: "imagenet" (RandomResizedCrop + flip), "cifar" (pad 4 + crop + flip),
-    "flip" or "none"; mean/std in the 0..255 scale."""
+    "flip", "none" or "eval" (no augmentation: the evaluation's resize and centre crop, as
+    calibration takes the training images); mean/std in the 0..255 scale."""
+    if augment == "eval":
+        return eval_transform(resize, image_size, mean, std)
     head = {"imagenet": [T.RandomResizedCrop(image_size), T.RandomHorizontalFlip()],
             "cifar": [PadRandomCrop(image_size, 4), T.RandomHorizontalFlip()],
             "flip": [T.RandomHorizontalFlip()], "none": []}
     if augment not in head:
-        raise ValueError(f"train_transform: augment must be one of {sorted(head)}, "
+        raise ValueError(f"train_transform: augment must be one of {sorted(head) + ['eval']}, "
                          f"got {augment!r}")
     return T.Compose(head[augment] + [T.Normalize(mean, std), T.ToCHW()])
 
@@ -102,28 +107,40 @@ def classification_dataset(kind, root, train, transform, synthetic=None, classes
 
 def classification_data(kind, root, batch_size, num_workers=0, image_size=224, resize=256,
                         mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, augment="imagenet",
-                        val_batch_size=None, seed=0, synthetic=None):
-    """(train loader, val loader, class names). Train order and augmentation are a pure
-    function of (seed, epoch); the last incomplete train batch is dropped. Under an MPI
-    launch each process gets its share of the train set (`batch_size` is per process) and of
-    the val set (every image once)."""
-    train_tf = train_transform(augment, image_size, mean, std)
-    val_tf = eval_transform(resize, image_size, mean, std)
-    train = classification_dataset(kind, root, True, train_tf, synthetic)
-    classes = list(getattr(train, "classes", []))
-    val = classification_dataset(kind, root, False, val_tf, synthetic, classes or None)
+                        val_batch_size=None, seed=0, synthetic=None, splits=("train", "val")):
+    """(train loader, val loader, class names); a split not in `splits` is None (evaluation
+    lists no training images). Train order and augmentation are a pure function of (seed,
+    epoch); the last incomplete train batch is dropped. Under an MPI launch each process
+    gets its share of the train set (`batch_size` is per process) and of the val set (every
+    image once)."""
+    unknown = set(splits) - {"train", "val"}
+    if unknown:
+        raise ValueError(f"classification_data: splits are 'train' and 'val', got "
+                         f"{sorted(unknown)}")
+    train_loader = val_loader = None
+    classes = None
     rank, world = dist.rank(), dist.world_size()
-    # several processes: each its share of one permutation (augmented with draws of its own:
-    # seed + rank) and of the val set
-    share = None if world == 1 else DistributedSampler(train, rank, world, shuffle=True,
-                                                        seed=seed, drop_last=True)
-    train_loader = DataLoader(train, batch_size, shuffle=share is None, sampler=share,
-                              num_workers=num_workers, drop_last=True, seed=seed + rank,
-                              persistent_workers=num_workers > 0)
-    val_share = None if world == 1 else DistributedSampler(val, rank, world, shuffle=False,
-                                                            exact=True)
-    val_loader = DataLoader(val, val_batch_size or batch_size, sampler=val_share,
-                            num_workers=num_workers, seed=seed)
+    if "train" in splits:
+        train = classification_dataset(kind, root, True,
+                                       train_transform(augment, image_size, mean, std, resize),
+                                       synthetic)
+        classes = list(getattr(train, "classes", []))
+        # several processes: each its share of one permutation (augmented with draws of its
+        # own: seed + rank) and of the val set
+        share = None if world == 1 else DistributedSampler(train, rank, world, shuffle=True,
+                                                            seed=seed, drop_last=True)
+        train_loader = DataLoader(train, batch_size, shuffle=share is None, sampler=share,
+                                  num_workers=num_workers, drop_last=True, seed=seed + rank,
+                                  persistent_workers=num_workers > 0)
+    if "val" in splits:
+        val = classification_dataset(kind, root, False,
+                                     eval_transform(resize, image_size, mean, std),
+                                     synthetic, classes or None)
+        classes = classes or list(getattr(val, "classes", []))
+        val_share = None if world == 1 else DistributedSampler(val, rank, world,
+                                                                shuffle=False, exact=True)
+        val_loader = DataLoader(val, val_batch_size or batch_size, sampler=val_share,
+                                num_workers=num_workers, seed=seed)
     return train_loader, val_loader, classes
 
 
@@ -137,14 +154,32 @@ def classification_forward(model, batch, label_smoothing=0.0):
     return {"loss_cls": loss, "acc": ty.tensor(np.float32(accuracy))}
 
 
-def classification_evaluator(loader, topk=(1, 5), distributed=False):
-    """evaluate(model) -> {"top1": %, "top5": %} over `loader` (for EvalHook); `distributed`:
-    the loader holds this process's share of the set."""
-    def evaluate(model):
-        result = evaluate_classification(model, loader, topk=topk, progress=False,
-                                         distributed=distributed)
-        return {k: v for k, v in result.items() if k.startswith("top")}
-    return evaluate
+class ClassificationTask(Task):
+    """Cross entropy (with `label_smoothing`) on the data's classes, top-k evaluation (the
+    best checkpoint tracks top-1), and fine-tuning: `finetune` {weights: a file to start
+    from, new_head: a classifier for the data's classes, freeze_backbone: train the head
+    only}."""
+
+    name, metric, mode = "classification", "top1", "max"
+
+    def __init__(self, label_smoothing=0.0, topk=(1, 5), finetune=None):
+        self.label_smoothing, self.topk = float(label_smoothing), tuple(int(k) for k in topk)
+        self.finetune = {"weights": None, "new_head": False, "freeze_backbone": False,
+                         **dict(finetune or {})}
+
+    def build_model(self, cfg, classes):
+        from hydra.utils import instantiate
+        model = instantiate(cfg.model)
+        tune = self.finetune
+        prepare_finetune(model, tune["weights"], len(classes) if tune["new_head"] else None,
+                         tune["freeze_backbone"])
+        return model
+
+    def evaluator(self, cfg, classes):
+        return ClassificationEvaluator(self.topk)
+
+    def forward(self, model, batch):
+        return classification_forward(model, batch, self.label_smoothing)
 
 
 def prepare_finetune(model, weights=None, num_classes=None, freeze_backbone=False):
@@ -174,16 +209,14 @@ def prepare_finetune(model, weights=None, num_classes=None, freeze_backbone=Fals
 def prepare_qat(model, qconfig="ema_fakequant", keep_float=()):
     """Convert `model` for quantization-aware training or calibration (fused Conv-BN-ReLU,
     observers, fake quantizers). `qconfig`: a QConfig, or the name of a preset
-    `tianyuan.quantization.<name>_qconfig` (ema_fakequant, calibration, lsq, ...).
+    (`tianyuan.quantization.get_qconfig`: ema_fakequant, calibration, lsq, ...).
     `keep_float`: dotted names of submodules that stay float (`disable_quantize`), e.g.
     ["fc"] for a classifier whose logits lose accuracy as uint8; `model` is not modified."""
     from tianyuan import quantization as Q
-    if isinstance(qconfig, str):
-        preset = getattr(Q, f"{qconfig}_qconfig", None)
-        if not isinstance(preset, Q.QConfig):
-            known = sorted(n[:-len("_qconfig")] for n in dir(Q) if n.endswith("_qconfig"))
-            raise ValueError(f"prepare_qat: unknown qconfig {qconfig!r}; presets: {known}")
-        qconfig = preset
+    try:
+        qconfig = Q.get_qconfig(qconfig)
+    except ValueError as error:
+        raise ValueError(f"prepare_qat: {error}") from None
     if isinstance(keep_float, str):
         keep_float = [keep_float]
     if not keep_float:

@@ -8,22 +8,22 @@
 
 Both print a table and write JSON (`out=`).
 """
+import copy
+import inspect
 import os
 import sys
 
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from hydra.utils import get_object, instantiate
+from omegaconf import OmegaConf, open_dict
 
 import tianyuan as ty
 from tianyuan import distributed as dist
-from tianyuan.datasets import DataLoader, DistributedSampler
+from tianyuan.evaluation import inference
 from tianyuan.evaluation.benchmark import benchmark, example_input
-from tianyuan.evaluation.classification import (card_preprocessing, eval_transform,
-                                                evaluate_classification)
+from tianyuan.evaluation.classification import card_preprocessing
 from tianyuan.evaluation.report import format_table, write_json
 
 from .checkpoint import model_weights
-from .classification import classification_dataset
 from .config import CONF_DIR, compose, to_dict, usage, use_threads
 
 
@@ -54,6 +54,8 @@ PRE_KEYS = ("resize", "image_size", "mean", "std")
 
 
 def _data_preprocessing(data):
+    if not all(key in data for key in PRE_KEYS):
+        return None           # a data builder of the user's: its own preprocessing
     return {"resize": data.resize, "crop": data.image_size,
             "mean": tuple(float(m) for m in data.mean), "std": tuple(float(s) for s in data.std)}
 
@@ -61,7 +63,7 @@ def _data_preprocessing(data):
 def _data_set_by_user(data):
     """Whether the data config's resize/image_size/mean/std differ from its kind's defaults
     (trainers/conf/data/{kind}.yaml): set on the command line or by a recipe."""
-    path = os.path.join(CONF_DIR, "data", f"{data.kind}.yaml")
+    path = os.path.join(CONF_DIR, "data", f"{data.get('kind')}.yaml")
     if not os.path.exists(path):
         return True
     ours = OmegaConf.to_container(data, resolve=True)
@@ -85,10 +87,10 @@ def choose_preprocessing(cfg, card, command="eval"):
         raise ValueError(f"{command}: preprocessing must be 'auto', 'data' or 'card', got "
                          f"{cfg.preprocessing!r}")
     own = _data_preprocessing(data)
-    if card is None or data.kind not in ("imagenet", "folder"):
+    if card is None or own is None or data.get("kind") not in ("imagenet", "folder"):
         if cfg.preprocessing == "card":
-            raise ValueError(f"{command}: preprocessing=card, but {data.kind} data takes "
-                             "its own preprocessing (no model card applies)")
+            raise ValueError(f"{command}: preprocessing=card, but {data.get('kind', 'this')} "
+                             "data takes its own preprocessing (no model card applies)")
         return own, "data config"
     theirs = card_preprocessing(card)
     if cfg.preprocessing == "data" or (cfg.preprocessing == "auto" and _data_set_by_user(data)):
@@ -102,34 +104,49 @@ def choose_preprocessing(cfg, card, command="eval"):
     return pre, source
 
 
+def build_data(cfg, pre=None, splits=("val",), augment=None):
+    """(train loader, val loader, meta) of cfg.data through instantiate, as `tianyuan train`
+    builds them: `pre` (choose_preprocessing) replaces the config's resize/image_size/mean/
+    std; `splits` and `augment` go to a builder that takes them (classification_data: the
+    evaluation lists no training images; calibration takes them unaugmented)."""
+    data = copy.deepcopy(cfg.data)
+    if pre is not None:
+        with open_dict(data):
+            data.resize, data.image_size = pre["resize"], pre["crop"]
+            data.mean, data.std = list(pre["mean"]), list(pre["std"])
+    takes = inspect.signature(get_object(data._target_)).parameters
+    extra = {"splits": list(splits)} if "splits" in takes else {}
+    if augment is not None and "augment" in takes:
+        extra["augment"] = augment
+    return instantiate(data, seed=cfg.get("seed", 0), **extra)
+
+
 def evaluate(cfg):
-    """Top-k of the configured model on the data's validation split; returns the result.
-    Under `mpiexec -n N` each process scores its share of the split (the counts summed) and
+    """cfg.task's metrics of the configured model on the data's validation split; returns
+    the result. Under `mpiexec -n N` each process scores its share of the split and
     process 0 reports."""
     rank, world = dist.rank(), dist.world_size()
     use_threads(cfg.num_threads)
     pre, source = choose_preprocessing(cfg, _card(cfg.model))
-    data = cfg.data
-    dataset = classification_dataset(data.kind, data.root, False, eval_transform(**pre),
-                                     data.get("synthetic"))
-    classes = getattr(dataset, "classes", None)
+    _, loader, meta = build_data(cfg, pre)
+    if loader is None:
+        raise ValueError(f"eval: the data config ({cfg.data._target_}) gave no validation "
+                         "loader")
     model = build_model(cfg.model, cfg.weights)
-    share = None if world == 1 else DistributedSampler(dataset, rank, world, shuffle=False,
-                                                        exact=True)
-    loader = DataLoader(dataset, data.val_batch_size or data.batch_size, sampler=share,
-                        num_workers=data.num_workers)
-    metrics = evaluate_classification(model, loader, tuple(cfg.topk),
-                                      progress=cfg.progress and rank == 0,
-                                      distributed=world > 1)
+    task = instantiate(cfg.task)
+    metrics = inference(model, loader, task.evaluator(cfg, meta),
+                        progress=cfg.progress and rank == 0, distributed=world > 1)
+    data = cfg.data
     result = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
-              "data": data.kind, "root": data.root, "classes": len(classes or []),
-              **metrics, "processes": world, "preprocessing": {**pre, "source": source}}
+              "data": data.get("kind", data._target_), "root": data.get("root"),
+              "classes": len(meta or []), **metrics, "processes": world,
+              "preprocessing": {**(pre or {}), "source": source}}
     if rank:
         return result
     write_json(cfg.out, result)
     rows = [{k: v for k, v in result.items() if k not in ("preprocessing", "root")}]
     print(format_table(rows, title="\neval"))
-    print(f"preprocessing ({source}): {pre}\nwritten: {cfg.out}")
+    print(f"preprocessing ({source}): {pre or 'as the data builder gives'}\nwritten: {cfg.out}")
     return result
 
 
@@ -190,4 +207,5 @@ def bench_main(argv=None):
     return 0
 
 
-__all__ = ["bench", "bench_main", "build_model", "choose_preprocessing", "eval_main", "evaluate", "to_dict"]
+__all__ = ["bench", "bench_main", "build_data", "build_model", "choose_preprocessing",
+           "eval_main", "evaluate", "to_dict"]

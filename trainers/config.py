@@ -22,12 +22,21 @@ def _register_resolvers():
             "ty.scale_lr", lambda lr, batch, base: float(lr) * float(batch) / float(base))
 
 
+# keys that moved into the classification task's config (trainers/conf/task/)
+MOVED = {"finetune.": "task.finetune.", "loss.label_smoothing": "task.label_smoothing",
+         "topk": "task.topk"}
+
+
 def compose(config_name, overrides=()):
     """The composed config `config_name` (train, eval, bench) with hydra-style overrides.
     `key=None` is refused: hydra reads None as the string "None" (data.root=None had made a
     folder ./None); no value is `key=null`."""
     for item in overrides:
         key, sep, value = item.partition("=")
+        for old, new in MOVED.items():
+            if key.lstrip("+") == old or (old.endswith(".") and key.lstrip("+").startswith(old)):
+                raise ValueError(f"{item}: {old.rstrip('.')} is now {new.rstrip('.')} "
+                                 f"(write {key.lstrip('+').replace(old, new, 1)}={value})")
         if sep and value.strip() in ("None", "none"):
             raise ValueError(f"{item}: hydra reads {value.strip()} as the string "
                              f"{value.strip()!r}; for no value write {key}=null")

@@ -1,10 +1,17 @@
-"""The one training loop every task shares: data -> forward -> loss dict -> backward -> step -> log.
+"""The one training loop every task shares: data -> step -> log -> hooks.
 
-A task supplies `forward(model, batch) -> {name: scalar Tensor}`; every entry whose name
-starts with "loss" is summed into the loss that is back-propagated (detectron2's loss
-dict), the others are logged only. Hooks run after each step and at epoch ends; there
-are three: the LR schedule, periodic evaluation (with best-checkpoint tracking) and
-checkpointing.
+A task (trainers/task.py) supplies `run_step(trainer, batch) -> {name: float}`; its default
+is one loss-dict step: `forward(model, batch) -> {name: scalar Tensor}`, every entry whose
+name starts with "loss" summed into the loss that is back-propagated (detectron2's loss
+dict), the others logged only, through `Trainer.optimize`. A task with several optimizers
+(a GAN's critic and generator) calls `optimize(losses, name)` once per optimizer it steps.
+The LR schedulers, one per optimizer, step once per iteration. Hooks run after each step
+and at epoch ends: periodic evaluation (with best-checkpoint tracking) and checkpointing.
+
+Epochs or iterations. `max_epochs` bounds an epoch-based run (`max_iters` may stop it
+early); with `max_epochs=None` the run counts `max_iters` (COCO recipes count iterations):
+the data goes round as an infinite sampler would, each pass re-shuffled as a new epoch,
+so the data order stays a pure function of (seed, epoch).
 
 Exact resume. The data order is a pure function of (seed, epoch): the DataLoader's
 sampler permutes with default_rng([seed, epoch]) and sample `pos` of batch `b` augments
@@ -12,18 +19,18 @@ with a generator seeded by (seed, epoch, b, pos). A checkpoint records how many 
 were taken; on resume the first batches of the epoch are replaced by empty index lists
 (the DataLoader drops empty batches without loading anything), so batch numbers, and
 with them the augmentation seeds, are those of the uninterrupted run. Together with the
-model, optimizer, scheduler and RNG states, a resumed run ends bit-identical.
+model, every optimizer and scheduler (by name) and the RNG states, a resumed run ends
+bit-identical.
 
 Data-parallel. Started by an MPI launcher (`mpiexec -n N tianyuan train ...`), each process
 trains on its share of every epoch (the loader's DistributedSampler) and the gradients are
 averaged after each backward pass (tianyuan.distributed), so every process takes the same
-step. Process 0 alone logs and writes checkpoints; hooks marked `every_process` (the LR
-schedule, evaluation: each process scores its share) run everywhere. The loss checked for
-NaN and a stop asked by a signal are agreed on in the same allreduce, so the processes stop
-together.
+step. Process 0 alone logs and writes checkpoints; hooks marked `every_process`
+(evaluation: each process scores its share) run everywhere. The loss checked for NaN and a
+stop asked by a signal are agreed on in the same allreduce, so the processes stop together.
 
->>> trainer = Trainer(model, optimizer, loader, forward, max_epochs=2, out_dir="runs/x",
-...                   hooks=[LRSchedulerHook(scheduler), CheckpointHook(every=100)])
+>>> trainer = Trainer(task, model, {"main": optimizer}, loader, max_epochs=2, out_dir="runs/x",
+...                   schedulers={"main": scheduler}, hooks=[CheckpointHook(every=100)])
 >>> trainer.train(resume=True)                                       # doctest: +SKIP
 """
 import json
@@ -41,7 +48,7 @@ from tianyuan import distributed as dist
 from tianyuan.datasets.transforms import random as transform_random
 
 from .checkpoint import CheckpointHook, capture_rng, find_latest, restore_rng  # noqa: F401
-from .hooks import EvalHook, LRSchedulerHook  # noqa: F401
+from .hooks import EvalHook  # noqa: F401
 
 
 class _SkipFirst:
@@ -68,14 +75,24 @@ def _batch_size(batch):
 
 
 class Trainer:
-    """Runs `forward` over `loader` for `max_epochs` epochs (or `max_iters` steps, if
-    that comes first), writing `out_dir/log.jsonl` and, through the hooks, checkpoints."""
+    """Runs `task.run_step` over `loader` for `max_epochs` epochs (or `max_iters` steps, if
+    that comes first; `max_epochs=None`: `max_iters` alone), writing `out_dir/log.jsonl`
+    and, through the hooks, checkpoints. `optimizers`: {name: Optimizer} (or one
+    optimizer, named "main"); `schedulers`: {name: LR scheduler}, stepped every iteration."""
 
-    def __init__(self, model, optimizer, loader, forward, max_epochs, out_dir, max_iters=None,
-                 hooks=(), config=None, log_every=10, progress=True):
-        self.model, self.optimizer, self.loader, self.forward = model, optimizer, loader, forward
-        self.max_epochs, self.out_dir, self.config = int(max_epochs), out_dir, config
+    def __init__(self, task, model, optimizers, loader, max_epochs, out_dir, max_iters=None,
+                 schedulers=None, hooks=(), config=None, log_every=10, progress=True):
+        self.task, self.model, self.loader = task, model, loader
+        self.optimizers = dict(optimizers) if isinstance(optimizers, dict) else \
+            {"main": optimizers}
+        self.schedulers = dict(schedulers or {})
+        self.out_dir, self.config = out_dir, config
         self.iters_per_epoch = len(loader)
+        if max_epochs is None:
+            if not max_iters:
+                raise ValueError("Trainer: give max_epochs, max_iters or both")
+            max_epochs = -(-int(max_iters) // max(1, self.iters_per_epoch))   # passes needed
+        self.max_epochs = int(max_epochs)
         total = self.max_epochs * self.iters_per_epoch
         self.max_iters = total if max_iters is None else min(int(max_iters), total)
         self.main = dist.is_main()
@@ -136,29 +153,48 @@ class Trainer:
             self._call("after_epoch")
 
     def run_step(self, batch):
-        losses = self.forward(self.model, batch)                      # {name: scalar Tensor}
-        loss = sum(value for name, value in losses.items() if name.startswith("loss"))
-        self.optimizer.zero_grad()
+        logs = self.task.run_step(self, batch)                        # {name: float}
+        self.iter, self.iter_in_epoch = self.iter + 1, self.iter_in_epoch + 1
+        for scheduler in self.schedulers.values():
+            scheduler.step()
+        self.last_losses = dict(logs)
+        self._log_step(_batch_size(batch) * dist.world_size())  # images of all processes
+        self._call("after_step")
+
+    def optimize(self, losses, name=None):
+        """Back-propagate the sum of the "loss*" entries of `losses` ({name: scalar Tensor})
+        and step optimizer `name` (the only one if None). Returns every entry as a float,
+        the mean over the processes, and with name None the summed loss as "loss"."""
+        optimizer = self._optimizer(name)
+        loss = sum(value for key, value in losses.items() if key.startswith("loss"))
+        optimizer.zero_grad()
         loss.backward()
         # one process: as they are; several: the mean gradient, losses and stop flag of all
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         names = list(losses)
         *means, value, stop = dist.average_gradients(
             params, [float(losses[n].item()) for n in names] + [loss.item(), self.stop_requested])
         self._stop_agreed = stop > 0  # a signal may reach one process only
         if not np.isfinite(value):  # stop before the step spoils the weights
-            parts = ", ".join(f"{name}={float(v.item()):.4g}" for name, v in losses.items())
+            parts = ", ".join(f"{key}={float(v.item()):.4g}" for key, v in losses.items())
             raise FloatingPointError(
                 f"Trainer: the loss is {value} at iteration {self.iter + 1} (epoch "
                 f"{self.epoch + 1}; {parts}); the weights were left as the step before. Lower "
                 f"the learning rate or add warmup; {self.out_dir}/checkpoints holds the last "
                 "checkpoint to resume from")
-        self.optimizer.step()
-        self.iter, self.iter_in_epoch = self.iter + 1, self.iter_in_epoch + 1
-        self.last_losses = dict(zip(names, means))  # logged: the means over the processes
-        self.last_losses["loss"] = value
-        self._log_step(_batch_size(batch) * dist.world_size())  # images of all processes
-        self._call("after_step")
+        optimizer.step()
+        logs = dict(zip(names, means))
+        if name is None:
+            logs["loss"] = value
+        return logs
+
+    def _optimizer(self, name):
+        if name is None and len(self.optimizers) == 1:
+            return next(iter(self.optimizers.values()))
+        if name not in self.optimizers:
+            raise KeyError(f"Trainer.optimize: no optimizer {name!r}; the task built "
+                           f"{sorted(self.optimizers)}")
+        return self.optimizers[name]
 
     # ------------------------------------------------------------ logging
     def _log_step(self, images):
@@ -166,9 +202,10 @@ class Trainer:
         seen += images
         self._timer = start, seen
         rate = seen / max(time.perf_counter() - start, 1e-9)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self._bar.set_postfix(epoch=self.epoch + 1, loss=f"{self.last_losses['loss']:.4f}",
-                              lr=f"{lr:.3g}", img_s=f"{rate:.1f}", refresh=False)
+        lr = next(iter(self.optimizers.values())).param_groups[0]["lr"]
+        shown = {k: f"{v:.4f}" for k, v in self.last_losses.items() if k.startswith("loss")}
+        self._bar.set_postfix(epoch=self.epoch + 1, **shown, lr=f"{lr:.3g}",
+                              img_s=f"{rate:.1f}", refresh=False)
         self._bar.update()
         if self.iter % self.log_every == 0 or self.iter == self.max_iters:
             self.log({"iter": self.iter, "epoch": self.epoch, "lr": lr,
@@ -188,7 +225,9 @@ class Trainer:
     # ------------------------------------------------------------ state
     def state_dict(self):
         """Everything a resumed run needs (see CheckpointHook for what else is stored)."""
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        state = {"model": self.model.state_dict(),
+                 "optimizers": {k: v.state_dict() for k, v in self.optimizers.items()},
+                 "schedulers": {k: v.state_dict() for k, v in self.schedulers.items()},
                  "iter": self.iter, "epoch": self.epoch, "iter_in_epoch": self.iter_in_epoch,
                  "data": {"seed": self._data_seed(), "epoch": self.epoch,
                           "batches_done": self.iter_in_epoch,
@@ -215,7 +254,13 @@ class Trainer:
                 "data.batch_size and number of processes, or start a new out_dir "
                 "(finetune.weights= the checkpoint starts from its weights)")
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        for kind, ours in (("optimizers", self.optimizers), ("schedulers", self.schedulers)):
+            saved = _by_name(state, kind)
+            if set(saved) != set(ours):
+                raise ValueError(f"Trainer.resume: the checkpoint has {kind} {sorted(saved)}, "
+                                 f"this run {sorted(ours)}")
+            for name, value in saved.items():
+                ours[name].load_state_dict(value)
         self.iter, self.epoch = int(state["iter"]), int(state["epoch"])
         self.iter_in_epoch = int(state["iter_in_epoch"])
         seed = state.get("data", {}).get("seed")
@@ -254,6 +299,17 @@ class Trainer:
             method = getattr(hook, event, None)
             if method is not None and (self.main or getattr(hook, "every_process", False)):
                 method()
+
+
+def _by_name(state, kind):
+    """{name: state} of a checkpoint's optimizers or schedulers; a checkpoint written
+    before they were named holds one optimizer and one scheduler (as a hook's state)."""
+    if kind in state:
+        return dict(state[kind])
+    if kind == "optimizers":
+        return {"main": state["optimizer"]}
+    saved = state.get("hooks", {}).get("LRSchedulerHook")
+    return {} if saved is None else {"main": saved}
 
 
 class _StopOnSignal:

@@ -1,4 +1,4 @@
-"""The other two hooks of the loop: the LR schedule and periodic evaluation.
+"""Periodic evaluation, the loop's hook besides checkpointing (checkpoint.py).
 
 A hook is an object with any of `after_step`, `after_epoch`, `after_train`, `on_stop`
 (and `state_dict`/`load_state_dict` if it has state a resumed run needs); the Trainer
@@ -8,45 +8,27 @@ import math
 import os
 
 import tianyuan as ty
-
-
-class LRSchedulerHook:
-    """Steps `scheduler` once per iteration (schedules are built in iterations, see
-    schedules.py, so a run resumed mid-epoch gets the same LRs)."""
-    every_process = True  # each data-parallel process steps its own optimizer
-
-    def __init__(self, scheduler):
-        self.scheduler, self.trainer = scheduler, None
-
-    def after_step(self):
-        self.scheduler.step()
-
-    def state_dict(self):
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state):
-        self.scheduler.load_state_dict(state)
+from tianyuan.evaluation import inference
 
 
 class EvalHook:
-    """Runs `evaluate(model) -> {metric: value}` every `every` epochs and at the end, logs
-    it, and keeps the best `metric` (mode "max" or "min") in out_dir/best.safetensors.
-    Data-parallel, every process evaluates (its share, when `evaluate` shards); process 0
-    writes."""
+    """Runs `evaluator` (evaluation.Evaluator) over `loader` every `every` epochs and at the
+    end, logs its metrics, and keeps the best `metric` (mode "max" or "min") in
+    out_dir/best.safetensors. Data-parallel, every process scores its share of the loader
+    and gets the merged result (evaluation.inference); process 0 writes."""
     every_process = True
 
-    def __init__(self, evaluate, every=1, metric="top1", mode="max"):
+    def __init__(self, evaluator, loader, metric, every=1, mode="max"):
         if mode not in ("max", "min"):
             raise ValueError(f"EvalHook: mode must be 'max' or 'min', got {mode!r}")
-        self.evaluate, self.every, self.metric, self.mode = evaluate, every, metric, mode
+        self.evaluator, self.loader, self.every = evaluator, loader, every
+        self.metric, self.mode = metric, mode
         self.best, self.best_iter, self.last_iter, self.trainer = None, None, None, None
 
     def run(self):
         trainer = self.trainer
         ty.distributed.broadcast_state(trainer.model, parameters=False)  # process 0's BN stats
-        trainer.model.eval()
-        with ty.no_grad():
-            metrics = self.evaluate(trainer.model)
+        metrics = self.evaluate(trainer.model)
         trainer.model.train()
         trainer.metrics, self.last_iter = dict(metrics), trainer.iter
         trainer.log({"iter": trainer.iter, "epoch": trainer.epoch, "eval": metrics})
@@ -54,6 +36,12 @@ class EvalHook:
                           for k, v in metrics.items())
         trainer.write(f"eval @ iter {trainer.iter} (epoch {trainer.epoch}): {shown}")
         self._track_best(metrics.get(self.metric))
+
+    def evaluate(self, model):
+        """The evaluator's metrics of `model` over the loader (no timing)."""
+        metrics = inference(model, self.loader, self.evaluator, progress=False)
+        metrics.pop("seconds", None)
+        return metrics
 
     def _track_best(self, value):
         if value is None or (isinstance(value, float) and math.isnan(value)):

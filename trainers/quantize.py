@@ -22,15 +22,15 @@ import sys
 import time
 
 import numpy as np
+from hydra.utils import instantiate
 from omegaconf import open_dict
 
 import tianyuan as ty
 from tianyuan import quantization as Q
-from tianyuan.datasets import DataLoader
-from tianyuan.evaluation import QuantReport, eval_transform, evaluate_classification
+from tianyuan.evaluation import QuantReport, inference
 
-from .classification import classification_dataset, prepare_qat
-from .commands import _card, build_model, choose_preprocessing
+from .classification import prepare_qat
+from .commands import _card, build_data, build_model, choose_preprocessing
 from .config import compose, usage, use_threads
 from .train import GROUPS, build
 
@@ -49,7 +49,8 @@ def qat(cfg, model):
     with open_dict(cfg):
         cfg.trainer.max_epochs, cfg.trainer.max_iters = cfg.qat.epochs, cfg.qat.iters
         cfg.quant.method = "qat"
-        cfg.finetune.weights, cfg.finetune.new_head = None, False   # the model has its weights
+        cfg.task.finetune.weights = None          # the model has its weights and head
+        cfg.task.finetune.new_head = False
     trainer = build(cfg, model=copy.deepcopy(model))
     trainer.train(resume=cfg.trainer.resume)
     return Q.quantize(trainer.model), trainer.iter
@@ -57,16 +58,12 @@ def qat(cfg, model):
 
 def _loaders(cfg, pre):
     """(calibration loader over the shuffled training split, validation loader), both with
-    the evaluation preprocessing."""
-    data = cfg.data
-    transform = eval_transform(**pre)
-    train = classification_dataset(data.kind, data.root, True, transform, data.get("synthetic"))
-    val = classification_dataset(data.kind, data.root, False, transform, data.get("synthetic"),
-                                 list(getattr(train, "classes", [])) or None)
-    calib = DataLoader(train, data.batch_size, shuffle=True, seed=cfg.seed,
-                       num_workers=data.num_workers)
-    return calib, DataLoader(val, data.val_batch_size or data.batch_size,
-                             num_workers=data.num_workers)
+    the evaluation preprocessing, through the data config (commands.build_data)."""
+    calib, val, _ = build_data(cfg, pre, splits=("train", "val"), augment="eval")
+    if calib is None or val is None:
+        raise ValueError(f"quantize: the data config ({cfg.data._target_}) must give a "
+                         "training loader (calibration, QAT) and a validation loader")
+    return calib, val
 
 
 def _first_images(loader, n):
@@ -91,8 +88,9 @@ def run(cfg):
     calib, val = _loaders(cfg, pre)
     model = build_model(cfg.model, cfg.weights).eval()
     int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
-                      "weights": cfg.weights, "method": cfg.method, "data": cfg.data.kind,
-                      "preprocessing": {**pre, "source": source}}
+                      "weights": cfg.weights, "method": cfg.method,
+                      "data": cfg.data.get("kind", cfg.data._target_),
+                      "preprocessing": {**(pre or {}), "source": source}}
     keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
     if keep_float:
         info["keep_float"] = keep_float
@@ -109,8 +107,10 @@ def run(cfg):
                        "qconfig": cfg.quant.qconfig, "out_dir": cfg.out_dir,
                        "seconds": round(time.perf_counter() - started, 1)}
 
+    evaluator = instantiate(cfg.task).evaluator(cfg, None)
+
     def evaluate(m):
-        result = evaluate_classification(m, val, tuple(cfg.topk), progress=False)
+        result = inference(m, val, evaluator, progress=False)
         return {k: v for k, v in result.items() if k.startswith("top")}
     example = _first_images(val, cfg.report.sensitivity_images)
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),

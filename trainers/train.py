@@ -3,8 +3,8 @@ this file every builder takes explicit arguments.
 
     tianyuan train experiment=smoke_shapesnet trainer.max_iters=20
     tianyuan train experiment=resnet50_imagenet data.root=/data/imagenet trainer.resume=true
-    tianyuan train experiment=resnet18_cifar10 data.root=~/cifar finetune.weights=r18.safetensors \\
-        finetune.new_head=true finetune.freeze_backbone=true
+    tianyuan train experiment=resnet18_cifar10 data.root=~/cifar \\
+        task.finetune.weights=r18.safetensors task.finetune.new_head=true
     mpiexec -n 4 tianyuan train experiment=resnet50_imagenet data.root=...   # data-parallel
 
 Writes out_dir/config.yaml, log.jsonl, checkpoints/, best.safetensors,
@@ -12,7 +12,6 @@ model_final.safetensors and results.json; prints a results table.
 """
 import os
 import sys
-from functools import partial
 
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -21,45 +20,51 @@ import tianyuan as ty
 from tianyuan import distributed as dist
 from tianyuan.evaluation.report import format_table, write_json
 
-from .classification import (classification_evaluator, classification_forward, prepare_finetune,
-                             prepare_qat)
+from .classification import prepare_qat
 from .config import compose, to_dict, usage, use_threads
-from .engine import CheckpointHook, EvalHook, LRSchedulerHook, Trainer, seed_everything
+from .engine import CheckpointHook, EvalHook, Trainer, seed_everything
 
-GROUPS = ("experiment", "model", "data", "optim", "schedule", "quant")
+GROUPS = ("experiment", "task", "model", "data", "optim", "schedule", "quant")
 
 
 def build(cfg, model=None):
-    """The Trainer for a composed train config (and `model`, else cfg.model's)."""
+    """The Trainer for a composed train config: cfg.task's data, model (or `model`),
+    optimizers, schedules and evaluator, with the checkpoint and evaluation hooks."""
     seed_everything(cfg.seed)
     use_threads(cfg.trainer.num_threads)
-    train_loader, val_loader, classes = instantiate(cfg.data, seed=cfg.seed)
-    model = instantiate(cfg.model) if model is None else model
-    tune = cfg.finetune
-    prepare_finetune(model, tune.weights, len(classes) if tune.new_head else None,
-                     tune.freeze_backbone)
+    task = instantiate(cfg.task)
+    train_loader, val_loader, meta = task.build_data(cfg)
+    model = task.build_model(cfg, meta) if model is None else model
+    model = _prepare(cfg, model)
+    optimizers = task.optimizers(cfg, model)
+    epochs, per_epoch = cfg.trainer.max_epochs, len(train_loader)
+    if epochs is None:   # counted in iterations: the schedule spans max_iters
+        if not cfg.trainer.max_iters:
+            raise ValueError("train: trainer.max_epochs=null needs trainer.max_iters")
+        epochs = cfg.trainer.max_iters / max(1, per_epoch)
+    schedulers = task.schedulers(cfg, optimizers, epochs, per_epoch)
+    hooks = [CheckpointHook(cfg.trainer.checkpoint_every, cfg.trainer.keep_last)]
+    evaluator = task.evaluator(cfg, meta) if val_loader is not None else None
+    if evaluator is not None:
+        hooks.insert(0, EvalHook(evaluator, val_loader, task.metric, cfg.trainer.eval_every,
+                                 task.mode))
+    return Trainer(task, model, optimizers, train_loader, cfg.trainer.max_epochs, cfg.out_dir,
+                   cfg.trainer.max_iters, schedulers, hooks, config=to_dict(cfg),
+                   log_every=cfg.trainer.log_every, progress=cfg.trainer.progress)
+
+
+def _prepare(cfg, model):
+    """Synchronised batch norm or QAT modules, as the config asks (any task's model)."""
     if cfg.trainer.get("sync_bn"):
         if cfg.quant.method is not None:
             raise ValueError("train: trainer.sync_bn is for float training (QAT's fused "
                              "ConvBn2d keeps its own batch norm)")
         ty.nn.convert_sync_batchnorm(model)
     if cfg.quant.method == "qat":
-        model = prepare_qat(model, cfg.quant.qconfig, list(cfg.quant.get("keep_float") or ()))
-    elif cfg.quant.method is not None:
+        return prepare_qat(model, cfg.quant.qconfig, list(cfg.quant.get("keep_float") or ()))
+    if cfg.quant.method is not None:
         raise ValueError(f"train: quant.method must be null or 'qat', got {cfg.quant.method!r}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = instantiate(cfg.optim)(params)
-    scheduler = instantiate(cfg.schedule)(optimizer, epochs=cfg.trainer.max_epochs,
-                                          iters_per_epoch=len(train_loader))
-    hooks = [LRSchedulerHook(scheduler),
-             EvalHook(classification_evaluator(val_loader, distributed=dist.world_size() > 1),
-                      every=cfg.trainer.eval_every),
-             CheckpointHook(cfg.trainer.checkpoint_every, cfg.trainer.keep_last)]
-    forward = partial(classification_forward, label_smoothing=cfg.loss.label_smoothing)
-    trainer = Trainer(model, optimizer, train_loader, forward, cfg.trainer.max_epochs,
-                      cfg.out_dir, cfg.trainer.max_iters, hooks, config=to_dict(cfg),
-                      log_every=cfg.trainer.log_every, progress=cfg.trainer.progress)
-    return trainer
+    return model
 
 
 def run(cfg):
@@ -69,12 +74,14 @@ def run(cfg):
     if dist.is_main():
         OmegaConf.save(cfg, os.path.join(cfg.out_dir, "config.yaml"), resolve=True)
     losses = trainer.train(resume=cfg.trainer.resume)
-    eval_hook = next(h for h in trainer.hooks if isinstance(h, EvalHook))
-    result = {"name": cfg.name, "iterations": trainer.iter, "epochs": trainer.epoch,
-              "stopped": trainer.stop_requested, "train_loss": losses.get("loss"),
+    eval_hook = next((h for h in trainer.hooks if isinstance(h, EvalHook)), None)
+    result = {"name": cfg.name, "task": trainer.task.name, "iterations": trainer.iter,
+              "epochs": trainer.epoch, "stopped": trainer.stop_requested,
+              "train_loss": losses.get("loss"),
+              **{f"train_{k}": v for k, v in losses.items() if k != "loss"},
               **{f"val_{k}": v for k, v in trainer.metrics.items()},
-              "best_top1": eval_hook.best, "out_dir": cfg.out_dir,
-              "processes": dist.world_size()}
+              **({f"best_{eval_hook.metric}": eval_hook.best} if eval_hook else {}),
+              "out_dir": cfg.out_dir, "processes": dist.world_size()}
     if not dist.is_main():  # process 0 saved and reports
         return result
     write_json(os.path.join(cfg.out_dir, "results.json"), result)

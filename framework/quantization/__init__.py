@@ -20,10 +20,11 @@ from .histogram import HistogramObserver
 from .observer import (MinMaxObserver, MovingAverageMinMaxObserver, Observer, QParams,
                        make_weight_observer, qparams_from_range)
 from .qarray import QArray, dequantize_tensor, is_quantized, quantized_tensor
-from .qconfig import (FAKE_QUANTIZERS, OBSERVERS, QConfig, calibration_qconfig,
-                      calibration_reduce_range_qconfig, ema_fakequant_qconfig,
+from .qconfig import (FAKE_QUANTIZERS, OBSERVERS, QCONFIGS, QConfig, calibration_qconfig,
+                      calibration_reduce_range_qconfig, ema_fakequant_qconfig, get_qconfig,
                       int8_symmetric_qconfig, lsq_qconfig, min_max_fakequant_qconfig,
-                      reduce_range_qconfig, register_fake_quantizer, register_observer)
+                      reduce_range_qconfig, register_fake_quantizer, register_observer,
+                      register_qconfig)
 from .quantize import (calibrate, carries_channels_last, disable_fake_quant, disable_observer,
                        disable_quantize, enable_fake_quant, enable_observer, fuse, quantize,
                        quantize_qat)

@@ -19,6 +19,7 @@ from .observer import MinMaxObserver, MovingAverageMinMaxObserver, make_weight_o
 
 OBSERVERS = {}
 FAKE_QUANTIZERS = {}
+QCONFIGS = {}        # preset name ("ema_fakequant", "calibration", ...) -> QConfig
 
 
 def _register(table, noun, name, factory, override):
@@ -100,3 +101,34 @@ calibration_reduce_range_qconfig = QConfig(partial(make_weight_observer, reduce_
 int8_symmetric_qconfig = QConfig(make_weight_observer,
                                  partial(MovingAverageMinMaxObserver, dtype="int8",
                                          symmetric=True), FakeQuantize, FakeQuantize)
+
+
+def register_qconfig(name, qconfig, override=False):
+    """Register a QConfig preset under `name`, for `get_qconfig` and the recipes'
+    `quant.qconfig=NAME`."""
+    if not isinstance(qconfig, QConfig):
+        raise TypeError(f"register_qconfig: {name!r} must be a QConfig, got "
+                        f"{type(qconfig).__name__}")
+    if name in QCONFIGS and not override:
+        raise KeyError(f"register_qconfig: {name!r} is already registered; pass "
+                       "override=True to replace it")
+    QCONFIGS[name] = qconfig
+    return qconfig
+
+
+def get_qconfig(name):
+    """The QConfig preset `name` (a QConfig passes through)."""
+    if isinstance(name, QConfig):
+        return name
+    if name not in QCONFIGS:
+        raise ValueError(f"unknown qconfig {name!r}; presets: {sorted(QCONFIGS)}")
+    return QCONFIGS[name]
+
+
+for _name, _preset in [("ema_fakequant", ema_fakequant_qconfig),
+                       ("min_max_fakequant", min_max_fakequant_qconfig),
+                       ("calibration", calibration_qconfig), ("lsq", lsq_qconfig),
+                       ("reduce_range", reduce_range_qconfig),
+                       ("calibration_reduce_range", calibration_reduce_range_qconfig),
+                       ("int8_symmetric", int8_symmetric_qconfig)]:
+    register_qconfig(_name, _preset)

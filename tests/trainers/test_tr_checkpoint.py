@@ -87,6 +87,7 @@ def test_skip_first_keeps_batch_numbers(workers):
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # inf * 0 in the data
 def test_a_nan_loss_stops_training_before_the_step(tmp_path):
     from tianyuan.trainers.engine import Trainer
+    from tianyuan.trainers.task import LossTask
     model = ty.nn.Linear(2, 1)
     data = [{"image": np.ones((2, 2), np.float32) * (np.inf if i == 2 else 1.0)}
             for i in range(4)]
@@ -100,14 +101,14 @@ def test_a_nan_loss_stops_training_before_the_step(tmp_path):
     def forward(m, batch):
         return {"loss_mse": (m(ty.tensor(batch["image"])) ** 2).mean()}
 
-    trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.1), Loader(data), forward,
-                      max_epochs=1, out_dir=str(tmp_path), progress=False)
+    trainer = Trainer(LossTask(forward), model, ty.optim.SGD(model.parameters(), lr=0.1),
+                      Loader(data), max_epochs=1, out_dir=str(tmp_path), progress=False)
     before = {}
 
     def remember(m, batch):
         before.update({k: np.array(v, copy=True) for k, v in model.state_dict().items()})
         return forward(m, batch)
-    trainer.forward = remember
+    trainer.task = LossTask(remember)
     with pytest.raises(FloatingPointError, match=r"loss is (inf|nan) at iteration 3 .*loss_mse"):
         trainer.train()
     for name, value in model.state_dict().items():  # the weights of the step before
@@ -120,6 +121,8 @@ def test_an_epoch_with_a_dropped_batch_ends(tmp_path):
     wait for a step that never came (an endless loop of empty epochs)."""
     from tianyuan.datasets import DataLoader
     from tianyuan.trainers.engine import Trainer
+    from tianyuan.trainers.task import LossTask
+    from tianyuan.trainers.task import LossTask
 
     class Data:
         def __len__(self):
@@ -130,8 +133,8 @@ def test_an_epoch_with_a_dropped_batch_ends(tmp_path):
 
     model = ty.nn.Linear(2, 1)
     loader = DataLoader(Data(), batch_size=2, seed=0)   # batch 1 is items 2 and 3
-    trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
-                      lambda m, b: {"loss": (m(ty.tensor(b["image"])) ** 2).mean()},
+    task = LossTask(lambda m, b: {"loss": (m(ty.tensor(b["image"])) ** 2).mean()})
+    trainer = Trainer(task, model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
                       max_epochs=2, out_dir=str(tmp_path), progress=False)
     with pytest.warns(RuntimeWarning, match="2 items were skipped"):
         trainer.train()

@@ -1,4 +1,6 @@
 """Every experiment composes, and its optimizer and schedule instantiate for a tiny model."""
+import re
+
 import pytest
 from hydra.utils import instantiate
 
@@ -32,7 +34,7 @@ def test_recipe_numbers():
     assert r50["optim"]["lr"] == pytest.approx(0.2)              # 0.1 x 512 / 256
     assert r50["optim"]["weight_decay"] == 1e-4 and r50["schedule"]["milestones"] == [30, 60, 80]
     v2 = to_dict(compose("train", ["experiment=shufflenet_v2_x1_0_imagenet"]))
-    assert v2["optim"]["weight_decay"] == 4e-5 and v2["loss"]["label_smoothing"] == 0.1
+    assert v2["optim"]["weight_decay"] == 4e-5 and v2["task"]["label_smoothing"] == 0.1
     qat = to_dict(compose("train", ["experiment=resnet18_imagenet_qat"]))
     assert qat["quant"]["method"] == "qat" and qat["optim"]["lr"] == 1.25e-4
 
@@ -56,3 +58,20 @@ def test_none_is_refused_for_null(tmp_path, monkeypatch, capsys):
     assert cli.main(["eval", "model=shapesnet", "data=shapes", "data.root=none"]) == 2
     assert "data.root=none: hydra reads none" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("old, new", [("finetune.weights=w.safetensors",
+                                       "task.finetune.weights=w.safetensors"),
+                                      ("loss.label_smoothing=0.1", "task.label_smoothing=0.1"),
+                                      ("topk=[1]", "task.topk=[1]")])
+def test_a_moved_key_names_its_new_place(old, new):
+    with pytest.raises(ValueError, match=re.escape(f"(write {new})")):
+        compose("train", [old])
+
+
+def test_qconfig_presets_are_one_registry():
+    from tianyuan import quantization as Q
+    assert Q.get_qconfig("calibration") is Q.calibration_qconfig
+    assert set(Q.QCONFIGS) >= {"ema_fakequant", "calibration", "lsq", "int8_symmetric"}
+    with pytest.raises(ValueError, match="unknown qconfig 'emma'; presets: "):
+        Q.get_qconfig("emma")

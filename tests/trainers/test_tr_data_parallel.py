@@ -116,6 +116,7 @@ import tianyuan as ty
 from tianyuan import distributed as dist
 from tianyuan.datasets import DataLoader, DistributedSampler
 from tianyuan.trainers.engine import Trainer
+from tianyuan.trainers.task import LossTask
 
 class Data:  # process 1 finds two unreadable items, one whole batch of its share
     def __len__(self):
@@ -126,8 +127,8 @@ class Data:  # process 1 finds two unreadable items, one whole batch of its shar
 model = ty.nn.Linear(2, 1)
 share = DistributedSampler(Data(), dist.rank(), 2, shuffle=False)
 loader = DataLoader(Data(), batch_size=2, sampler=share, seed=0)
-trainer = Trainer(model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
-                  lambda m, b: {{"loss": (m(ty.tensor(b["image"])) ** 2).mean()}},
+task = LossTask(lambda m, b: {{"loss": (m(ty.tensor(b["image"])) ** 2).mean()}})
+trainer = Trainer(task, model, ty.optim.SGD(model.parameters(), lr=0.01), loader,
                   max_epochs=2, out_dir={out!r}, progress=False)
 trainer.train()
 """

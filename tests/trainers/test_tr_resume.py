@@ -58,8 +58,8 @@ def test_crash_then_resume_is_bit_identical(reference, shapes_root, tmp_path):
     resumed.train(resume=True)
     assert resumed.iter == reference.iter == 27
     assert_same_state(resumed.model.state_dict(), reference.model.state_dict())
-    ref_opt = reference.optimizer.state_dict()["state"]
-    for key, state in resumed.optimizer.state_dict()["state"].items():
+    ref_opt = reference.optimizers["main"].state_dict()["state"]
+    for key, state in resumed.optimizers["main"].state_dict()["state"].items():
         assert np.array_equal(state["momentum_buffer"], ref_opt[key]["momentum_buffer"])
     assert resumed.metrics == reference.metrics
 
