@@ -4,14 +4,18 @@
 >>> model = zoo.get_model("resnet18", num_classes=10)
 >>> model.fuse_groups()[0]          # what quantize_qat fuses: conv + bn (+ act), by name
 ['conv1', 'bn1', 'relu']
+>>> zoo.get_backbone("resnet18").feature_channels      # stage features for FPN / pose heads
+{'C2': 64, 'C3': 128, 'C4': 256, 'C5': 512}
 """
+from .backbones import (FEATURES, Backbone, FeatureExtractor, freeze_stages, get_backbone,
+                        list_backbones, register_backbone)
 from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidual, MobileNetV2,
-                             ResNet, ShapesNet, ShuffleNetV1, ShuffleNetV2, ShuffleUnitV1,
-                             ShuffleUnitV2, mobilenet_v2, resnet18, resnet34, resnet50, resnet101,
-                             resnet152, shapesnet,
-                             shufflenet_v1, shufflenet_v1_x0_5_g3, shufflenet_v1_x0_5_g8,
-                             shufflenet_v1_x1_0_g3, shufflenet_v1_x1_0_g8,
-                             shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,
+                             MobileNetV2Backbone, ResNet, ResNetBackbone, ShapesNet, ShuffleNetV1,
+                             ShuffleNetV1Backbone, ShuffleNetV2, ShuffleNetV2Backbone,
+                             ShuffleUnitV1, ShuffleUnitV2, mobilenet_v2, resnet18, resnet34,
+                             resnet50, resnet101, resnet152, shapesnet, shufflenet_v1,
+                             shufflenet_v1_x0_5_g3, shufflenet_v1_x0_5_g8, shufflenet_v1_x1_0_g3,
+                             shufflenet_v1_x1_0_g8, shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,
                              shufflenet_v1_x2_0_g3, shufflenet_v1_x2_0_g8, shufflenet_v2_x0_5,
                              shufflenet_v2_x1_0, shufflenet_v2_x1_5, shufflenet_v2_x2_0)
 from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,

@@ -110,13 +110,12 @@ def test_small_input_keeps_resolution_for_cifar(name):
     model = zoo.get_model(name, num_classes=10, small_input=True).eval()
     stem = model.conv1 if name == "resnet18" else model.features[0][0]
     assert stem.stride == (1, 1) and stem.kernel_size == (3, 3)
-    feature = []
-    last = model.layer4 if name == "resnet18" else model.features
-    last.register_forward_hook(lambda m, args, out: feature.append(out.shape))
     with ty.no_grad():
         assert model(batch((2, 3, 32, 32))[0]).shape == (2, 10)
+        last = model.forward_features(batch((2, 3, 32, 32))[0])["C5"].shape
     # 32x32 -> 4x4 (ResNet: 3 stride-2 stages) / 2x2 (MobileNetV2: 4 stride-2 rows)
-    assert feature[0][2:] == ((4, 4) if name == "resnet18" else (2, 2))
+    assert last[2:] == ((4, 4) if name == "resnet18" else (2, 2))
+    assert model.feature_strides["C5"] == (8 if name == "resnet18" else 16)
 
 
 def test_mobilenet_v2_width_mult():

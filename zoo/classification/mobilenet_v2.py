@@ -4,6 +4,8 @@
 (`conv.{0.0,0.1,0.2}` expand, `conv.{1.0,1.1,1.2}` depthwise, `conv.2`/`conv.3` linear
 projection and its BN; t=1 blocks lack the expansion), `features.18` the 1x1 to 1280,
 `classifier.1` the Linear. QAT-ready: the residual add is `add` (nn.Add).
+`MobileNetV2Backbone` is `features` alone: C2-C5 = features.3, .6, .13 and .18 (24, 32, 96
+and 1280 channels), the last layer at each stride from 4 to 32.
 
 >>> import tianyuan as ty
 >>> from tianyuan.zoo import mobilenet_v2
@@ -12,6 +14,7 @@ projection and its BN; t=1 blocks lack the expansion), `features.18` the 1x1 to 
 """
 from tianyuan import nn
 
+from ..backbones import FEATURES, Backbone, load_backbone_weights, register_backbone
 from ..registry import classification_card, register_model
 from .common import Classifier, conv_bn_act, load_into, seq_groups
 
@@ -51,32 +54,50 @@ class InvertedResidual(nn.Module):
         return groups + seq_groups(f"{prefix}.conv", self.conv)
 
 
-class MobileNetV2(Classifier):
-    """width_mult scales every width (rounded to multiples of 8; the last conv never below
-    1280). small_input: stride-1 stem for 32x32 images (CIFAR)."""
-    classifier_name = "classifier.1"
+def stage_ends(rows=INVERTED_RESIDUAL_ROWS):
+    """`features` indices of C2-C5: the last layer before each stride-2 row and the final
+    1x1 conv, less the first end (the stride-2 stem's) -- [3, 6, 13, 18] for the paper's
+    rows (24, 32, 96 and 1280 channels at width 1.0; torchvision's detection backbones also
+    end at the last conv)."""
+    ends, index = [], 1                     # features.0 is the stem
+    for _t, _c, n, s in rows:
+        if s == 2:
+            ends.append(index - 1)
+        index += n
+    return ends[1:] + [index]               # features.{index}: the 1x1 conv to last_channel
 
-    def __init__(self, num_classes=1000, width_mult=1.0, small_input=False, dropout=0.2):
+
+class MobileNetV2Backbone(Backbone):
+    """`features` (stem, inverted residuals, the 1x1 to last_channel); C2-C5 at the ends of
+    `stage_ends()` (strides 4-32; 2-16 with small_input). width_mult scales every width
+    (rounded to multiples of 8; the last conv never below 1280). small_input: stride-1 stem
+    for 32x32 images (CIFAR)."""
+    head_prefixes = ("classifier.",)
+
+    def __init__(self, width_mult=1.0, small_input=False, init_weights=True):
         super().__init__()
-        self.num_classes, self.width_mult, self.small_input = num_classes, width_mult, small_input
+        self.width_mult, self.small_input = width_mult, small_input
         in_ch = make_divisible(32 * width_mult)
         self.last_channel = make_divisible(1280 * max(1.0, width_mult))
-        self.quant = nn.QuantStub()
         layers = [conv_bn_act(3, in_ch, 3, 1 if small_input else 2, act=nn.ReLU6)]
+        strides = [1 if small_input else 2]
         for t, c, n, s in INVERTED_RESIDUAL_ROWS:
             out_ch = make_divisible(c * width_mult)
             for i in range(n):
                 layers.append(InvertedResidual(in_ch, out_ch, s if i == 0 else 1, t))
+                strides.append(strides[-1] * (s if i == 0 else 1))
                 in_ch = out_ch
         layers.append(conv_bn_act(in_ch, self.last_channel, 1, act=nn.ReLU6))
+        strides.append(strides[-1])
         self.features = nn.Sequential(*layers)
-        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
-        self.classifier = nn.Sequential(nn.Dropout(dropout),
-                                        self._new_head(self.last_channel, num_classes))
-        self.dequant = nn.DequantStub()
-        self._init_convs()
+        self.feature_index = dict(zip(FEATURES, stage_ends()))
+        self.feature_channels = {k: _out_channels(self.features[i])
+                                 for k, i in self.feature_index.items()}
+        self.feature_strides = {k: strides[i] for k, i in self.feature_index.items()}
+        if init_weights:
+            self.init_weights()
 
-    def _init_convs(self):
+    def init_weights(self):
         for module in self.modules():   # torchvision's init; the head is set by _new_head
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out")
@@ -84,16 +105,19 @@ class MobileNetV2(Classifier):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
-    def _new_head(self, in_features, num_classes):
-        head = nn.Linear(in_features, num_classes)
-        nn.init.normal_(head.weight, 0.0, 0.01)
-        nn.init.zeros_(head.bias)
-        return head
+    def forward_features(self, x):
+        """{"C2": features.3's output, ...}, (N, C, H / stride, W / stride)."""
+        out, ends = {}, {i: k for k, i in self.feature_index.items()}
+        for i, layer in enumerate(self.features):
+            x = layer(x)
+            if i in ends:
+                out[ends[i]] = x
+        return out
 
-    def forward(self, x):
-        x = self.features(self.quant(x))                 # (N, last_channel, H/32, W/32)
-        x = self.classifier(self.flatten(self.avgpool(x)))
-        return self.dequant(x)
+    def stages(self):
+        starts = [0] + [self.feature_index[k] + 1 for k in FEATURES]
+        names = [[f"features.{i}" for i in range(a, b)] for a, b in zip(starts, starts[1:])]
+        return dict(zip(("stem",) + FEATURES, names))
 
     def fuse_groups(self):
         last = len(self.features) - 1
@@ -103,10 +127,47 @@ class MobileNetV2(Classifier):
         return groups + seq_groups(f"features.{last}", self.features[last])
 
 
+def _out_channels(layer):
+    convs = [m for m in layer.modules() if isinstance(m, nn.Conv2d)]
+    return convs[-1].out_channels
+
+
+class MobileNetV2(MobileNetV2Backbone, Classifier):
+    """MobileNetV2Backbone + global pooling + dropout + Linear, between quant stubs."""
+    classifier_name = "classifier.1"
+
+    def __init__(self, num_classes=1000, width_mult=1.0, small_input=False, dropout=0.2):
+        super().__init__(width_mult, small_input, init_weights=False)
+        self.num_classes = num_classes
+        self.quant = nn.QuantStub()
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.classifier = nn.Sequential(nn.Dropout(dropout),
+                                        self._new_head(self.last_channel, num_classes))
+        self.dequant = nn.DequantStub()
+        self.init_weights()
+
+    def _new_head(self, in_features, num_classes):
+        head = nn.Linear(in_features, num_classes)
+        nn.init.normal_(head.weight, 0.0, 0.01)
+        nn.init.zeros_(head.bias)
+        return head
+
+    def forward(self, x):
+        x = self.forward_features(self.quant(x))["C5"]   # (N, last_channel, H/32, W/32)
+        x = self.classifier(self.flatten(self.avgpool(x)))
+        return self.dequant(x)
+
+
 def _mobilenet_v2(arch="mobilenet_v2", *, num_classes=1000, width_mult=1.0, weights=None,
                   pretrained=False, small_input=False, dropout=0.2):
     model = MobileNetV2(num_classes, width_mult, small_input, dropout)
     return load_into(model, arch, weights, pretrained)
+
+
+def _mobilenet_v2_backbone(arch="mobilenet_v2", *, width_mult=1.0, weights=None,
+                           pretrained=False, small_input=False):
+    model = MobileNetV2Backbone(width_mult, small_input)
+    return load_backbone_weights(model, arch, weights, pretrained)
 
 
 def mobilenet_v2(**kwargs):
@@ -114,6 +175,7 @@ def mobilenet_v2(**kwargs):
     return _mobilenet_v2("mobilenet_v2", **kwargs)
 
 
+register_backbone("mobilenet_v2", _mobilenet_v2_backbone)
 register_model("mobilenet_v2", mobilenet_v2, classification_card(
     {"torchvision": {"top1": 71.878, "top5": 90.286},
      "megengine": {"top1": 72.808}},

@@ -4,7 +4,8 @@ The bottleneck strides in its 3x3 conv (conv2), not in the first 1x1. State-dict
 and shapes equal torchvision's (`conv1`, `bn1`, `layer{1-4}.{i}.conv{1,2,3}`/`bn*`,
 `layerN.0.downsample.{0,1}`, `fc`), so published weights load by name. QAT-ready: each
 ReLU is its own module (`relu1`, `relu2`) and the residual add is `add_relu`
-(nn.AddReLU) — parameter-free, so the state dict is unchanged.
+(nn.AddReLU) — parameter-free, so the state dict is unchanged. `ResNetBackbone` is the stem
+and stages alone (`forward_features`: C2-C5 = layer1-4), the classifier that plus a head.
 
 >>> import tianyuan as ty
 >>> from tianyuan.zoo import resnet18
@@ -15,6 +16,7 @@ from functools import partial
 
 from tianyuan import nn
 
+from ..backbones import Backbone, load_backbone_weights, register_backbone
 from ..registry import classification_card, register_model
 from .common import Classifier, kaiming_init, load_into
 
@@ -88,32 +90,38 @@ class Bottleneck(nn.Module):
                  [f"{prefix}.conv3", f"{prefix}.bn3"]] + _downsample_groups(self, prefix))
 
 
-class ResNet(Classifier):
-    """`layers` blocks per stage at widths 64/128/256/512 (x `block.expansion` out).
+class ResNetBackbone(Backbone):
+    """The stem and the four stages, `layers` blocks each at widths 64/128/256/512 (x
+    `block.expansion` out): C2-C5 are layer1-layer4's outputs (strides 4-32; 1-8 with
+    small_input). torchvision's detection `backbone.body`.
 
     small_input: the CIFAR stem (3x3 stride-1 conv, no max-pool) for 32x32 images.
     zero_init_residual: start each block's last BN at 0, so blocks begin as identities.
+    init_weights: False leaves the init to a subclass that adds layers first (ResNet: the
+    random draws in the order they have always been made).
     """
-    classifier_name = "fc"
 
-    def __init__(self, block, layers, num_classes=1000, small_input=False,
-                 zero_init_residual=False):
+    def __init__(self, block, layers, small_input=False, zero_init_residual=False,
+                 init_weights=True):
         super().__init__()
-        self.num_classes, self.small_input = num_classes, small_input
-        self.quant = nn.QuantStub()
+        self.small_input = small_input
         if small_input:
             self.conv1, self.maxpool = conv3x3(3, 64), nn.Identity()
         else:
             self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
             self.maxpool = nn.MaxPool2d(3, 2, 1)
         self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU()
-        in_ch = 64
+        in_ch, stride = 64, 1 if small_input else 4
+        self.feature_channels, self.feature_strides = {}, {}
         for i, (n, width) in enumerate(zip(layers, (64, 128, 256, 512)), start=1):
             stage, in_ch = self._make_layer(block, in_ch, width, n, 1 if i == 1 else 2)
             setattr(self, f"layer{i}", stage)
-        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
-        self.fc = nn.Linear(512 * block.expansion, num_classes)
-        self.dequant = nn.DequantStub()
+            stride *= 1 if i == 1 else 2
+            self.feature_channels[f"C{i + 1}"], self.feature_strides[f"C{i + 1}"] = in_ch, stride
+        if init_weights:
+            self.init_weights(zero_init_residual)
+
+    def init_weights(self, zero_init_residual=False):
         kaiming_init(self)
         if zero_init_residual:
             for module in self.modules():
@@ -131,12 +139,17 @@ class ResNet(Classifier):
         blocks += [block(out_ch, width) for _ in range(1, n)]
         return nn.Sequential(*blocks), out_ch
 
-    def forward(self, x):
-        x = self.quant(x)
+    def forward_features(self, x):
+        """{"C2": layer1's output, ..., "C5": layer4's}, (N, C, H / stride, W / stride)."""
         x = self.maxpool(nn.batch_norm_act(self.bn1, self.relu, self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        x = self.fc(self.flatten(self.avgpool(x)))   # (N, 512 * expansion) -> (N, classes)
-        return self.dequant(x)
+        c2 = self.layer1(x)
+        c3 = self.layer2(c2)
+        c4 = self.layer3(c3)
+        return {"C2": c2, "C3": c3, "C4": c4, "C5": self.layer4(c4)}
+
+    def stages(self):
+        return {"stem": ["conv1", "bn1"], "C2": ["layer1"], "C3": ["layer2"],
+                "C4": ["layer3"], "C5": ["layer4"]}
 
     def fuse_groups(self):
         groups = [["conv1", "bn1", "relu"]]
@@ -146,10 +159,36 @@ class ResNet(Classifier):
         return groups
 
 
+class ResNet(ResNetBackbone, Classifier):
+    """ResNetBackbone + global pooling + fc, between quant stubs."""
+    classifier_name = "fc"
+
+    def __init__(self, block, layers, num_classes=1000, small_input=False,
+                 zero_init_residual=False):
+        super().__init__(block, layers, small_input, init_weights=False)
+        self.num_classes = num_classes
+        self.quant = nn.QuantStub()
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        self.dequant = nn.DequantStub()
+        self.init_weights(zero_init_residual)
+
+    def forward(self, x):
+        x = self.forward_features(self.quant(x))["C5"]
+        x = self.fc(self.flatten(self.avgpool(x)))   # (N, 512 * expansion) -> (N, classes)
+        return self.dequant(x)
+
+
 def _resnet(arch, block, layers, *, num_classes=1000, weights=None, pretrained=False,
             small_input=False, zero_init_residual=False):
     model = ResNet(block, layers, num_classes, small_input, zero_init_residual)
     return load_into(model, arch, weights, pretrained)
+
+
+def _resnet_backbone(arch, block, layers, *, weights=None, pretrained=False, small_input=False,
+                     zero_init_residual=False):
+    model = ResNetBackbone(block, layers, small_input, zero_init_residual)
+    return load_backbone_weights(model, arch, weights, pretrained)
 
 
 def _card(tv, mge, **extra):
@@ -161,15 +200,20 @@ _INT8_R18 = {"torchvision_int8_ptq": {"top1": 69.494, "top5": 88.882},
              "megengine_int8_qat": {"top1": 69.814, "float_top1": 69.796}}
 _INT8_R50 = {"torchvision_int8_ptq": {"top1": 75.920, "top5": 92.814}}
 
-resnet18 = register_model("resnet18", partial(_resnet, "resnet18", BasicBlock, [2, 2, 2, 2]),
-                          _card((69.758, 89.078), 70.312, int8_metrics=_INT8_R18))
-resnet34 = register_model("resnet34", partial(_resnet, "resnet34", BasicBlock, [3, 4, 6, 3]),
-                          _card((73.314, 91.420), 73.960))
-resnet50 = register_model("resnet50", partial(_resnet, "resnet50", Bottleneck, [3, 4, 6, 3]),
-                          _card((76.130, 92.862), 76.254, int8_metrics=_INT8_R50))
-resnet101 = register_model("resnet101",
-                           partial(_resnet, "resnet101", Bottleneck, [3, 4, 23, 3]),
-                           _card((77.374, 93.546), 77.944))
-resnet152 = register_model("resnet152",
-                           partial(_resnet, "resnet152", Bottleneck, [3, 8, 36, 3]),
-                           _card((78.312, 94.046), 78.582))
+# arch -> (block, blocks per stage): the paper's table 1
+ARCHS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
+         "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
+         "resnet152": (Bottleneck, [3, 8, 36, 3])}
+
+
+def _register(arch, card):
+    block, layers = ARCHS[arch]
+    register_backbone(arch, partial(_resnet_backbone, arch, block, layers))
+    return register_model(arch, partial(_resnet, arch, block, layers), card)
+
+
+resnet18 = _register("resnet18", _card((69.758, 89.078), 70.312, int8_metrics=_INT8_R18))
+resnet34 = _register("resnet34", _card((73.314, 91.420), 73.960))
+resnet50 = _register("resnet50", _card((76.130, 92.862), 76.254, int8_metrics=_INT8_R50))
+resnet101 = _register("resnet101", _card((77.374, 93.546), 77.944))
+resnet152 = _register("resnet152", _card((78.312, 94.046), 78.582))

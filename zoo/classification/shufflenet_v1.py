@@ -9,6 +9,8 @@ is a quarter of the unit's output, as in the paper.
 The stride-2 unit applies its ReLU to the branch before the concat (`relu3`, fused into
 conv3's group): the shortcut averages a post-ReLU input, so it is already >= 0 and this
 equals ReLU after the concat (the paper's figure 2c), with one scale less to quantize.
+`ShuffleNetV1Backbone` is the network less its head: C2 the stem's max-pool output, C3-C5
+stage2-4's.
 
 >>> import tianyuan as ty
 >>> from tianyuan.zoo import shufflenet_v1
@@ -19,6 +21,7 @@ from functools import partial
 
 from tianyuan import nn
 
+from ..backbones import FEATURES, Backbone, load_backbone_weights, register_backbone
 from ..registry import classification_card, register_model
 from .common import Classifier, conv_bn_act, kaiming_init, load_into, seq_groups
 
@@ -88,14 +91,13 @@ class ShuffleUnitV1(nn.Module):
                 [f"{prefix}.conv2", f"{prefix}.bn2"], last]
 
 
-class ShuffleNetV1(Classifier):
-    classifier_name = "fc"
+class ShuffleNetV1Backbone(Backbone):
+    """C2 is the stem's max-pool output (stride 4), C3-C5 stage2-4's (strides 8-32)."""
 
-    def __init__(self, groups=3, width_mult=1.0, num_classes=1000, repeats=STAGE_REPEATS):
+    def __init__(self, groups=3, width_mult=1.0, repeats=STAGE_REPEATS):
         super().__init__()
-        self.groups, self.width_mult, self.num_classes = groups, width_mult, num_classes
+        self.groups, self.width_mult = groups, width_mult
         stem, widths = channels(groups, width_mult)
-        self.quant = nn.QuantStub()
         self.conv1 = conv_bn_act(3, stem, 3, 2)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         in_ch = stem
@@ -104,23 +106,20 @@ class ShuffleNetV1(Classifier):
             units += [ShuffleUnitV1(width, width, groups, 1) for _ in range(n - 1)]
             setattr(self, f"stage{stage}", nn.Sequential(*units))
             in_ch = width
-        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
-        self.dequant = nn.DequantStub()
+        self.feature_channels = dict(zip(FEATURES, [stem] + widths))
+        self.feature_strides = dict(zip(FEATURES, (4, 8, 16, 32)))
         kaiming_init(self)
-        self.fc = self._new_head(in_ch, num_classes)
 
-    def _new_head(self, in_features, num_classes):
-        # small logits at the start, as the released models' training (Megvii) began
-        head = nn.Linear(in_features, num_classes)
-        nn.init.normal_(head.weight, 0.0, 0.01)
-        nn.init.zeros_(head.bias)
-        return head
+    def forward_features(self, x):
+        """{"C2": the stem's output, "C3": stage2's, "C4": stage3's, "C5": stage4's}."""
+        c2 = self.maxpool(self.conv1(x))
+        c3 = self.stage2(c2)
+        c4 = self.stage3(c3)
+        return {"C2": c2, "C3": c3, "C4": c4, "C5": self.stage4(c4)}
 
-    def forward(self, x):
-        x = self.maxpool(self.conv1(self.quant(x)))
-        x = self.stage4(self.stage3(self.stage2(x)))
-        x = self.fc(self.flatten(self.avgpool(x)))      # (N, stage4 width) -> logits
-        return self.dequant(x)
+    def stages(self):
+        return {"stem": ["conv1"], "C2": ["maxpool"], "C3": ["stage2"], "C4": ["stage3"],
+                "C5": ["stage4"]}
 
     def fuse_groups(self):
         groups = seq_groups("conv1", self.conv1)
@@ -130,10 +129,41 @@ class ShuffleNetV1(Classifier):
         return groups
 
 
+class ShuffleNetV1(ShuffleNetV1Backbone, Classifier):
+    """ShuffleNetV1Backbone + global pooling + fc, between quant stubs."""
+    classifier_name = "fc"
+
+    def __init__(self, groups=3, width_mult=1.0, num_classes=1000, repeats=STAGE_REPEATS):
+        super().__init__(groups, width_mult, repeats)
+        self.num_classes = num_classes
+        self.quant = nn.QuantStub()
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.dequant = nn.DequantStub()
+        self.fc = self._new_head(self.feature_channels["C5"], num_classes)
+
+    def _new_head(self, in_features, num_classes):
+        # small logits at the start, as the released models' training (Megvii) began
+        head = nn.Linear(in_features, num_classes)
+        nn.init.normal_(head.weight, 0.0, 0.01)
+        nn.init.zeros_(head.bias)
+        return head
+
+    def forward(self, x):
+        x = self.forward_features(self.quant(x))["C5"]
+        x = self.fc(self.flatten(self.avgpool(x)))      # (N, stage4 width) -> logits
+        return self.dequant(x)
+
+
 def _shufflenet_v1(arch="shufflenet_v1", *, groups=3, width_mult=1.0, num_classes=1000,
                    weights=None, pretrained=False):
     model = ShuffleNetV1(groups, width_mult, num_classes)
     return load_into(model, arch, weights, pretrained)
+
+
+def _shufflenet_v1_backbone(arch="shufflenet_v1", *, groups=3, width_mult=1.0, weights=None,
+                            pretrained=False):
+    model = ShuffleNetV1Backbone(groups, width_mult)
+    return load_backbone_weights(model, arch, weights, pretrained)
 
 
 def shufflenet_v1(**kwargs):
@@ -148,10 +178,13 @@ _INT8_X1_5_G3 = {"megengine_int8_qat": {"top1": 70.806, "float_top1": 71.948}}
 
 
 def _variant(name, groups, width_mult, metrics=None, **extra):
+    register_backbone(name, partial(_shufflenet_v1_backbone, name, groups=groups,
+                                    width_mult=width_mult))
     builder = partial(_shufflenet_v1, name, groups=groups, width_mult=width_mult)
     return register_model(name, builder, classification_card(metrics, **extra))
 
 
+register_backbone("shufflenet_v1", _shufflenet_v1_backbone)
 register_model("shufflenet_v1", shufflenet_v1, classification_card(_MMPRETRAIN_X1_G3))
 # the variants Megvii released: groups 3 and 8 at every width
 shufflenet_v1_x0_5_g3 = _variant("shufflenet_v1_x0_5_g3", 3, 0.5)

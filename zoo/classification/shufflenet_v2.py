@@ -4,6 +4,8 @@
 `branch1` (dw 3x3, BN, 1x1, BN, ReLU) and `branch2` (1x1, BN, ReLU, dw 3x3, BN, 1x1, BN,
 ReLU) on the whole input; a stride-1 unit splits the channels in half and runs `branch2`
 on the second half. Both concat (`cat`, nn.Concat) and shuffle the two halves.
+`ShuffleNetV2Backbone` is the network less its head: C2 the stem's max-pool output, C3-C4
+stage2-3's, C5 conv5's.
 
 >>> import tianyuan as ty
 >>> from tianyuan.zoo import shufflenet_v2_x0_5
@@ -15,6 +17,7 @@ from functools import partial
 from tianyuan import functional as F
 from tianyuan import nn
 
+from ..backbones import FEATURES, Backbone, load_backbone_weights, register_backbone
 from ..registry import classification_card, register_model
 from .common import Classifier, conv_bn_act, load_into, seq_groups
 
@@ -61,14 +64,13 @@ class ShuffleUnitV2(nn.Module):
         return groups + seq_groups(f"{prefix}.branch2", self.branch2)
 
 
-class ShuffleNetV2(Classifier):
-    """`widths`: stage2-4 output widths and the conv5 width."""
-    classifier_name = "fc"
+class ShuffleNetV2Backbone(Backbone):
+    """`widths`: stage2-4 output widths and the conv5 width. C2 is the stem's max-pool
+    output (24 channels, stride 4), C3-C4 stage2-3's, C5 conv5's (after stage4, stride 32;
+    the classifier pools it), as MMPretrain's backbone ends at its last conv."""
 
-    def __init__(self, widths, num_classes=1000, repeats=STAGE_REPEATS):
+    def __init__(self, widths, repeats=STAGE_REPEATS):
         super().__init__()
-        self.num_classes = num_classes
-        self.quant = nn.QuantStub()
         self.conv1 = conv_bn_act(3, 24, 3, 2)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         in_ch = 24
@@ -78,15 +80,19 @@ class ShuffleNetV2(Classifier):
             setattr(self, f"stage{stage}", nn.Sequential(*units))
             in_ch = width
         self.conv5 = conv_bn_act(in_ch, widths[3], 1)
-        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
-        self.fc = nn.Linear(widths[3], num_classes)
-        self.dequant = nn.DequantStub()
+        self.feature_channels = dict(zip(FEATURES, [24] + list(widths[:2]) + [widths[3]]))
+        self.feature_strides = dict(zip(FEATURES, (4, 8, 16, 32)))
 
-    def forward(self, x):
-        x = self.maxpool(self.conv1(self.quant(x)))
-        x = self.stage4(self.stage3(self.stage2(x)))
-        x = self.fc(self.flatten(self.avgpool(self.conv5(x))))   # (N, conv5 width) -> logits
-        return self.dequant(x)
+    def forward_features(self, x):
+        """{"C2": the stem's output, "C3": stage2's, "C4": stage3's, "C5": conv5's}."""
+        c2 = self.maxpool(self.conv1(x))
+        c3 = self.stage2(c2)
+        c4 = self.stage3(c3)
+        return {"C2": c2, "C3": c3, "C4": c4, "C5": self.conv5(self.stage4(c4))}
+
+    def stages(self):
+        return {"stem": ["conv1"], "C2": ["maxpool"], "C3": ["stage2"], "C4": ["stage3"],
+                "C5": ["stage4", "conv5"]}
 
     def fuse_groups(self):
         groups = seq_groups("conv1", self.conv1)
@@ -96,9 +102,32 @@ class ShuffleNetV2(Classifier):
         return groups + seq_groups("conv5", self.conv5)
 
 
+class ShuffleNetV2(ShuffleNetV2Backbone, Classifier):
+    """ShuffleNetV2Backbone + global pooling + fc, between quant stubs."""
+    classifier_name = "fc"
+
+    def __init__(self, widths, num_classes=1000, repeats=STAGE_REPEATS):
+        super().__init__(widths, repeats)
+        self.num_classes = num_classes
+        self.quant = nn.QuantStub()
+        self.avgpool, self.flatten = nn.AdaptiveAvgPool2d(1), nn.Flatten(1)
+        self.fc = nn.Linear(widths[3], num_classes)
+        self.dequant = nn.DequantStub()
+
+    def forward(self, x):
+        x = self.forward_features(self.quant(x))["C5"]
+        x = self.fc(self.flatten(self.avgpool(x)))   # (N, conv5 width) -> logits
+        return self.dequant(x)
+
+
 def _shufflenet_v2(arch, *, num_classes=1000, weights=None, pretrained=False):
     model = ShuffleNetV2(STAGE_WIDTHS[arch], num_classes)
     return load_into(model, arch, weights, pretrained)
+
+
+def _shufflenet_v2_backbone(arch, *, weights=None, pretrained=False):
+    model = ShuffleNetV2Backbone(STAGE_WIDTHS[arch])
+    return load_backbone_weights(model, arch, weights, pretrained)
 
 
 def _card(tv, mge, int8, resize=256):
@@ -123,3 +152,5 @@ shufflenet_v2_x1_5 = register_model(
 shufflenet_v2_x2_0 = register_model(
     "shufflenet_v2_x2_0", partial(_shufflenet_v2, "shufflenet_v2_x2_0"),
     _card((76.230, 93.006), 75.074, (75.354, 92.488), resize=232))
+for _arch in STAGE_WIDTHS:
+    register_backbone(_arch, partial(_shufflenet_v2_backbone, _arch))
