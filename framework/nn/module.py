@@ -51,6 +51,30 @@ def _array_of(value):
     return value.data if isinstance(value, Tensor) else value
 
 
+def _dtype_fits(given, wanted):
+    """Whether an array of dtype `given` may be cast into a `wanted` one: float to float
+    (float16, bfloat16 files into float32 parameters), integer to integer, bool to bool;
+    never integer or bool into float, float into integer, complex or objects into any."""
+    kinds = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
+    return given.kind in kinds.get(wanted.kind, "")
+
+
+def _check_dtypes(state_dict, expected):
+    """Refuse a value whose dtype cannot be its parameter's or buffer's (a file edited from
+    F32 to I32 casts integers into float weights), naming the key. `expected`: {key: the
+    tensor, or None for state not shaped yet, which takes any float or integer array}."""
+    for key, tensor in expected.items():
+        if key not in state_dict:
+            continue
+        given = np.asarray(_array_of(state_dict[key])).dtype
+        wanted = np.dtype(tensor.dtype) if tensor is not None else None
+        if (given.kind not in "fiub" or
+                (wanted is not None and not _dtype_fits(given, wanted))):
+            raise RuntimeError(f"load_state_dict: {key} is {given} in the state dict, but the "
+                               f"model's is {wanted or 'float or integer'}: refusing to "
+                               "cast (a wrong or edited file?)")
+
+
 def _indent(text, spaces):
     lines = text.split("\n")
     return "\n".join([lines[0]] + [" " * spaces + line for line in lines[1:]])
@@ -293,6 +317,7 @@ class Module:
         if mismatched or (strict and (missing or unexpected)):
             raise RuntimeError(self._load_error(missing if strict else [],
                                                 unexpected if strict else [], mismatched))
+        _check_dtypes(state_dict, {**expected, **{k: None for k in lazy}})
         for key, tensor in expected.items():
             if key in state_dict and key not in lazy:
                 np.copyto(tensor.data, np.asarray(_array_of(state_dict[key])), casting="unsafe")

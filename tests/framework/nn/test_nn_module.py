@@ -139,6 +139,35 @@ def test_load_state_dict_non_strict():
         net.load_state_dict(state, strict=False)
 
 
+@pytest.mark.parametrize("edit", [lambda a: a.view(np.int32),        # F32 edited to I32
+                                  lambda a: a.astype(np.complex64),
+                                  lambda a: a > 0,
+                                  lambda a: a.astype(object)])
+def test_load_state_dict_refuses_a_dtype_that_cannot_be_the_parameters(edit):
+    """A weights file whose header says I32 where the model has float32 had loaded, the
+    integers cast into float weights (logits ~3e9); nothing is copied on refusal."""
+    net = Net()
+    state, before = net.state_dict(), net.state_dict()
+    state["stem.weight"] = edit(state["stem.weight"])
+    with pytest.raises(RuntimeError, match=r"stem.weight is \w+ in the state dict, but the "
+                                           r"model's is float32: refusing to cast"):
+        net.load_state_dict(state)
+    for key, value in before.items():
+        np.testing.assert_array_equal(net.state_dict()[key], value)
+
+
+def test_load_state_dict_takes_half_precision_and_other_integer_widths():
+    src, dst = Net(), Net()
+    state = {k: v.astype(np.float16) if v.dtype == np.float32 else v.astype(np.int32)
+             for k, v in src.state_dict().items()}
+    dst.load_state_dict(state)
+    np.testing.assert_array_equal(dst.state_dict()["stem.weight"],
+                                  src.state_dict()["stem.weight"].astype(np.float16))
+    state["blocks.1.bn.num_batches_tracked"] = np.float32(3.0)
+    with pytest.raises(RuntimeError, match="num_batches_tracked is float32"):
+        dst.load_state_dict(state)
+
+
 def test_train_eval_propagate():
     net = Net()
     assert all(m.training for m in net.modules())
