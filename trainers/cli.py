@@ -43,14 +43,21 @@ USER_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, Permiss
                FloatingPointError)  # a training run whose loss became NaN (engine.py)
 
 
+# by name, so the command line imports neither: an unreadable image (an OSError, also when a
+# DataLoader worker raised it), a refused pickle, weights the user asked for offline
+USER_ERROR_NAMES = ("CorruptImageError", "UnpicklingRefused", "OfflineError")
+
+
 def _user_error(error):
-    return (isinstance(error, USER_ERRORS) or
+    return (isinstance(error, USER_ERRORS) or type(error).__name__ in USER_ERROR_NAMES or
             type(error).__module__.split(".")[0] in ("hydra", "omegaconf"))
 
 
 def _message(error):
+    """The error's first paragraph: a DataLoader worker's error carries the worker's
+    traceback after a blank line."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return str(text).strip() or type(error).__name__
+    return str(text).strip().split("\n\n")[0].strip() or type(error).__name__
 
 
 def main(argv=None):

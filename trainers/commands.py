@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 
+import numpy as np
 from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf, open_dict
 
@@ -38,16 +39,63 @@ def _card(model_cfg):
         return None
 
 
-def build_model(model_cfg, weights=None, num_classes=None):
+def build_model(model_cfg, weights=None, num_classes=None, command="eval"):
     """The configured model with `weights`: a file (weights or checkpoint) loaded strictly,
-    or any other string handed to the builder as `weights=` (a manifest name)."""
+    or any other string handed to the builder as `weights=` (a manifest name). A classifier
+    file with another class count than the config's builds the model with the file's (said
+    in one line); a file of another architecture is refused in one line that says so."""
     kwargs = {} if num_classes is None else {"num_classes": int(num_classes)}
     if weights and not os.path.exists(weights):
         return instantiate(model_cfg, weights=weights, **kwargs)
     model = instantiate(model_cfg, **kwargs)
-    if weights:
-        model.load_state_dict(model_weights(ty.load(weights)))
+    if not weights:
+        return model
+    state = model_weights(ty.load(weights))
+    head = getattr(model, "classifier_name", None)
+    shape = np.shape(state.get(f"{head}.weight")) if head else ()
+    ours = model.state_dict()
+    if (num_classes is None and len(shape) == 2 and shape[0] != model.num_classes and
+            _same_body(state, ours, head)):
+        print(f"{command}: {shape[0]} classes, from the weights ({head}.weight {shape}); "
+              f"the model config said {model.num_classes}", flush=True)
+        model = instantiate(model_cfg, num_classes=int(shape[0]))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise ValueError(_misfit(weights, model_cfg, model, state, error)) from None
     return model
+
+
+def _same_body(state, ours, head):
+    """Whether two state dicts differ at most in the classifier `head`'s shapes."""
+    return set(state) == set(ours) and all(
+        np.shape(state[k]) == np.shape(ours[k]) for k in ours if not k.startswith(head + "."))
+
+
+def _misfit(weights, model_cfg, model, state, error):
+    """One line for weights that do not load into the model: counts, the first shape that
+    differs, both classifiers (which usually name the architecture)."""
+    ours = model.state_dict()
+    name = model_cfg.get("name", model_cfg.get("_target_"))
+    missing = [k for k in ours if k not in state]
+    unexpected = [k for k in state if k not in ours]
+    differ = [k for k in ours if k in state and np.shape(state[k]) != np.shape(ours[k])]
+    if not (missing or unexpected or differ):     # the shapes fit: a dtype the model refuses
+        return f"{weights}: {str(error).replace('load_state_dict: ', '')}"
+    parts = [f"{len(missing)} of the model's {len(ours)} tensors missing"] if missing else []
+    parts += [f"{len(unexpected)} the model lacks"] if unexpected else []
+    if differ:
+        k = differ[0]
+        parts.append(f"{len(differ)} of another shape ({k}: file {np.shape(state[k])}, "
+                     f"model {np.shape(ours[k])})")
+    text = f"weights {weights} do not fit {name}: {', '.join(parts)}"
+    head = getattr(model, "classifier_name", None)
+    theirs = np.shape(state.get(f"{head}.weight")) if head else ()
+    if len(theirs) == 2:
+        mine = np.shape(ours[f"{head}.weight"])
+        text += (f"; the file's {head} is {theirs[1]}->{theirs[0]}, {name}'s "
+                 f"{mine[1]}->{mine[0]}")
+    return text + ": weights of another architecture? give the model= they were made for"
 
 
 PRE_KEYS = ("resize", "image_size", "mean", "std")
@@ -133,6 +181,11 @@ def evaluate(cfg):
         raise ValueError(f"eval: the data config ({cfg.data._target_}) gave no validation "
                          "loader")
     model = build_model(cfg.model, cfg.weights)
+    classes = getattr(model, "num_classes", None)
+    if meta and classes and classes != len(meta) and rank == 0:
+        print(f"eval: the model predicts {classes} classes, the data has {len(meta)}: the "
+              "scores compare class numbers (fine-tune a head for the data first: "
+              "tianyuan train task.finetune.new_head=true ...)", flush=True)
     task = instantiate(cfg.task)
     metrics = inference(model, loader, task.evaluator(cfg, meta),
                         progress=cfg.progress and rank == 0, distributed=world > 1)
@@ -165,7 +218,7 @@ def bench(cfg):
         raise ValueError("bench: runs in one process (processes sharing the cores would time "
                          "each other)")
     use_threads(cfg.num_threads)
-    model = build_model(cfg.model, cfg.get("weights"))
+    model = build_model(cfg.model, cfg.get("weights"), command="bench")
     if cfg.precision == "int8":
         model = _int8(model, cfg)
     elif cfg.precision != "fp32":

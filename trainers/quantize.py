@@ -86,7 +86,7 @@ def run(cfg):
     use_threads(cfg.num_threads)
     pre, source = choose_preprocessing(cfg, _card(cfg.model), "quantize")
     calib, val = _loaders(cfg, pre)
-    model = build_model(cfg.model, cfg.weights).eval()
+    model = build_model(cfg.model, cfg.weights, command="quantize").eval()
     int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
                       "weights": cfg.weights, "method": cfg.method,
                       "data": cfg.data.get("kind", cfg.data._target_),

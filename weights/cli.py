@@ -6,6 +6,7 @@ Each command prints a table, or JSON with `--json`; the exit status is 0 on succ
 import argparse
 import json
 import os
+import pickle
 import sys
 
 from . import api
@@ -110,7 +111,8 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (KeyError, ValueError, FileNotFoundError, NotImplementedError) as error:
+    except (KeyError, ValueError, FileNotFoundError, NotImplementedError,
+            pickle.UnpicklingError, DownloadError) as error:   # a refused pickle; offline
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"tianyuan weights {args.command}: {message}", file=sys.stderr)
         return 2

@@ -52,10 +52,13 @@ class _Restricted(pickle.Unpickler):
         key = (module, name)
         if key in self._allowed:
             return self._allowed[key]
-        raise UnpicklingRefused(
-            f"{self._source}: refusing to unpickle global '{module}.{name}'; only these are "
-            f"allowed here: {sorted(f'{m}.{n}' for m, n in self._allowed)}. A pickle that "
-            "names other globals could run arbitrary code.")
+        error = UnpicklingRefused(
+            f"{self._source}: refusing to unpickle global '{module}.{name}', which this format "
+            f"never needs ({len(self._allowed)} globals are allowed: UnpicklingRefused.allowed)"
+            "; nothing was loaded. The file may be malicious: a pickle that names other "
+            "globals could run arbitrary code")
+        error.allowed = sorted(f"{m}.{n}" for m, n in self._allowed)
+        raise error
 
 
 def safe_unpickle(file, allowed=None, persistent_load=None, source=None, **kwargs):

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+import tianyuan as ty
 from tianyuan.trainers import cli
 
 
@@ -68,3 +69,61 @@ def test_an_internal_error_keeps_its_traceback(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "boom", ("tianyuan.trainers.cli", "_usage", ""))
     with pytest.raises(TypeError):  # _usage takes no argv: not a user's mistake
         cli.main(["boom"])
+
+
+def _resnet_weights(path, **kwargs):
+    from tianyuan import zoo
+    ty.save(zoo.get_model(**kwargs).state_dict(), str(path))
+    return str(path)
+
+
+def test_eval_takes_the_class_count_from_the_weights(shapes_root, tmp_path, capsys):
+    weights = _resnet_weights(tmp_path / "r18_10.safetensors", name="resnet18", num_classes=10)
+    assert cli.main(["eval", "model=resnet18", f"weights={weights}", "data=shapes",
+                     f"data.root={shapes_root}", "progress=false",
+                     f"out={tmp_path / 'e.json'}"]) == 0
+    out = capsys.readouterr().out
+    assert "eval: 10 classes, from the weights (fc.weight (10, 512)); the model config said " \
+           "1000" in out
+    assert json.load(open(tmp_path / "e.json"))["images"] == 50
+
+
+def test_weights_of_another_architecture_are_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TIANYUAN_TRACEBACK", raising=False)
+    weights = _resnet_weights(tmp_path / "r34.safetensors", name="resnet34", num_classes=10)
+    assert cli.main(["eval", "model=resnet18", f"weights={weights}", "data=shapes",
+                     "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "Traceback" not in err
+    assert f"tianyuan eval: weights {weights} do not fit resnet18: " in err
+    assert "the model lacks" in err and "weights of another architecture?" in err
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: d / "evil.pkl", "refusing to unpickle global 'os.system'"),
+    (lambda d: "resnet18.imagenet_torchvision", "TIANYUAN_OFFLINE"),
+])
+def test_weights_import_mistakes_are_one_line(make, says, tmp_path, capsys, monkeypatch):
+    evil = tmp_path / "evil.pkl"   # protocol 2: GLOBAL os.system, "true", TUPLE1, REDUCE
+    evil.write_bytes(b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R.")
+    monkeypatch.setenv("TIANYUAN_OFFLINE", "1")
+    monkeypatch.setenv("TIANYUAN_HOME", str(tmp_path / "home"))
+    assert cli.main(["weights", "import", str(make(tmp_path)), "--arch", "resnet18",
+                     "--out", str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_corrupt_image_read_by_a_worker_is_one_line(shapes_root, tmp_path, capsys,
+                                                      monkeypatch):
+    import shutil
+    monkeypatch.delenv("TIANYUAN_TRACEBACK", raising=False)
+    root = tmp_path / "shapes"
+    shutil.copytree(shapes_root, root)
+    bad = sorted((root / "val").glob("*/*"))[3]
+    bad.write_bytes(b"")
+    assert cli.main(["eval", "model=shapesnet", "data=shapes", f"data.root={root}",
+                     "data.num_workers=2", "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "Traceback" not in err
+    assert f"{bad}: empty image file" in err
