@@ -84,9 +84,12 @@ def get_model(name, **kwargs):
     return _builder(name)(**kwargs)
 
 
-def list_models(pattern=None):
-    """Sorted registered names, optionally filtered by a glob (`"resnet*"`)."""
+def list_models(pattern=None, task=None):
+    """Sorted registered names, optionally filtered by a glob (`"resnet*"`) and by the card's
+    task (`task="classification"`: the classifiers the generic tests sweep)."""
     names = sorted(_BUILDERS)
+    if task is not None:
+        names = [n for n in names if _CARDS[n].get("task") == task]
     return [n for n in names if fnmatch.fnmatch(n, pattern)] if pattern else names
 
 

@@ -14,7 +14,7 @@ from tianyuan.nn.quantized.conv import relu6_max
 from tianyuan.quantization import reference as R
 
 zoo = pytest.importorskip("tianyuan.zoo")
-MODELS = zoo.list_models() if hasattr(zoo, "list_models") else []
+MODELS = zoo.list_models(task="classification") if hasattr(zoo, "list_models") else []
 
 
 @pytest.mark.parametrize("name", MODELS)
