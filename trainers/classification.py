@@ -87,8 +87,11 @@ def shapes_folder(root=None, num_per_class=40, val_per_class=10, size=32, num_cl
     return root
 
 
-def classification_dataset(kind, root, train, transform, synthetic=None, classes=None):
-    """The train or val split of one of DATA_KINDS (folder/shapes: root/train, root/val)."""
+def classification_dataset(kind, root, train, transform, synthetic=None, classes=None,
+                           on_error="raise"):
+    """The train or val split of one of DATA_KINDS (folder/shapes: root/train, root/val).
+    `on_error`: "raise" at an unreadable image (naming it), or "skip" it (counted, the
+    first named; CIFAR-10's batches hold no image files)."""
     if kind not in DATA_KINDS:
         raise ValueError(f"classification_dataset: kind must be one of {DATA_KINDS}, "
                          f"got {kind!r}")
@@ -98,16 +101,17 @@ def classification_dataset(kind, root, train, transform, synthetic=None, classes
         raise ValueError(f"classification_dataset: data kind {kind!r} needs data.root "
                          "(the dataset folder)")
     if kind == "imagenet":
-        return ImageNet(root, "train" if train else "val", transform)
+        return ImageNet(root, "train" if train else "val", transform, on_error)
     if kind == "cifar10":
         return CIFAR10(root, train, transform)
-    return ImageFolder(os.path.join(root, "train" if train else "val"), transform,
+    return ImageFolder(os.path.join(root, "train" if train else "val"), transform, on_error,
                        classes=classes)
 
 
 def classification_data(kind, root, batch_size, num_workers=0, image_size=224, resize=256,
                         mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, augment="imagenet",
-                        val_batch_size=None, seed=0, synthetic=None, splits=("train", "val")):
+                        val_batch_size=None, seed=0, synthetic=None, splits=("train", "val"),
+                        on_error="raise"):
     """(train loader, val loader, class names); a split not in `splits` is None (evaluation
     lists no training images). Train order and augmentation are a pure function of (seed,
     epoch); the last incomplete train batch is dropped. Under an MPI launch each process
@@ -123,7 +127,7 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
     if "train" in splits:
         train = classification_dataset(kind, root, True,
                                        train_transform(augment, image_size, mean, std, resize),
-                                       synthetic)
+                                       synthetic, on_error=on_error)
         classes = list(getattr(train, "classes", []))
         # several processes: each its share of one permutation (augmented with draws of its
         # own: seed + rank) and of the val set
@@ -135,7 +139,7 @@ def classification_data(kind, root, batch_size, num_workers=0, image_size=224, r
     if "val" in splits:
         val = classification_dataset(kind, root, False,
                                      eval_transform(resize, image_size, mean, std),
-                                     synthetic, classes or None)
+                                     synthetic, classes or None, on_error)
         classes = classes or list(getattr(val, "classes", []))
         val_share = None if world == 1 else DistributedSampler(val, rank, world,
                                                                 shuffle=False, exact=True)

@@ -127,3 +127,8 @@ def test_a_corrupt_image_read_by_a_worker_is_one_line(shapes_root, tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "Traceback" not in err
     assert f"{bad}: empty image file" in err
+    with pytest.warns(RuntimeWarning, match="1 items? (was|were) skipped"):
+        assert cli.main(["eval", "model=shapesnet", "data=shapes", f"data.root={root}",
+                         "data.num_workers=2", "progress=false", "data.on_error=skip",
+                         f"out={tmp_path / 'e.json'}"]) == 0
+    assert json.load(open(tmp_path / "e.json"))["images"] == 49
