@@ -21,6 +21,7 @@ import numpy as np
 from tianyuan.datasets import DataLoader, ImageNet
 from tianyuan.datasets.imagenet_meta import read_shipped_tsv
 from tianyuan.datasets import transforms as T
+from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
 
 def write_fake_imagenet(root, count, classes=8):
@@ -59,7 +60,7 @@ def torchvision_rate(root, workers, batch):
     torch.set_num_threads(1)
     pipeline = transforms.Compose([
         transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     dataset = datasets.ImageFolder(os.path.join(root, "train"), transform=pipeline)
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=True,
                                          num_workers=workers)

@@ -13,6 +13,8 @@ name carries no hyphenated prefix (`resnet18_fbgemm_16fa66dd.pth`) and MegEngine
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from . import preprocessing
+
 TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"
 TV_SOURCE = "torchvision 0.29.1 model docs (REFERENCE.md 1a/1b)"
@@ -22,13 +24,9 @@ MGE_SOURCE = "MegEngine Models README (REFERENCE.md)"
 # metrics from resnet/README.md @134ad00c and shufflenet/README.md @d67b5efe.
 MGE_README = "MegEngine Models official/vision/classification/{resnet,shufflenet}/README.md"
 
-# Preprocessing presets: pixels scaled by 1/pixel_scale, then (x - mean) / std.
-TV_V1 = {"resize": 256, "crop": 224, "interpolation": "bilinear", "antialias": True,
-         "pixel_scale": 255.0, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-         "channels": "RGB"}
-TV_V2 = {**TV_V1, "resize": 232}
-MGE = {"resize": 256, "crop": 224, "interpolation": "bilinear", "pixel_scale": 1.0,
-       "mean": [103.530, 116.280, 123.675], "std": [57.375, 57.120, 58.395], "channels": "BGR"}
+# Preprocessing presets (pixels scaled by 1/pixel_scale, then (x - mean) / std)
+TV_V1, TV_V2 = preprocessing.TORCHVISION_V1, preprocessing.TORCHVISION_V2
+MGE = preprocessing.MEGENGINE
 
 
 @dataclass(frozen=True)

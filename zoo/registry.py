@@ -16,15 +16,13 @@ import difflib
 import fnmatch
 from collections import OrderedDict
 
+from ..weights.preprocessing import TORCHVISION_V1
+
 _BUILDERS = OrderedDict()   # name -> builder
 _CARDS = {}                 # name -> card dict (num_params filled on first lookup)
 
 # torchvision's V1 eval preset (REFERENCE.md 1d): pixels / 255, then (x - mean) / std
-IMAGENET_PREPROCESSING = {
-    "resize": 256, "crop": 224, "interpolation": "bilinear", "antialias": True,
-    "pixel_scale": 255.0, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-    "channels": "RGB",
-}
+IMAGENET_PREPROCESSING = TORCHVISION_V1
 
 
 def classification_card(metrics=None, input_size=(3, 224, 224), **extra):

@@ -11,11 +11,15 @@ import math
 import cv2
 import numpy as np
 
+from tianyuan.weights import preprocessing
+from tianyuan.weights.preprocessing import pixel_values
+
 from . import geometry
 from .random import get_rng
 
-IMAGENET_MEAN = (123.675, 116.28, 103.53)   # RGB, 0..255 scale
-IMAGENET_STD = (58.395, 57.12, 57.375)
+# RGB, in the 0..255 scale Normalize works in (from tianyuan.weights.preprocessing's 0..1 ones)
+IMAGENET_MEAN = pixel_values(preprocessing.IMAGENET_MEAN)    # (123.675, 116.28, 103.53)
+IMAGENET_STD = pixel_values(preprocessing.IMAGENET_STD)      # (58.395, 57.12, 57.375)
 # PCA of ImageNet RGB pixels in 0..1 scale (AlexNet's "lighting" noise, fb.resnet.torch)
 IMAGENET_EIGVAL = (0.2175, 0.0188, 0.0045)
 IMAGENET_EIGVEC = ((-0.5675, 0.7192, 0.4009),

@@ -1,0 +1,34 @@
+"""The preprocessing published weights expect, and the one definition of ImageNet's mean and
+std that every other copy derives from (the zoo's cards, the manifest's presets, the
+transforms' 0..255 defaults).
+
+A preset: resize the shorter side to `resize`, centre-crop `crop`, divide the pixels by
+`pixel_scale`, then (x - mean) / std per channel, in `channels` order.
+
+>>> TORCHVISION_V1["mean"], pixel_values(IMAGENET_MEAN)
+([0.485, 0.456, 0.406], (123.675, 116.28, 103.53))
+"""
+# torchvision's ImageNet statistics (REFERENCE.md 1d), RGB, for pixels in 0..1
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def pixel_values(values, scale=255.0):
+    """`values` for pixels in 0..`scale`: 0.485 -> 123.675. Rounded to 6 decimals, so they
+    are the decimal numbers (0.485 * 255 is 123.67499999999998 in binary), the same floats
+    the 0..255 tables have always held."""
+    return tuple(round(v * scale, 6) for v in values)
+
+
+# torchvision's V1 eval preset; V2 weights resize to 232
+TORCHVISION_V1 = {"resize": 256, "crop": 224, "interpolation": "bilinear", "antialias": True,
+                  "pixel_scale": 255.0, "mean": list(IMAGENET_MEAN),
+                  "std": list(IMAGENET_STD), "channels": "RGB"}
+TORCHVISION_V2 = {**TORCHVISION_V1, "resize": 232}
+# MegEngine Models' classification: OpenCV's BGR images in 0..255, the same statistics
+MEGENGINE = {"resize": 256, "crop": 224, "interpolation": "bilinear", "pixel_scale": 1.0,
+             "mean": list(pixel_values(IMAGENET_MEAN))[::-1],
+             "std": list(pixel_values(IMAGENET_STD))[::-1], "channels": "BGR"}
+# MegEngine Models' official/quantization: BGR in 0..255 less 128 (T.Normalize(mean=128)),
+# so that the int8 model's input is the uint8 image shifted
+MEGENGINE_QUANT = {**MEGENGINE, "mean": [128.0] * 3, "std": [1.0] * 3}
