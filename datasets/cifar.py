@@ -1,8 +1,8 @@
 """CIFAR-10 from the python batches or the `cifar-10-python.tar.gz` tarball.
 
 Batches are pickles; they are read only through `tianyuan.io.safe_unpickle`, which
-admits the numpy globals and nothing else. The tarball is read in memory (nothing
-is extracted).
+admits the numpy globals and latin-1 `_codecs.encode` (bytes at protocol 2), nothing else.
+The tarball is read in memory (nothing is extracted).
 
 >>> ds = CIFAR10("/data/cifar10", train=True)      # doctest: +SKIP
 >>> len(ds), ds[0]["image"].shape                  # (50000, (32, 32, 3))  # doctest: +SKIP
@@ -12,7 +12,7 @@ import tarfile
 
 import numpy as np
 
-from tianyuan.io import NUMPY_GLOBALS, safe_unpickle
+from tianyuan.io import BYTES_GLOBALS, NUMPY_GLOBALS, safe_unpickle
 
 from .base import require_path
 
@@ -40,11 +40,15 @@ def _parse_batch(raw, source):
     return np.ascontiguousarray(images), labels
 
 
+# numpy arrays, and bytes as Python 3 pickles them at protocol 2
+ALLOWED = {**NUMPY_GLOBALS, **BYTES_GLOBALS}
+
+
 def _read_folder(folder, names):
     batches = []
     for name in names:
         path = require_path(os.path.join(folder, name), "a CIFAR-10 python batch", "CIFAR10")
-        raw = safe_unpickle(path, allowed=NUMPY_GLOBALS, encoding="bytes")
+        raw = safe_unpickle(path, allowed=ALLOWED, encoding="bytes")
         batches.append(_parse_batch(raw, path))
     return batches
 
@@ -60,7 +64,7 @@ def _read_tarball(path, names):
                 handle = None
             if handle is None:
                 raise FileNotFoundError(f"CIFAR10: {path} has no member {member}")
-            raw = safe_unpickle(handle, allowed=NUMPY_GLOBALS, encoding="bytes",
+            raw = safe_unpickle(handle, allowed=ALLOWED, encoding="bytes",
                                 source=f"{path}:{member}")
             batches.append(_parse_batch(raw, f"{path}:{member}"))
     return batches

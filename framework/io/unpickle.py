@@ -33,11 +33,29 @@ def _numpy_globals():
     return found
 
 
-NUMPY_GLOBALS = _numpy_globals()
-
-
 class UnpicklingRefused(pickle.UnpicklingError):
     """A pickle referenced a global outside the allow-list."""
+
+
+NUMPY_GLOBALS = _numpy_globals()
+
+_LATIN1 = ("latin1", "latin-1", "latin_1", "iso-8859-1", "iso8859-1", "iso8859_1",
+           "iso_8859_1", "l1")
+
+
+def _latin1_encode(text, encoding="latin1", errors="strict"):
+    """`_codecs.encode` as pickles of protocol 2 written by Python 3 use it to rebuild bytes
+    (`encode(str, "latin1")`): the latin-1 codec alone, which maps text to the same bytes
+    and runs nothing; any other codec (a codec name is a module to import) is refused."""
+    if not isinstance(text, str) or not isinstance(encoding, str) or \
+            encoding.lower() not in _LATIN1 or errors != "strict":
+        raise UnpicklingRefused(f"refusing _codecs.encode({type(text).__name__}, {encoding!r}, "
+                                f"{errors!r}): only latin1 rebuilds bytes in a pickle")
+    return text.encode("latin1")
+
+
+# bytes in pickles of protocol 2 written by Python 3 (CIFAR-format subsets people make)
+BYTES_GLOBALS = {("_codecs", "encode"): _latin1_encode}
 
 
 class _Restricted(pickle.Unpickler):

@@ -56,3 +56,30 @@ def test_missing_and_malformed(tmp_path):
                                                       b"labels": [0]}))
     with pytest.raises(ValueError, match=r"expected \(N, 3072\)"):
         CIFAR10(tmp_path, train=False)
+
+
+def test_protocol_2_batches_written_by_python_3(tmp_path):
+    """Python 3 pickles bytes at protocol 2 as _codecs.encode(text, "latin1"): allowed, and
+    only with latin1."""
+    folder = tmp_path / "cifar-10-batches-py"
+    written = write_cifar(str(folder), count=2)
+    images, labels = written["test_batch"]
+    batch = {b"data": images.transpose(0, 3, 1, 2).reshape(2, -1), b"labels": list(labels),
+             b"batch_label": b"testing batch 1 of 1"}
+    blob = pickle.dumps(batch, protocol=2)
+    assert b"_codecs" in blob
+    (folder / "test_batch").write_bytes(blob)
+    test = CIFAR10(tmp_path, train=False)
+    assert np.array_equal(test.images, images) and test.targets == list(labels)
+
+
+@pytest.mark.parametrize("codec", [b"os.system", b"rot13", b"utf-8"])
+def test_codecs_encode_takes_latin1_alone(tmp_path, codec):
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar(str(folder), count=1)
+    # protocol 2: GLOBAL _codecs.encode, ("x", codec), REDUCE
+    blob = (b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00xX" + bytes([len(codec), 0, 0, 0]) +
+            codec + b"\x86R.")
+    (folder / "test_batch").write_bytes(blob)
+    with pytest.raises(UnpicklingRefused, match="only latin1 rebuilds bytes"):
+        CIFAR10(tmp_path, train=False)
