@@ -9,7 +9,7 @@ weights (G, O/G, I/G, kh, kw)), which `_fit_shape` undoes. Its quantization ResN
 renamed to ours. Megvii-layout ShuffleNets (`first_conv.*`, from MegEngine or
 ShuffleNet-Series files) go through megvii_maps.py, which also permutes channels.
 Every map ends in `check_against_spec`, which names all unmapped, missing and
-mis-shaped keys in one error.
+mis-shaped keys in one error. GANs (generator/discriminator pairs) go through gan_maps.py.
 
 >>> ours = convert_state_dict(torch_state, "resnet50", "torchvision")
 """
@@ -19,6 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V1, SHUFFLENET_V2, state_dict_spec
+from .gan_maps import GAN_ARCHS, convert_gan_state_dict
 from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
                           megvii_shufflenet_v2)
 
@@ -107,6 +108,8 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     filled with 0. `num_classes` defaults to what the file's classifier says.
     """
     state = unwrap_checkpoint(state)
+    if arch in GAN_ARCHS:   # generator/discriminator files, any source (gan_maps.py)
+        return convert_gan_state_dict(state, arch, strict)
     mapped = name_map_for(source, arch, state)(state, arch)
     if num_classes is None:
         num_classes = _infer_num_classes(mapped)

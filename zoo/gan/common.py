@@ -1,0 +1,90 @@
+"""What every GAN of the zoo shares: the two networks as one module, the model card, and
+loading published or trained weights into either half.
+
+Conventions (read by trainers/gan.py, `tianyuan generate` and the FID evaluation):
+
+- `GAN.generator` maps noise z (N, nz) to images (N, 3, H, W) in [-1, 1] (RGB), whatever
+  its last layer; `GAN.discriminator` (a WGAN's critic too) maps such images to one logit
+  or score each (N, 1). One module holds both, so a training checkpoint's "model" is one
+  state dict: `generator.*`, `discriminator.*` and, when the generator is averaged
+  (trainers/gan.py, `ema`), `generator_ema.*`.
+- `GAN.sampler()` is the generator samples are drawn from: the averaged one if present.
+
+>>> from tianyuan.zoo import get_model
+>>> gan = get_model("dcgan_cifar10")
+>>> gan.generator(gan.noise(2)).shape
+(2, 3, 32, 32)
+"""
+import tianyuan as ty
+from tianyuan import nn
+
+# images leave the generator in [-1, 1]: pixel = (x + 1) * 127.5 (trainers/gan.py reads the
+# same numbers as the data's normalisation: mean 127.5, std 127.5)
+GAN_PREPROCESSING = {"resize": None, "crop": None, "pixel_scale": 1.0,
+                     "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5],
+                     "channels": "RGB"}
+PARTS = ("generator", "discriminator", "generator_ema")
+
+
+def gan_card(follows, metrics=None, image_size=32, nz=128, **extra):
+    """A generation model card: `follows` names the reference implementation the builder
+    reproduces; `metrics` maps a source to its published {"fid", "is"} on CIFAR-10."""
+    card = {"task": "generation", "dataset": "CIFAR-10", "input_size": (nz,),
+            "output_size": (3, image_size, image_size), "nz": nz,
+            "preprocessing": dict(GAN_PREPROCESSING), "follows": follows,
+            "metrics": dict(metrics or {})}
+    card.update(extra)
+    return card
+
+
+class GAN(nn.Module):
+    """A generator and its discriminator (or critic); `forward(z)` is the generator's."""
+
+    def __init__(self, generator, discriminator):
+        super().__init__()
+        self.generator, self.discriminator = generator, discriminator
+        self.nz = int(generator.nz)
+
+    def forward(self, z):
+        return self.generator(z)
+
+    def noise(self, n):
+        """(n, nz) standard normal noise from the framework's seeded stream."""
+        return ty.randn(int(n), self.nz)
+
+    def sampler(self):
+        """The generator to draw samples from: the moving average of the weights if the
+        trainer keeps one (`generator_ema`), else the generator."""
+        ema = self._modules.get("generator_ema")
+        return self.generator if ema is None else ema
+
+
+def load_gan_weights(model, state, arch=None):
+    """Load `state` ({name: array} with `generator.`/`discriminator.`/`generator_ema.`
+    prefixes) into `model`, strictly per part: a generator-only file (a published
+    generator, `tianyuan weights import` of one) fills the generator and leaves the
+    discriminator as built. Returns the parts loaded."""
+    parts = {}
+    for key, value in state.items():
+        part, _, rest = key.partition(".")
+        if part not in PARTS or not rest:
+            raise ValueError(f"{arch or type(model).__name__}: weight {key!r} is not under "
+                             f"{', '.join(PARTS)} (convert foreign files with `tianyuan "
+                             "weights import FILE --arch NAME --out F`)")
+        parts.setdefault(part, {})[rest] = value
+    if "generator_ema" in parts and "generator_ema" not in model._modules:
+        import copy
+        model.generator_ema = copy.deepcopy(model.generator).requires_grad_(False)
+    for part, values in parts.items():
+        model._modules[part].load_state_dict(values)
+    return sorted(parts)
+
+
+def load_into(model, arch, weights=None):
+    """`weights`: a manifest name or a file (ours, a training checkpoint, or a foreign
+    `.pth`/`.pkl` with the arch's name map); None leaves the initialisation."""
+    if weights is None:
+        return model
+    from tianyuan.weights import load_weights
+    load_gan_weights(model, load_weights(weights, arch=arch), arch)
+    return model
