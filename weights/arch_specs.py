@@ -1,4 +1,5 @@
-"""Expected state-dict names and shapes of the classification zoo, from data tables.
+"""Expected state-dict names and shapes of the classification zoo (and Inception-v3, from
+inception_maps.py), from data tables.
 
 The zoo uses torchvision's names (REFERENCE.md 1e), so a converter can check a file
 against these without building a model (and `weights` never imports `zoo`). The zoo's
@@ -11,6 +12,8 @@ tests can compare `model.state_dict()` against `state_dict_spec(arch)`.
 from collections import OrderedDict
 
 import numpy as np
+
+from .inception_maps import INCEPTIONS, inception_spec
 
 RESNETS = {  # arch -> (block, repeats); block expansion 1 (basic) or 4 (bottleneck)
     "resnet18": ("basic", [2, 2, 2, 2]), "resnet34": ("basic", [3, 4, 6, 3]),
@@ -151,7 +154,7 @@ def _shufflenet_v1(groups, widths, num_classes):
 
 def known_archs():
     return (sorted(RESNETS) + ["mobilenet_v2"] + sorted(SHUFFLENET_V2)
-            + sorted(SHUFFLENET_V1))
+            + sorted(SHUFFLENET_V1) + sorted(INCEPTIONS))
 
 
 def state_dict_spec(arch, num_classes=1000):
@@ -164,6 +167,8 @@ def state_dict_spec(arch, num_classes=1000):
         return _shufflenet_v2(*SHUFFLENET_V2[arch], num_classes)
     if arch in SHUFFLENET_V1:
         return _shufflenet_v1(*SHUFFLENET_V1[arch], num_classes)
+    if arch in INCEPTIONS:   # inception_maps.py; fid_inception_v3 has 1008 classes
+        return inception_spec(arch, num_classes)
     raise KeyError(f"state_dict_spec: unknown arch {arch!r}; known: {known_archs()}")
 
 

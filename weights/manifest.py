@@ -17,6 +17,7 @@ from . import preprocessing
 
 TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"
+PYTORCH_FID = "https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
 TV_SOURCE = "torchvision 0.29.1 model docs (REFERENCE.md 1a/1b)"
 MGE_SOURCE = "MegEngine Models README (REFERENCE.md)"
 # URLs of the entries below as the @hub.pretrained decorators in MegEngine/Models give them:
@@ -167,6 +168,16 @@ ENTRIES = [
          69.824, converter=None, notes=_MGE_Q),
     _mge("resnet18_int8.imagenet_megengine_qat", "resnet18", "resnet18_qat_69754.pkl", 69.754,
          converter=None, parent="resnet18.imagenet_megengine_quant_float", notes=_MGE_Q),
+    # Inception-v3 for FID and IS (zoo/gan/inception.py; names: inception_maps.py)
+    _tv("inception_v3.imagenet_torchvision", "inception_v3", "inception_v3_google", "0cc3c7bd",
+        77.294, 93.45, preprocessing.TORCHVISION_INCEPTION),
+    WeightEntry("fid_inception_v3.imagenet_tf2015_pytorch_fid", "fid_inception_v3",
+                (f"{PYTORCH_FID}pt_inception-2015-12-05-6726825d.pth",), None, "none",
+                "torchvision", "torchvision", preprocessing.PYTORCH_FID, {},
+                "pytorch-fid (REFERENCE.md)", name_tag="6726825d",
+                notes="the TF 2015 Inception graph FID and IS are defined on, as pytorch-fid "
+                      "ported it; pytorch-fid loads it without a hash check, so the tag in "
+                      "the name is not checked"),
 ]
 
 _REGISTRY = {}

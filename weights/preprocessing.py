@@ -29,6 +29,15 @@ TORCHVISION_V2 = {**TORCHVISION_V1, "resize": 232}
 MEGENGINE = {"resize": 256, "crop": 224, "interpolation": "bilinear", "pixel_scale": 1.0,
              "mean": list(pixel_values(IMAGENET_MEAN))[::-1],
              "std": list(pixel_values(IMAGENET_STD))[::-1], "channels": "BGR"}
+# torchvision's Inception-v3 (IMAGENET1K_V1): 342 -> 299; the model's transform_input then
+# turns (x - mean) / std into the (x - 0.5) / 0.5 the ported TF weights expect
+TORCHVISION_INCEPTION = {**TORCHVISION_V1, "resize": 342, "crop": 299}
+# pytorch-fid's Inception, done by the model itself (resize_input, normalize_input): RGB in
+# 0..1 resized to exactly 299 x 299 (bilinear, align_corners False, no antialias, no crop),
+# then 2x - 1
+PYTORCH_FID = {"resize": [299, 299], "crop": None, "interpolation": "bilinear",
+               "antialias": False, "pixel_scale": 255.0, "mean": [0.5] * 3, "std": [0.5] * 3,
+               "channels": "RGB", "in_model": True}
 # MegEngine Models' official/quantization: BGR in 0..255 less 128 (T.Normalize(mean=128)),
 # so that the int8 model's input is the uint8 image shifted
 MEGENGINE_QUANT = {**MEGENGINE, "mean": [128.0] * 3, "std": [1.0] * 3}
