@@ -12,16 +12,18 @@ from tianyuan.evaluation import inference
 
 
 class EvalHook:
-    """Runs `evaluator` (evaluation.Evaluator) over `loader` every `every` epochs and at the
-    end, logs its metrics, and keeps the best `metric` (mode "max" or "min") in
-    out_dir/best.safetensors. Data-parallel, every process scores its share of the loader
-    and gets the merged result (evaluation.inference); process 0 writes."""
+    """Runs `evaluator` (evaluation.Evaluator) over `loader` every `every` epochs (or, given
+    `every_iters`, every that many iterations instead: runs counted in iterations, a GAN's
+    FID) and at the end, logs its metrics, and keeps the best `metric` (mode "max" or
+    "min") in out_dir/best.safetensors. Data-parallel, every process scores its share of
+    the loader and gets the merged result (evaluation.inference); process 0 writes."""
     every_process = True
 
-    def __init__(self, evaluator, loader, metric, every=1, mode="max"):
+    def __init__(self, evaluator, loader, metric, every=1, mode="max", every_iters=None):
         if mode not in ("max", "min"):
             raise ValueError(f"EvalHook: mode must be 'max' or 'min', got {mode!r}")
         self.evaluator, self.loader, self.every = evaluator, loader, every
+        self.every_iters = int(every_iters or 0)
         self.metric, self.mode = metric, mode
         self.best, self.best_iter, self.last_iter, self.trainer = None, None, None, None
 
@@ -55,8 +57,12 @@ class EvalHook:
                          "iter": self.trainer.iter},
                         os.path.join(self.trainer.out_dir, "best.safetensors"))
 
+    def after_step(self):
+        if self.every_iters and self.trainer.iter % self.every_iters == 0:
+            self.run()
+
     def after_epoch(self):
-        if self.every and self.trainer.epoch % self.every == 0:
+        if not self.every_iters and self.every and self.trainer.epoch % self.every == 0:
             self.run()
 
     def after_train(self):

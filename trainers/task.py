@@ -41,6 +41,10 @@ class Task:
         """An evaluation.Evaluator for the validation loader, or None (no evaluation)."""
         return None
 
+    def hooks(self, cfg):
+        """The task's own hooks, after the checkpoint hook (a GAN's sample grids)."""
+        return []
+
     def forward(self, model, batch):
         """{name: scalar Tensor}: "loss*" entries are summed and back-propagated."""
         raise NotImplementedError(f"{type(self).__name__}: give forward or run_step")

@@ -43,11 +43,12 @@ def build(cfg, model=None):
             raise ValueError("train: trainer.max_epochs=null needs trainer.max_iters")
         epochs = cfg.trainer.max_iters / max(1, per_epoch)
     schedulers = task.schedulers(cfg, optimizers, epochs, per_epoch)
-    hooks = [CheckpointHook(cfg.trainer.checkpoint_every, cfg.trainer.keep_last)]
+    hooks = [CheckpointHook(cfg.trainer.checkpoint_every, cfg.trainer.keep_last),
+             *task.hooks(cfg)]
     evaluator = task.evaluator(cfg, meta) if val_loader is not None else None
     if evaluator is not None:
         hooks.insert(0, EvalHook(evaluator, val_loader, task.metric, cfg.trainer.eval_every,
-                                 task.mode))
+                                 task.mode, cfg.trainer.get("eval_every_iters")))
     return Trainer(task, model, optimizers, train_loader, cfg.trainer.max_epochs, cfg.out_dir,
                    cfg.trainer.max_iters, schedulers, hooks, config=to_dict(cfg),
                    log_every=cfg.trainer.log_every, progress=cfg.trainer.progress)
