@@ -16,10 +16,9 @@ other processes (detectron2's DatasetEvaluator, with the gather moved into the d
 """
 import time
 
-from tqdm import tqdm
-
 import tianyuan as ty
 from tianyuan import distributed as dist
+from tianyuan.progress import progress as progress_bar
 
 
 class Evaluator:
@@ -49,7 +48,7 @@ class Evaluator:
         return None
 
 
-def inference(model, loader, evaluator, progress=True, distributed=None):
+def inference(model, loader, evaluator, progress=True, distributed=None, desc=None):
     """evaluator's metrics of `model` (in eval mode, no gradients) over `loader`, plus
     "seconds". `distributed` (default: when started by an MPI launcher with several
     processes): the loader holds this process's share; the records meet on process 0 and
@@ -58,8 +57,8 @@ def inference(model, loader, evaluator, progress=True, distributed=None):
     model.eval()
     evaluator.reset()
     started = time.perf_counter()
-    bar = tqdm(loader, desc=f"eval {evaluator.name}", unit="batch", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(loader, desc or f"eval {evaluator.name}", unit="batch",
+                       disable=not progress)
     with ty.no_grad():
         for batch in bar:
             evaluator.process(batch, evaluator.forward(model, batch))

@@ -18,6 +18,7 @@ import numpy as np
 
 import tianyuan as ty
 from tianyuan import quantization as Q
+from tianyuan.progress import progress
 
 from .benchmark import compare_latency
 from .report import format_table, write_json
@@ -113,10 +114,11 @@ class QuantReport:
 
     @classmethod
     def measure(cls, float_model, int8_models, evaluate, example, batches=(1, 16), repeats=20,
-                warmup=3, worst=5, groups=None, info=None):
+                warmup=3, worst=5, groups=None, info=None, show_progress=True):
         """Evaluate and time `float_model` and each of `int8_models` ({name: int8 model});
         `evaluate(model) -> {"top1": %, ...}`; `example` (N, C, H, W) images for the
-        per-layer comparison (its C, H, W also size the timing input)."""
+        per-layer comparison (its C, H, W also size the timing input); `show_progress`: a
+        bar (or log lines) per phase."""
         example = ty.as_tensor(example)
         input_size = tuple(example.shape[1:])
         models = [("float", "fp32", float_model)]
@@ -124,9 +126,11 @@ class QuantReport:
         # timed in alternating rounds: a slow spell of a shared machine hits them all alike
         latency = {batch: compare_latency({name: model for name, _, model in models}, batch,
                                           input_size, repeats, warmup)
-                   for batch in batches}
+                   for batch in progress(batches, "time float and int8", unit="batch size",
+                                         disable=not show_progress)}
         rows, layers = [], {}
-        for name, precision, model in models:
+        for name, precision, model in progress(models, "evaluate, per-layer SQNR",
+                                               unit="model", disable=not show_progress):
             row = {"model": name, "precision": precision, **evaluate(model)}
             row["drop"] = rows[0]["top1"] - row["top1"] if rows else 0.0
             for batch in batches:

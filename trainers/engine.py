@@ -46,6 +46,7 @@ from tqdm import tqdm
 import tianyuan as ty
 from tianyuan import distributed as dist
 from tianyuan.datasets.transforms import random as transform_random
+from tianyuan.progress import progress
 
 from .checkpoint import CheckpointHook, capture_rng, find_latest, restore_rng  # noqa: F401
 from .hooks import EvalHook  # noqa: F401
@@ -113,8 +114,8 @@ class Trainer:
             self.resume()
         dist.broadcast_state(self.model)  # the processes start from process 0's weights
         self.model.train()
-        self._bar = tqdm(total=self.max_iters, initial=self.iter, desc="train", unit="it",
-                         dynamic_ncols=True, disable=not self.progress)
+        self._bar = progress(total=self.max_iters, initial=self.iter, desc="train", unit="it",
+                             disable=not self.progress)
         with _StopOnSignal(self):
             while (self.iter < self.max_iters and self.epoch < self.max_epochs and
                    not self._stopping()):

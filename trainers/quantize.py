@@ -28,6 +28,7 @@ from omegaconf import open_dict
 import tianyuan as ty
 from tianyuan import quantization as Q
 from tianyuan.evaluation import QuantReport, inference
+from tianyuan.progress import progress
 
 from .classification import prepare_qat
 from .commands import _card, build_data, build_model, choose_preprocessing
@@ -96,7 +97,10 @@ def run(cfg):
         info["keep_float"] = keep_float
     if "ptq" in METHODS[cfg.method]:
         started = time.perf_counter()
-        batches = (batch["image"] for batch in itertools.islice(calib, cfg.calib_batches))
+        count = min(cfg.calib_batches, len(calib))
+        batches = (batch["image"] for batch in progress(
+            itertools.islice(calib, count), "calibrate", total=count, unit="batch",
+            disable=not cfg.trainer.progress))
         int8["ptq"] = ptq(model, batches, cfg.calib_qconfig, keep_float)
         info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
                        "seconds": round(time.perf_counter() - started, 1)}
@@ -110,11 +114,12 @@ def run(cfg):
     evaluator = instantiate(cfg.task).evaluator(cfg, None)
 
     def evaluate(m):
-        result = inference(m, val, evaluator, progress=False)
+        result = inference(m, val, evaluator, progress=cfg.trainer.progress)
         return {k: v for k, v in result.items() if k.startswith("top")}
     example = _first_images(val, cfg.report.sensitivity_images)
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
-                                 cfg.report.repeats, worst=cfg.report.worst, info=info)
+                                 cfg.report.repeats, worst=cfg.report.worst, info=info,
+                                 show_progress=cfg.trainer.progress)
     report.save(cfg.out)
     print(report.table())
     print(f"written: {cfg.out}")
