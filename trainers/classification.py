@@ -172,9 +172,17 @@ class ClassificationTask(Task):
                          **dict(finetune or {})}
 
     def build_model(self, cfg, classes):
+        """cfg.model; trained from scratch, with as many classes as the data has (said in
+        one line where the model config had another count)."""
         from hydra.utils import instantiate
         model = instantiate(cfg.model)
         tune = self.finetune
+        count = getattr(model, "num_classes", None)
+        if classes and count and count != len(classes) and not tune["weights"]:
+            if dist.is_main():
+                print(f"train: {len(classes)} classes, from the data (the model config said "
+                      f"{count})", flush=True)
+            model = instantiate(cfg.model, num_classes=len(classes))
         prepare_finetune(model, tune["weights"], len(classes) if tune["new_head"] else None,
                          tune["freeze_backbone"])
         return model
