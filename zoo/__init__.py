@@ -18,6 +18,7 @@ from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidua
                              shufflenet_v1_x1_0_g8, shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,
                              shufflenet_v1_x2_0_g3, shufflenet_v1_x2_0_g8, shufflenet_v2_x0_5,
                              shufflenet_v2_x1_0, shufflenet_v2_x1_5, shufflenet_v2_x2_0)
-from .gan import GAN, dcgan_cifar10, dcgan_cnn32_cifar10, wgan_cifar10, wgan_cnn32_cifar10
+from .gan import (GAN, FIDInception, Inception3, dcgan_cifar10, dcgan_cnn32_cifar10,
+                  fid_inception_v3, inception_v3, wgan_cifar10, wgan_cnn32_cifar10)
 from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,
                        list_models, model_card, register_model, unregister_model)
