@@ -10,7 +10,7 @@ Items are dicts (DESIGN.md "Data"): `image` HWC uint8 RGB, `label` int, `boxes` 
 """
 from . import transforms
 from ._worker import WorkerInfo, get_worker_info
-from .base import CorruptImageError, VisionDataset, decode_image
+from .base import CorruptImageError, VisionDataset, decode_image, set_max_image_pixels
 from .cifar import CIFAR10
 from .coco import (COCO, COCO_FLIP_PAIRS, COCO_PERSON_KEYPOINTS, CocoFormat, Objects365,
                    flip_pairs_from_names, keypoints_to_coco)

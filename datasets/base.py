@@ -14,6 +14,10 @@ import warnings
 import cv2
 import numpy as np
 
+# the most pixels an image header may claim (Pillow's own refusal is at 2 x 89,478,485);
+# TIANYUAN_MAX_IMAGE_PIXELS or set_max_image_pixels(n) change it for both backends
+_LIMIT = {"pixels": int(os.environ.get("TIANYUAN_MAX_IMAGE_PIXELS", 178_956_970))}
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
 _JPEG_SOI, _JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -36,6 +40,34 @@ def _check_complete(data, path):
         raise CorruptImageError(f"{path}: truncated JPEG (no end-of-image marker)")
     if data[:8] == _PNG_MAGIC and b"IEND" not in data[-64:]:
         raise CorruptImageError(f"{path}: truncated PNG (no IEND chunk)")
+
+
+def set_max_image_pixels(pixels):
+    """The largest width x height decode_image accepts (both backends); returns the old one.
+    Larger headers are refused with CorruptImageError before any pixel is decoded (a 1.9 KB
+    JPEG can claim 20000 x 20000: 1.2 GB of junk)."""
+    old, _LIMIT["pixels"] = _LIMIT["pixels"], int(pixels)
+    return old
+
+
+def _check_pixels(data, path):
+    """Refuse a header claiming more pixels than the limit (read by Pillow without decoding;
+    a format Pillow does not know is left to OpenCV's own limit)."""
+    import io
+
+    from PIL import Image
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except Image.DecompressionBombError as error:
+        raise CorruptImageError(f"{path}: over Pillow's pixel limit ({error})") from None
+    except Exception:
+        return
+    if width * height > _LIMIT["pixels"]:
+        raise CorruptImageError(
+            f"{path}: the header claims {width} x {height} pixels, over the limit of "
+            f"{_LIMIT['pixels']:,} (a decompression bomb?); TIANYUAN_MAX_IMAGE_PIXELS or "
+            "tianyuan.datasets.set_max_image_pixels raise it")
 
 
 def _decode_pillow(data, path):
@@ -65,12 +97,16 @@ def decode_image(path, backend="cv2"):
         raise CorruptImageError(f"{path}: cannot read image file ({error})") from error
     if not data:
         raise CorruptImageError(f"{path}: empty image file")
+    if backend not in ("cv2", "pil"):
+        raise ValueError(f"decode_image: backend must be 'cv2' or 'pil', got {backend!r}")
     _check_complete(data, path)
+    _check_pixels(data, path)
     if backend == "pil":
         return _decode_pillow(data, path)
-    if backend != "cv2":
-        raise ValueError(f"decode_image: backend must be 'cv2' or 'pil', got {backend!r}")
-    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    try:
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as error:      # e.g. a header over OpenCV's 2^30-pixel limit
+        raise CorruptImageError(f"{path}: cannot decode image ({error})") from error
     if bgr is None:
         # OpenCV lacks some formats (e.g. GIF); Pillow gets a second try.
         return _decode_pillow(data, path)

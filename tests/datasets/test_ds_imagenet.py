@@ -213,3 +213,41 @@ def test_empty_id_column_needs_meta_mat_for_devkit_ground_truth(tmp_path, monkey
         handle.write("n04000000\t4\tpartly numbered\n")
     with pytest.raises(ValueError, match="on every line or on none"):
         imagenet_meta.read_shipped_tsv(tsv)
+
+
+def _claiming(path, width, height):
+    """A real 2 x 2 PNG whose header claims width x height (the CRC recomputed)."""
+    import struct
+    import zlib
+
+    from PIL import Image
+    Image.fromarray(np.zeros((2, 2, 3), np.uint8)).save(path)
+    data = bytearray(open(path, "rb").read())
+    ihdr = bytearray(data[12:29])                       # "IHDR" + 13 bytes
+    ihdr[4:12] = struct.pack(">II", width, height)
+    data[12:29] = ihdr
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+    open(path, "wb").write(bytes(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("backend", ["cv2", "pil"])
+def test_a_header_claiming_too_many_pixels_is_refused_by_both_backends(tmp_path, backend):
+    """A tiny file whose header claims 20000 x 20000 had decoded to 1.2 GB of junk (cv2);
+    over 2^30 pixels cv2 raised its own error, which on_error="skip" did not catch."""
+    from tianyuan.datasets import CorruptImageError, set_max_image_pixels
+    from tianyuan.datasets.base import decode_image
+    for side in (20000, 40000):
+        bomb = _claiming(tmp_path / f"bomb{side}.png", side, side)
+        with pytest.raises(CorruptImageError, match=f"bomb{side}.png: "):
+            decode_image(bomb, backend)
+    small = str(tmp_path / "small.png")
+    from PIL import Image
+    Image.fromarray(np.zeros((4, 5, 3), np.uint8)).save(small)
+    old = set_max_image_pixels(19)
+    try:
+        with pytest.raises(CorruptImageError, match=r"claims 5 x 4 pixels, over the limit of 19"):
+            decode_image(small, backend)
+    finally:
+        set_max_image_pixels(old)
+    assert decode_image(small, backend).shape == (4, 5, 3)
