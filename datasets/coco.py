@@ -3,7 +3,8 @@
 Annotations are read through pycocotools. Category ids map to contiguous labels
 0..C-1 in sorted-id order; `label_to_category_id` maps back for writing results.
 Boxes: COCO's `[x, y, w, h]` become float32 xyxy, clipped to the image; boxes with no
-area are dropped. Crowd regions go to `crowd_boxes` unless `include_crowd`.
+area inside the image are dropped, counted in one warning. The json is checked first
+(coco_check.py): non-finite or malformed values are refused naming the annotation. Crowd regions go to `crowd_boxes` unless `include_crowd`.
 Keypoints: (N, K, 3) float32 `x, y, v` in continuous pixel coordinates -- COCO stores
 pixel indices, so 0.5 is added to labelled points (v > 0) on load and
 `keypoints_to_coco` takes it off again (the convention detectron2 uses).
@@ -11,8 +12,6 @@ pixel indices, so 0.5 is added to labelled points (v > 0) on load and
 >>> ds = COCO("coco/val2017", "coco/annotations/instances_val2017.json")  # doctest: +SKIP
 >>> item = ds[0]; item["boxes"].shape, item["labels"].dtype                 # doctest: +SKIP
 """
-import contextlib
-import io
 import os
 import re
 import warnings
@@ -20,6 +19,7 @@ import warnings
 import numpy as np
 
 from .base import VisionDataset, require_path
+from .coco_check import load_checked
 
 COCO_PERSON_KEYPOINTS = (
     "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
@@ -44,17 +44,6 @@ def keypoints_to_coco(keypoints):
     return out
 
 
-def _load_api(ann_file, owner):
-    require_path(ann_file, "a COCO-format annotation json", owner)
-    from pycocotools.coco import COCO as CocoApi
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        try:
-            return CocoApi(ann_file)
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{owner}: {ann_file} is not a valid COCO-format json "
-                             f"({type(error).__name__}: {error})") from error
-
-
 class COCO(VisionDataset):
     """COCO-format images with boxes (task="detection") or person keypoints ("keypoints").
 
@@ -74,7 +63,7 @@ class COCO(VisionDataset):
         owner = type(self).__name__
         require_path(self.root, "the images of " + os.path.basename(os.fspath(ann_file)), owner)
         self.ann_file, self.task = os.fspath(ann_file), task
-        self.api = _load_api(self.ann_file, owner)
+        self.api = load_checked(self.ann_file, owner)
         self._init_categories()
         self.include_crowd, self.min_area = include_crowd, float(min_area)
         self.min_keypoints = (1 if task == "keypoints" else 0) if min_keypoints is None \
@@ -82,7 +71,11 @@ class COCO(VisionDataset):
         image_ids = sorted(self.api.imgs)
         if check_files:
             image_ids = self._drop_missing(image_ids)
+        self.num_degenerate = 0
         self.records = [self._record(i) for i in image_ids]
+        if self.num_degenerate:
+            warnings.warn(f"{owner}: {self.ann_file}: {self.num_degenerate} box(es) with no "
+                          "area inside their image left out", RuntimeWarning, stacklevel=2)
         if remove_empty:
             self.records = [r for r in self.records if len(r["labels"])]
         self.samples = [(r, None) for r in self.records] if not per_instance else \
@@ -124,7 +117,7 @@ class COCO(VisionDataset):
 
     def _keep(self, ann):
         x, y, w, h = ann["bbox"]
-        if w <= 0 or h <= 0 or ann.get("area", w * h) < self.min_area:
+        if ann.get("area", w * h) < self.min_area:
             return False
         if self.task == "keypoints":
             return ann.get("num_keypoints", 0) >= self.min_keypoints and not ann.get("iscrowd")
@@ -134,6 +127,9 @@ class COCO(VisionDataset):
         image = self.api.imgs[image_id]
         width, height = image["width"], image["height"]
         anns = [a for a in self.api.imgToAnns.get(image_id, []) if self._keep(a)]
+        inside = [a for a in anns if _has_area(a["bbox"], width, height)]
+        self.num_degenerate += len(anns) - len(inside)
+        anns = inside
         crowd = [a for a in anns if a.get("iscrowd") and not self.include_crowd]
         anns = [a for a in anns if not (a.get("iscrowd") and not self.include_crowd)]
         record = {"image": image, "boxes": _xyxy(anns, width, height),
@@ -182,6 +178,15 @@ class COCO(VisionDataset):
         return [{"image_id": int(image_id), "category_id": int(c), "score": float(s),
                  "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]}
                 for b, s, c in zip(boxes, np.asarray(scores).reshape(-1), cats)]
+
+
+def _has_area(bbox, width, height):
+    """Whether an [x, y, w, h] box keeps an area once clipped to the image, in the float32
+    it is stored in (a width of 1e-30 does not)."""
+    x1, y1 = np.float32(min(max(bbox[0], 0), width)), np.float32(min(max(bbox[1], 0), height))
+    x2 = np.float32(min(max(bbox[0] + bbox[2], 0), width))
+    y2 = np.float32(min(max(bbox[1] + bbox[3], 0), height))
+    return bool(x2 > x1 and y2 > y1)
 
 
 def _xyxy(anns, width, height):

@@ -124,3 +124,73 @@ def test_coco_format_user_data_and_errors(tmp_path, instances):
         COCO(root, bad)
     with pytest.raises(ValueError, match="no category with 'keypoints'"):
         COCO(root, ann_file, task="keypoints")
+
+
+def _with(tmp_path, images=None, annotations=(), categories=CATEGORIES):
+    root = tmp_path / "val2017"
+    images = _images(root) if images is None else images
+    path = tmp_path / "edited.json"
+    write_json(str(path), coco_json(images, list(annotations), categories))
+    return root, path
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"bbox": [1, 2, float("nan"), 3]}, r"annotation 9: 'bbox' must be 4 finite numbers"),
+    ({"bbox": [1, 2, float("inf"), 3]}, "4 finite numbers"),
+    ({"bbox": [1, 2, 3]}, "4 finite numbers"),
+    ({"iscrowd": 2}, r"annotation 9: 'iscrowd' must be 0 or 1, got 2"),
+    ({"iscrowd": "yes"}, "'iscrowd' must be 0 or 1, got 'yes'"),
+    ({"iscrowd": -1}, "'iscrowd' must be 0 or 1"),
+    ({"category_id": 99}, "annotation 9: category_id 99 is not among the file's categories"),
+    ({"image_id": "1"}, "'image_id' must be an integer"),
+    ({"area": float("nan")}, "'area' must be a finite number"),
+])
+def test_malformed_annotations_are_refused_naming_file_and_id(tmp_path, edit, says):
+    root, path = _with(tmp_path, annotations=[{**ann(9, 1, 3, [1, 2, 3, 4]), **edit}])
+    with pytest.raises(ValueError, match=f"COCO: {path}: .*{says}"):
+        COCO(root, path)
+
+
+@pytest.mark.parametrize("points, says", [
+    ([1, 2, 2] * 16 + [1, 2], "50 keypoint values, its category names 17 joints"),
+    ([1, 2, 2] * 16 + [float("nan"), 2, 2], "'keypoints' must be a list of finite numbers"),
+    ([1, 2, 2] * 16 + [1, 2, -1], r"keypoint visibility must be 0, 1 or 2, got \[-1\]"),
+])
+def test_malformed_keypoints_are_refused(tmp_path, points, says):
+    person = [{"id": 1, "name": "person", "keypoints": list(COCO_PERSON_KEYPOINTS)}]
+    root, path = _with(tmp_path, annotations=[{**ann(5, 1, 1, [1, 2, 3, 4]),
+                                               "keypoints": points, "num_keypoints": 17}],
+                       categories=person)
+    with pytest.raises(ValueError, match=f"annotation 5: {says}"):
+        COCO(root, path, task="keypoints")
+
+
+def test_degenerate_orphan_and_repeated_entries_are_left_out_and_counted(tmp_path):
+    images = _images(tmp_path / "val2017")
+    images.append({**images[0], "file_name": "other.jpg"})       # id 1 again
+    annotations = [ann(1, 1, 3, [2, 3, 10, 5]),
+                   ann(2, 1, 3, [1000, 1000, 5, 5]),            # wholly outside 30 x 20
+                   ann(3, 1, 3, [2, 3, 1e-30, 5]),              # no width in float32
+                   ann(4, 1, 3, [2, 3, 0, 5]),
+                   ann(5, 42, 3, [2, 3, 4, 5])]                  # image 42 is not listed
+    root, path = _with(tmp_path, images, annotations)
+    with pytest.warns(RuntimeWarning) as caught:
+        ds = COCO(root, path)
+    said = " | ".join(str(w.message) for w in caught)
+    assert "1 image entry repeating an earlier id left out" in said
+    assert "1 annotation(s) of image ids the file does not list left out" in said
+    assert "3 box(es) with no area inside their image left out" in said
+    assert ds[0]["info"]["file_name"] == "000000000001.jpg"
+    np.testing.assert_allclose(ds[0]["boxes"], [[2, 3, 12, 8]])
+
+
+def test_a_json_that_is_not_coco_is_one_clear_error(tmp_path):
+    root = tmp_path / "val2017"
+    _images(root)
+    for text, says in [("[1, 2]", "not a COCO-format json"), ("{" * 100000, "not a readable json"),
+                       ('{"images": [{"id": 1, "file_name": "a.jpg"}]}',
+                        "image 1: 'width' must be a positive integer, got None")]:
+        path = tmp_path / "x.json"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=says):
+            COCO(root, path)
