@@ -4,7 +4,8 @@ Annotations are read through pycocotools. Category ids map to contiguous labels
 0..C-1 in sorted-id order; `label_to_category_id` maps back for writing results.
 Boxes: COCO's `[x, y, w, h]` become float32 xyxy, clipped to the image; boxes with no
 area inside the image are dropped, counted in one warning. The json is checked first
-(coco_check.py): non-finite or malformed values are refused naming the annotation. Crowd regions go to `crowd_boxes` unless `include_crowd`.
+(coco_check.py): non-finite or malformed values are refused naming the annotation.
+Crowd regions go to `crowd_boxes` unless `include_crowd`.
 Keypoints: (N, K, 3) float32 `x, y, v` in continuous pixel coordinates -- COCO stores
 pixel indices, so 0.5 is added to labelled points (v > 0) on load and
 `keypoints_to_coco` takes it off again (the convention detectron2 uses).
