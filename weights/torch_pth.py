@@ -86,6 +86,7 @@ def _view(storage, offset, size, stride, source):
         # would have the copy below allocate without bound)
         raise TorchFormatError(f"{source}: tensor view of size {size}, stride {stride} has "
                                f"more elements than its storage of {flat.size}")
+    _check_no_overlap(size, stride, source)
     last = offset + sum((n - 1) * st for n, st in zip(size, stride))
     if offset < 0 or last >= flat.size:
         raise TorchFormatError(f"{source}: tensor view offset {offset}, size {size}, stride "
@@ -93,6 +94,19 @@ def _view(storage, offset, size, stride, source):
     base = flat[offset:]
     view = as_strided(base, size, tuple(st * flat.itemsize for st in stride), writeable=False)
     return np.array(view, order="C")  # own, writable, C-contiguous copy
+
+
+def _check_no_overlap(size, stride, source):
+    """A state dict's tensor is a view whose elements are distinct storage elements (a
+    stride of 0 or overlapping strides repeat values: a legitimate expand, which a saved
+    weight never is): the dimensions ordered by stride each step past the ones below."""
+    reach = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n > 1):
+        if st < reach:
+            raise TorchFormatError(f"{source}: tensor view of size {size} has stride {stride}, "
+                                   "which repeats storage elements (a zero or overlapping "
+                                   "stride); a saved weight never does")
+        reach = st * n
 
 
 def _finish(array, kind):
@@ -234,7 +248,11 @@ def _load_zip(path, source):
                                    "save `model.state_dict()` with torch.save instead")
         order = "<"
         if f"{prefix}/byteorder" in names:
-            order = "<" if archive.read(f"{prefix}/byteorder").strip() == b"little" else ">"
+            value = archive.read(f"{prefix}/byteorder").strip()
+            if value not in (b"little", b"big"):
+                raise TorchFormatError(f"{source}: byteorder must be 'little' or 'big', got "
+                                       f"{value[:40]!r}")
+            order = "<" if value == b"little" else ">"
         cache = {}
 
         def persistent_load(pid):

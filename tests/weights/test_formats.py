@@ -197,3 +197,32 @@ def test_megengine_other_globals_refused(tmp_path):
     path.write_bytes(b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R.")
     with pytest.raises(UnpicklingRefused, match="os.system"):
         load_megengine(path)
+
+
+@pytest.mark.parametrize("size, stride", [((4, 3), (0, 1)), ((2, 3), (2, 1)),
+                                          ((3, 2, 2), (4, 1, 1))])
+def test_pth_view_repeating_storage_elements_is_an_error(tmp_path, size, stride):
+    """conv1.weight with a stride of 0 had loaded 8,064 of 9,408 values wrong, exit 0."""
+    path = tmp_path / "repeat.pth"
+    write_zip(path, {"w": Tensor(Storage("0", np.arange(12, dtype=np.float32)), 0, size,
+                                 stride)})
+    with pytest.raises(TorchFormatError, match="repeats storage elements"):
+        load_pth(path)
+
+
+def test_pth_byteorder_other_than_little_or_big_is_an_error(tmp_path):
+    import zipfile
+    path = tmp_path / "order.pth"
+    write_zip(path, {"w": contiguous("0", np.arange(4, dtype=np.float32))})
+    edited = tmp_path / "edited.pth"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(edited, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            dst.writestr(item, b"middle" if item.filename.endswith("/byteorder") else data)
+        if not any(n.endswith("/byteorder") for n in src.namelist()):
+            prefix = src.namelist()[0].split("/")[0]
+            dst.writestr(f"{prefix}/byteorder", b"middle")
+    with pytest.raises(TorchFormatError, match="byteorder must be 'little' or 'big', got "
+                                               "b'middle'"):
+        load_pth(edited)
+    np.testing.assert_array_equal(load_pth(path)["w"], np.arange(4, dtype=np.float32))
