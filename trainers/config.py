@@ -7,6 +7,7 @@ Resolvers: `${ty.scale_lr:0.1,${data.batch_size},256}` is the linear scaling rul
 
 >>> cfg = compose("train", ["experiment=smoke_shapesnet", "trainer.max_iters=20"])
 """
+import difflib
 import os
 
 from hydra import compose as hydra_compose
@@ -41,8 +42,45 @@ def compose(config_name, overrides=()):
             raise ValueError(f"{item}: hydra reads {value.strip()} as the string "
                              f"{value.strip()!r}; for no value write {key}=null")
     _register_resolvers()
+    try:
+        return _compose(config_name, overrides)
+    except Exception as error:
+        if type(error).__name__ != "ConfigCompositionException":
+            raise
+        _suggest(config_name, overrides, error)
+        raise
+
+
+def _compose(config_name, overrides):
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="tianyuan"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+def _suggest(config_name, overrides, error):
+    """Where hydra could not override a key the config lacks (a typo: it suggests '+key' to
+    add one), name the nearest real key instead."""
+    groups = [o for o in overrides if "." not in o.partition("=")[0]]
+    try:
+        base = OmegaConf.to_container(_compose(config_name, groups))
+    except Exception:
+        return
+    keys = list(_dotted(base))
+    for item in overrides:
+        key = item.partition("=")[0]
+        if "." not in key or key[0] in "+~" or key in keys:
+            continue
+        near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else "no such key in the config"
+        raise ValueError(f"{item}: {key} is not a key of the {config_name} config; {hint} "
+                         f"(+{key}=... adds a new key)") from error
+
+
+def _dotted(tree, prefix=""):
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        yield name
+        if isinstance(value, dict):
+            yield from _dotted(value, name + ".")
 
 
 def options(group):

@@ -75,3 +75,12 @@ def test_qconfig_presets_are_one_registry():
     assert set(Q.QCONFIGS) >= {"ema_fakequant", "calibration", "lsq", "int8_symmetric"}
     with pytest.raises(ValueError, match="unknown qconfig 'emma'; presets: "):
         Q.get_qconfig("emma")
+
+
+@pytest.mark.parametrize("override, near", [("trainer.epochz=3", "trainer.max_epochs"),
+                                            ("data.rooot=/x", "data.root"),
+                                            ("optim.lrr=0.1", "optim.lr")])
+def test_a_mistyped_key_gets_the_nearest_real_one(override, near):
+    """hydra's own hint ('use +trainer.epochz=3') would add the typo as a new key."""
+    with pytest.raises(ValueError, match=re.escape(f"did you mean {near}?")):
+        compose("train", ["experiment=smoke_shapesnet", override])
