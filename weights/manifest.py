@@ -24,10 +24,15 @@ MGE_SOURCE = "MegEngine Models README (REFERENCE.md)"
 # official/vision/classification/resnet/model.py @46382e35 and shufflenet/model.py @0cefa00c;
 # metrics from resnet/README.md @134ad00c and shufflenet/README.md @d67b5efe.
 MGE_README = "MegEngine Models official/vision/classification/{resnet,shufflenet}/README.md"
+# the 1.0 files and numbers: official/quantization/README.md @1f6ad9c8; the earlier
+# resnet18_{normal_69824,qat_69754} files are v0.5's (REFERENCE.md)
+MGE_QUANT_README = "MegEngine Models official/quantization/README.md"
+MMPRETRAIN = "https://download.openmmlab.com/mmclassification/v0/"
+MMPRETRAIN_README = "MMPretrain configs/shufflenet_v1/README.md"
 
 # Preprocessing presets (pixels scaled by 1/pixel_scale, then (x - mean) / std)
 TV_V1, TV_V2 = preprocessing.TORCHVISION_V1, preprocessing.TORCHVISION_V2
-MGE = preprocessing.MEGENGINE
+MGE, MGE_QUANT = preprocessing.MEGENGINE, preprocessing.MEGENGINE_QUANT
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,18 @@ def _tv_q(name, arch, file, top1, top5, parent, pre=TV_V1, notes=""):
 
 
 def _mge(name, arch, file, top1, top5=None, converter="megengine", parent=None, notes="",
-         source=MGE_SOURCE):
+         source=MGE_SOURCE, pre=MGE):
     metrics = {"top1": top1} if top5 is None else {"top1": top1, "top5": top5}
     tag = file[:-len(".pkl")].rsplit("_", 1)[-1]
     tag = tag if len(tag) == 8 and all(c in "0123456789abcdef" for c in tag) else None
     return WeightEntry(name, arch, (MEGENGINE + file,), None, "none", "megengine", converter,
-                       MGE, metrics, source, parent, tag, notes)
+                       pre, metrics, source, parent, tag, notes)
+
+
+def _mge_q(name, arch, file, top1, parent=None, notes=""):
+    """MegEngine Models' official/quantization files: download only (no name map yet)."""
+    return _mge(name, arch, file, top1, converter=None, parent=parent, pre=MGE_QUANT,
+                source=MGE_QUANT_README, notes=notes or _MGE_Q)
 
 
 _LEGACY = "2017 legacy-format release of the V1 weights (a loader test vector)"
@@ -89,6 +100,9 @@ _MGE_SNET_WIDE = ("MegEngine/Megvii ShuffleNetV2: stage 2's first unit has branc
 _MGE_SNET_TAG = "file name's accuracy tag ({tag}) differs from the README's top-1"
 _MGE_Q = ("MegEngine official/quantization model (fused ConvBn names); downloadable, "
           "no name map yet")
+_MGE_SNET_V1 = ("MegEngine's own ShuffleNetV1 (a 1x1 stride-2 projection added where ours "
+                "concatenates a pooled input, megvii_maps.py): another network, so not "
+                "convertible; its published numbers, not ours to reproduce")
 
 ENTRIES = [
     _tv("resnet18.imagenet_torchvision", "resnet18", "resnet18", "f37072fd", 69.758, 89.078),
@@ -141,6 +155,9 @@ ENTRIES = [
     _tv_q("shufflenet_v2_x1_5_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x1_5",
           "shufflenetv2_x1_5_fbgemm-d7401f05.pth", 72.052, 90.700,
           "shufflenet_v2_x1_5.imagenet_torchvision", TV_V2, notes=_QUANT),
+    _tv_q("shufflenet_v2_x2_0_int8.imagenet_torchvision_fbgemm", "shufflenet_v2_x2_0",
+          "shufflenetv2_x2_0_fbgemm-5cac526c.pth", 75.354, 92.488,
+          "shufflenet_v2_x2_0.imagenet_torchvision", TV_V2, notes=_QUANT),
     _mge("resnet18.imagenet_megengine", "resnet18", "resnet18_naiveaug_70312_78a63ca6.pkl",
          70.312, 89.430, source=MGE_README),
     _mge("resnet34.imagenet_megengine", "resnet34", "resnet34_naiveaug_73960_fd9d869d.pkl",
@@ -164,10 +181,29 @@ ENTRIES = [
     _mge("shufflenet_v2_x2_0.imagenet_megengine", "shufflenet_v2_x2_0",
          "snetv2_x2_0_75115_497d4601.pkl", 75.074, 92.278, converter=None, source=MGE_README,
          notes=_MGE_SNET_WIDE.format(main=220, half=122)),
-    _mge("resnet18.imagenet_megengine_quant_float", "resnet18", "resnet18_normal_69824.pkl",
-         69.824, converter=None, notes=_MGE_Q),
-    _mge("resnet18_int8.imagenet_megengine_qat", "resnet18", "resnet18_qat_69754.pkl", 69.754,
-         converter=None, parent="resnet18.imagenet_megengine_quant_float", notes=_MGE_Q),
+    _mge_q("resnet18.imagenet_megengine_quant_float", "resnet18", "resnet18_normal_69824.pkl",
+           69.824),
+    _mge_q("resnet18_int8.imagenet_megengine_qat", "resnet18", "resnet18_qat_69754.pkl", 69.754,
+           "resnet18.imagenet_megengine_quant_float"),
+    _mge_q("resnet18.imagenet_megengine_quant_float_1_0", "resnet18",
+           "resnet18_normal_69796.pkl", 69.796),
+    _mge_q("resnet18_int8.imagenet_megengine_qat_1_0", "resnet18", "resnet18_qat_69814.pkl",
+           69.814, "resnet18.imagenet_megengine_quant_float_1_0"),
+    _mge_q("mobilenet_v2.imagenet_megengine_quant_float", "mobilenet_v2",
+           "mobilenet_v2_normal_72808.pkl", 72.808),
+    _mge_q("mobilenet_v2_int8.imagenet_megengine_qat", "mobilenet_v2",
+           "mobilenet_v2_qat_71228.pkl", 71.228, "mobilenet_v2.imagenet_megengine_quant_float"),
+    _mge_q("shufflenet_v1_x1_5_g3.imagenet_megengine_quant_float", "shufflenet_v1_x1_5_g3",
+           "shufflenet_v1_x1_5_g3_normal_71948.pkl", 71.948, notes=_MGE_SNET_V1),
+    _mge_q("shufflenet_v1_x1_5_g3_int8.imagenet_megengine_qat", "shufflenet_v1_x1_5_g3",
+           "shufflenet_v1_x1_5_g3_qat_70806.pkl", 70.806,
+           "shufflenet_v1_x1_5_g3.imagenet_megengine_quant_float", notes=_MGE_SNET_V1),
+    WeightEntry("shufflenet_v1_x1_0_g3.imagenet_mmpretrain", "shufflenet_v1_x1_0_g3",
+                (f"{MMPRETRAIN}shufflenet_v1/shufflenet_v1_batch1024_imagenet_20200804-"
+                 "5d6cec73.pth",), None, "none", "torchvision", None, TV_V1,
+                {"top1": 68.13, "top5": 87.81}, MMPRETRAIN_README, name_tag="5d6cec73",
+                notes="MMPretrain names (backbone.*, head.fc.*); download only, no name map "
+                      "yet; the hex tag is OpenMMLab's, not checked"),
     # Inception-v3 for FID and IS (zoo/gan/inception.py; names: inception_maps.py)
     _tv("inception_v3.imagenet_torchvision", "inception_v3", "inception_v3_google", "0cc3c7bd",
         77.294, 93.45, preprocessing.TORCHVISION_INCEPTION),

@@ -2,7 +2,11 @@
 
 A builder is any callable returning a Module; it is registered once, loudly refusing a
 duplicate name. A model card is a small dict the evaluation and README read: task, input
-size, preprocessing, the published metrics, the parameter count.
+size, preprocessing, the published metrics, the parameter count. The published numbers
+and the default weights' preprocessing are the weights manifest's, read at lookup
+(`tianyuan.weights`, one source): `metrics` by source (`"torchvision"`, `"megengine"`,
+`"torchvision_v2"` ..., the entry's name after its dataset), `int8_metrics` likewise for the
+int8 entries, each with its float parent's top-1 as `float_top1`.
 
 >>> from tianyuan.zoo import get_model, list_models, model_card
 >>> model = get_model("resnet18", num_classes=10)
@@ -16,6 +20,8 @@ import difflib
 import fnmatch
 from collections import OrderedDict
 
+from tianyuan import random as ty_random
+
 from ..weights.preprocessing import TORCHVISION_V1
 
 _BUILDERS = OrderedDict()   # name -> builder
@@ -25,12 +31,12 @@ _CARDS = {}                 # name -> card dict (num_params filled on first look
 IMAGENET_PREPROCESSING = TORCHVISION_V1
 
 
-def classification_card(metrics=None, input_size=(3, 224, 224), **extra):
-    """A classification model card; `metrics` maps a source to its published numbers,
-    e.g. {"torchvision": {"top1": 69.758, "top5": 89.078}, "megengine": {"top1": 70.312}}."""
+def classification_card(input_size=(3, 224, 224), **extra):
+    """A classification model card. Its published numbers come from the weights manifest's
+    entries for the model (or for `weights_arch=`, the variant a configurable builder
+    builds by default); `preprocessing` here is for models without a default entry."""
     card = {"task": "classification", "dataset": "ImageNet-1K", "num_classes": 1000,
-            "input_size": tuple(input_size), "preprocessing": dict(IMAGENET_PREPROCESSING),
-            "metrics": dict(metrics or {})}
+            "input_size": tuple(input_size), "preprocessing": dict(IMAGENET_PREPROCESSING)}
     card.update(extra)
     return card
 
@@ -92,28 +98,47 @@ def list_models(pattern=None, task=None):
 
 
 def model_card(name):
-    """A copy of `name`'s card; `num_params` is counted from the default build once."""
+    """A copy of `name`'s card with the manifest's numbers (`published`); `num_params` is
+    counted from the default build, once."""
     _builder(name)
     card = _CARDS[name]
     if "num_params" not in card:
         card["num_params"] = _count_params(name)
-    return copy.deepcopy(card)
+    card = copy.deepcopy(card)
+    found = published(card.get("weights_arch", name))
+    card["metrics"] = {**card.get("metrics", {}), **found["metrics"]}
+    card["int8_metrics"] = found["int8_metrics"]
+    if found["preprocessing"] is not None:
+        card["preprocessing"] = found["preprocessing"]
+    return card
+
+
+def published(arch):
+    """{"metrics": {source: numbers}, "int8_metrics": {source: numbers + float_top1},
+    "preprocessing": the default entry's or None} from the weights manifest's `arch` entries;
+    a source is the entry's name after its dataset (`resnet50.imagenet_torchvision_v2` ->
+    `torchvision_v2`)."""
+    from ..weights import default_entry, get_entry, list_entries
+    metrics, int8 = {}, {}
+    for entry in list_entries(arch):
+        source = entry.name.split(".", 1)[1].split("_", 1)[-1]
+        if entry.float_parent is None:
+            metrics[source] = dict(entry.metrics)
+        else:
+            parent = get_entry(entry.float_parent).metrics.get("top1")
+            int8[source] = {**entry.metrics, "float_top1": parent}
+    try:
+        pre = copy.deepcopy(default_entry(arch).preprocessing)
+    except KeyError:   # no convertible weights: the card's own
+        pre = None
+    return {"metrics": metrics, "int8_metrics": int8, "preprocessing": pre}
 
 
 def _count_params(name):
-    # torchvision archs are counted from the weights spec (no model is built)
-    from ..weights import known_archs, state_dict_spec
-    if name in known_archs():
-        spec = state_dict_spec(name)
-        return int(sum(_numel(shape) for key, (shape, _) in spec.items()
-                       if not key.endswith(("running_mean", "running_var",
-                                            "num_batches_tracked"))))
-    model = get_model(name)
+    """Parameters of the default build; the framework's random stream is left as it was."""
+    state = ty_random.get_rng_state()
+    try:
+        model = get_model(name)
+    finally:
+        ty_random.set_rng_state(state)
     return int(sum(p.size for p in model.parameters()))
-
-
-def _numel(shape):
-    n = 1
-    for dim in shape:
-        n *= dim
-    return n

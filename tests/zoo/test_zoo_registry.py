@@ -1,7 +1,10 @@
 """The model registry and the model cards."""
+import os
+import re
+
 import pytest
 
-from tianyuan import nn, zoo
+from tianyuan import nn, weights, zoo
 from zoo_cases import MODELS, TORCHVISION_ARCHS
 
 PAPER_VARIANTS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
@@ -63,15 +66,42 @@ def test_model_card(name):
     assert pre["mean"] == [0.485, 0.456, 0.406] and pre["std"] == [0.229, 0.224, 0.225]
     if name in TORCHVISION_ARCHS:
         assert 50 < card["metrics"]["torchvision"]["top1"] < 90
-        assert 50 < card["metrics"]["megengine"]["top1"] < 90
+        megengine = [v for k, v in card["metrics"].items() if k.startswith("megengine")]
+        assert megengine and all(50 < m["top1"] < 90 for m in megengine)
+    for numbers in card["int8_metrics"].values():
+        assert 50 < numbers["top1"] < 90 and abs(numbers["top1"] - numbers["float_top1"]) < 3
     card["metrics"]["changed"] = 1      # a copy: the registry's card is unchanged
     assert "changed" not in zoo.model_card(name)["metrics"]
 
 
-def test_published_numbers():
+def test_published_numbers_are_the_manifests():
     assert zoo.model_card("resnet50")["metrics"]["torchvision"] == {"top1": 76.130,
                                                                     "top5": 92.862}
+    assert zoo.model_card("resnet50")["metrics"]["torchvision_v2"]["top1"] == 80.858
     assert zoo.model_card("resnet18")["metrics"]["megengine"]["top1"] == 70.312
     assert zoo.model_card("shufflenet_v2_x2_0")["preprocessing"]["resize"] == 232
     card = zoo.model_card("shufflenet_v1_x1_5_g3")
-    assert card["int8_metrics"]["megengine_int8_qat"]["top1"] == 70.806
+    assert card["int8_metrics"]["megengine_qat"] == {"top1": 70.806, "float_top1": 71.948}
+    assert zoo.model_card("resnet18")["int8_metrics"]["torchvision_fbgemm"] == {
+        "top1": 69.494, "top5": 88.882, "float_top1": 69.758}
+    # the configurable builder shows its default build's numbers
+    assert zoo.model_card("shufflenet_v1")["metrics"]["mmpretrain"]["top1"] == 68.13
+    for name in zoo.list_models(task="classification"):
+        card = zoo.model_card(name)
+        for source, numbers in card["metrics"].items():
+            arch = card.get("weights_arch", name)
+            entry = weights.get_entry(f"{arch}.{card['dataset'].split('-')[0].lower()}"
+                                      f"_{source}")
+            assert entry.metrics == numbers, (name, source)
+
+
+def test_no_model_file_spells_out_a_published_number():
+    """The cards take them from the weights manifest; a model file names none."""
+    folder = os.path.dirname(zoo.classification.__file__)
+    numbers = {float(v) for e in weights.list_entries() for v in e.metrics.values()}
+    for name in os.listdir(folder):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                found = {float(x) for x in re.findall(r"\b\d\d\.\d{1,3}\b", handle.read())}
+            found &= numbers
+            assert not found, (name, found)

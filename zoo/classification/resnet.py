@@ -191,29 +191,20 @@ def _resnet_backbone(arch, block, layers, *, weights=None, pretrained=False, sma
     return load_backbone_weights(model, arch, weights, pretrained)
 
 
-def _card(tv, mge, **extra):
-    return classification_card({"torchvision": {"top1": tv[0], "top5": tv[1]},
-                                "megengine": {"top1": mge}}, **extra)
-
-
-_INT8_R18 = {"torchvision_int8_ptq": {"top1": 69.494, "top5": 88.882},
-             "megengine_int8_qat": {"top1": 69.814, "float_top1": 69.796}}
-_INT8_R50 = {"torchvision_int8_ptq": {"top1": 75.920, "top5": 92.814}}
-
 # arch -> (block, blocks per stage): the paper's table 1
 ARCHS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
          "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
          "resnet152": (Bottleneck, [3, 8, 36, 3])}
 
 
-def _register(arch, card):
+def _register(arch):
     block, layers = ARCHS[arch]
     register_backbone(arch, partial(_resnet_backbone, arch, block, layers))
-    return register_model(arch, partial(_resnet, arch, block, layers), card)
+    return register_model(arch, partial(_resnet, arch, block, layers), classification_card())
 
 
-resnet18 = _register("resnet18", _card((69.758, 89.078), 70.312, int8_metrics=_INT8_R18))
-resnet34 = _register("resnet34", _card((73.314, 91.420), 73.960))
-resnet50 = _register("resnet50", _card((76.130, 92.862), 76.254, int8_metrics=_INT8_R50))
-resnet101 = _register("resnet101", _card((77.374, 93.546), 77.944))
-resnet152 = _register("resnet152", _card((78.312, 94.046), 78.582))
+resnet18 = _register("resnet18")
+resnet34 = _register("resnet34")
+resnet50 = _register("resnet50")
+resnet101 = _register("resnet101")
+resnet152 = _register("resnet152")

@@ -172,25 +172,21 @@ def shufflenet_v1(**kwargs):
     return _shufflenet_v1("shufflenet_v1", **kwargs)
 
 
-_MMPRETRAIN_X1_G3 = {"mmpretrain": {"top1": 68.13, "top5": 87.81}}
-_MEGENGINE_X1_5_G3 = {"megengine": {"top1": 71.948}}
-_INT8_X1_5_G3 = {"megengine_int8_qat": {"top1": 70.806, "float_top1": 71.948}}
-
-
-def _variant(name, groups, width_mult, metrics=None, **extra):
+def _variant(name, groups, width_mult):
     register_backbone(name, partial(_shufflenet_v1_backbone, name, groups=groups,
                                     width_mult=width_mult))
     builder = partial(_shufflenet_v1, name, groups=groups, width_mult=width_mult)
-    return register_model(name, builder, classification_card(metrics, **extra))
+    return register_model(name, builder, classification_card())
 
 
 register_backbone("shufflenet_v1", _shufflenet_v1_backbone)
-register_model("shufflenet_v1", shufflenet_v1, classification_card(_MMPRETRAIN_X1_G3))
+# the default build is the x1.0 g3 variant, whose published numbers it shows
+register_model("shufflenet_v1", shufflenet_v1,
+               classification_card(weights_arch="shufflenet_v1_x1_0_g3"))
 # the variants Megvii released: groups 3 and 8 at every width
 shufflenet_v1_x0_5_g3 = _variant("shufflenet_v1_x0_5_g3", 3, 0.5)
-shufflenet_v1_x1_0_g3 = _variant("shufflenet_v1_x1_0_g3", 3, 1.0, _MMPRETRAIN_X1_G3)
-shufflenet_v1_x1_5_g3 = _variant("shufflenet_v1_x1_5_g3", 3, 1.5, _MEGENGINE_X1_5_G3,
-                                 int8_metrics=_INT8_X1_5_G3)
+shufflenet_v1_x1_0_g3 = _variant("shufflenet_v1_x1_0_g3", 3, 1.0)
+shufflenet_v1_x1_5_g3 = _variant("shufflenet_v1_x1_5_g3", 3, 1.5)
 shufflenet_v1_x2_0_g3 = _variant("shufflenet_v1_x2_0_g3", 3, 2.0)
 shufflenet_v1_x0_5_g8 = _variant("shufflenet_v1_x0_5_g8", 8, 0.5)
 shufflenet_v1_x1_0_g8 = _variant("shufflenet_v1_x1_0_g8", 8, 1.0)

@@ -130,27 +130,12 @@ def _shufflenet_v2_backbone(arch, *, weights=None, pretrained=False):
     return load_backbone_weights(model, arch, weights, pretrained)
 
 
-def _card(tv, mge, int8, resize=256):
-    # torchvision evaluates its x1.5 / x2.0 weights after a resize to 232 (REFERENCE.md 1d)
-    card = classification_card({"torchvision": {"top1": tv[0], "top5": tv[1]},
-                                "megengine": {"top1": mge}},
-                               int8_metrics={"torchvision_int8_ptq": {"top1": int8[0],
-                                                                      "top5": int8[1]}})
-    card["preprocessing"]["resize"] = resize
-    return card
+def _register(arch):
+    register_backbone(arch, partial(_shufflenet_v2_backbone, arch))
+    return register_model(arch, partial(_shufflenet_v2, arch), classification_card())
 
 
-shufflenet_v2_x0_5 = register_model(
-    "shufflenet_v2_x0_5", partial(_shufflenet_v2, "shufflenet_v2_x0_5"),
-    _card((60.552, 81.746), 60.696, (57.972, 79.780)))
-shufflenet_v2_x1_0 = register_model(
-    "shufflenet_v2_x1_0", partial(_shufflenet_v2, "shufflenet_v2_x1_0"),
-    _card((69.362, 88.316), 69.372, (68.360, 87.582)))
-shufflenet_v2_x1_5 = register_model(
-    "shufflenet_v2_x1_5", partial(_shufflenet_v2, "shufflenet_v2_x1_5"),
-    _card((72.996, 91.086), 72.806, (72.052, 90.700), resize=232))
-shufflenet_v2_x2_0 = register_model(
-    "shufflenet_v2_x2_0", partial(_shufflenet_v2, "shufflenet_v2_x2_0"),
-    _card((76.230, 93.006), 75.074, (75.354, 92.488), resize=232))
-for _arch in STAGE_WIDTHS:
-    register_backbone(_arch, partial(_shufflenet_v2_backbone, _arch))
+shufflenet_v2_x0_5 = _register("shufflenet_v2_x0_5")
+shufflenet_v2_x1_0 = _register("shufflenet_v2_x1_0")
+shufflenet_v2_x1_5 = _register("shufflenet_v2_x1_5")
+shufflenet_v2_x2_0 = _register("shufflenet_v2_x2_0")
