@@ -19,28 +19,11 @@ from tianyuan import distributed as dist
 from tianyuan.datasets import CIFAR10, DataLoader, DistributedSampler, ImageFolder, ImageNet
 from tianyuan.datasets import transforms as T
 from tianyuan.datasets.synthetic import write_image_folder
-from tianyuan.datasets.transforms.random import get_rng
 from tianyuan.evaluation.classification import ClassificationEvaluator, eval_transform
 
 from .task import Task
 
 DATA_KINDS = ("imagenet", "folder", "cifar10", "shapes")
-
-
-class PadRandomCrop:
-    """Zero-pad by `padding` pixels, then crop `size` at a random place (the CIFAR recipe of
-    He et al. 2016, section 4.2)."""
-
-    def __init__(self, size, padding=4):
-        self.size, self.padding = size, padding
-
-    def __call__(self, item):
-        p = self.padding
-        image = np.pad(item["image"], ((p, p), (p, p), (0, 0)))      # (H+2p, W+2p, 3)
-        h, w = image.shape[:2]
-        rng = get_rng()
-        top, left = rng.integers(0, h - self.size + 1), rng.integers(0, w - self.size + 1)
-        return {**item, "image": image[top:top + self.size, left:left + self.size]}
 
 
 def train_transform(augment, image_size, mean, std, resize=None):
@@ -50,7 +33,7 @@ def train_transform(augment, image_size, mean, std, resize=None):
     if augment == "eval":
         return eval_transform(resize, image_size, mean, std)
     head = {"imagenet": [T.RandomResizedCrop(image_size), T.RandomHorizontalFlip()],
-            "cifar": [PadRandomCrop(image_size, 4), T.RandomHorizontalFlip()],
+            "cifar": [T.PadRandomCrop(image_size, 4), T.RandomHorizontalFlip()],
             "flip": [T.RandomHorizontalFlip()], "none": []}
     if augment not in head:
         raise ValueError(f"train_transform: augment must be one of {sorted(head) + ['eval']}, "

@@ -2,7 +2,8 @@
 from . import geometry
 from .classification import (IMAGENET_EIGVAL, IMAGENET_EIGVEC, IMAGENET_MEAN, IMAGENET_STD,
                              CenterCrop, ColorJitter, Compose, Lighting, Normalize,
-                             RandomHorizontalFlip, RandomResizedCrop, Resize, ToCHW)
+                             PadRandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
+                             ToCHW)
 from .detection import ShortestEdgeResize
 from .keypoints import (COCO_LOWER_BODY, COCO_UPPER_BODY, HalfBody, HeatmapTarget, TopDownAffine,
                         box_to_centre_scale, crop_matrix)

@@ -111,6 +111,23 @@ class RandomResizedCrop:
         return geometry.resize(item, *self.size, interpolation=self.flag)
 
 
+class PadRandomCrop:
+    """Zero-pad by `padding` pixels on every side, then crop `size` at a random place (the
+    CIFAR recipe of He et al. 2016, section 4.2)."""
+
+    def __init__(self, size, padding=4):
+        self.size, self.padding = _pair(size), padding
+
+    def __call__(self, item):
+        p = self.padding
+        item = geometry.pad_sides(item, p, p, p, p)          # (H+2p, W+2p, 3)
+        h, w = geometry.image_size(item)
+        th, tw = self.size
+        rng = get_rng()
+        top, left = rng.integers(0, h - th + 1), rng.integers(0, w - tw + 1)
+        return geometry.crop(item, int(top), int(left), th, tw)
+
+
 class RandomHorizontalFlip:
     """Mirror with probability `p`; keypoints swap `flip_pairs` (needed when present)."""
 

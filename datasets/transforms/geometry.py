@@ -104,6 +104,24 @@ def pad(item, height, width, value=0):
     return out
 
 
+def pad_sides(item, top, left, bottom, right, value=0):
+    """Pad each side by that many pixels of `value`; boxes and keypoints move by (left, top)."""
+    out = dict(item)
+    image = item["image"]
+    sides = ((top, bottom), (left, right)) + ((0, 0),) * (image.ndim - 2)
+    out["image"] = np.pad(image, sides, constant_values=value)
+    shift = np.array([left, top, left, top], np.float32)
+    for key in ("boxes", "crowd_boxes"):
+        if key in item:
+            out[key] = (item[key] + shift).astype(np.float32)
+    if "keypoints" in item:
+        points = item["keypoints"].copy()
+        points[..., 0] += left
+        points[..., 1] += top
+        out["keypoints"] = points
+    return out
+
+
 def hflip(item, flip_pairs=None):
     """Mirror left-right; keypoints swap their left/right pairs (`flip_pairs`)."""
     _, width = image_size(item)

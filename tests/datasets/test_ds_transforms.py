@@ -34,13 +34,28 @@ def assert_follows(out, index=0, tol=0.6):
 @pytest.mark.parametrize("transform", [
     T.Resize(30), T.Resize(90), T.Resize((50, 40)), T.CenterCrop(24),
     T.ShortestEdgeResize(64, max_size=80), T.RandomResizedCrop(32, scale=(0.6, 1.0)),
-    T.RandomHorizontalFlip(p=1.0, flip_pairs=COCO_FLIP_PAIRS),
+    T.RandomHorizontalFlip(p=1.0, flip_pairs=COCO_FLIP_PAIRS), T.PadRandomCrop((40, 60), 4),
 ])
 def test_geometry_moves_keypoints_and_boxes_with_the_dot(transform):
     for seed in range(3):
         with T.sample_rng(np.random.SeedSequence([seed])):
             out = transform(dot_item(40, 60, 17, 27))
         assert_follows(out)
+
+
+def test_pad_random_crop_is_a_window_of_the_zero_padded_image():
+    image = np.random.default_rng(0).integers(1, 256, (32, 32, 3), dtype=np.uint8)
+    padded = np.pad(image, ((4, 4), (4, 4), (0, 0)))
+    corners = set()
+    for seed in range(20):
+        with T.sample_rng(np.random.SeedSequence([seed])):
+            out = T.PadRandomCrop(32, 4)({"image": image, "label": 3})["image"]
+        assert out.shape == (32, 32, 3) and out.dtype == np.uint8
+        hits = [(t, l) for t in range(9) for l in range(9)
+                if np.array_equal(padded[t:t + 32, l:l + 32], out)]
+        assert hits, seed
+        corners.add(hits[0])
+    assert len(corners) > 5        # the window moves
 
 
 def test_flip_swaps_left_and_right_keypoints():
