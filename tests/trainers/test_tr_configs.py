@@ -23,8 +23,8 @@ def test_experiment_composes(name):
     cfg = compose("train", [f"experiment={name}"])
     assert cfg.name == name and to_dict(cfg)["optim"]["lr"] > 0
     optimizer = instantiate(cfg.optim)([ty.zeros(3, requires_grad=True)])
-    scheduler = instantiate(cfg.schedule)(optimizer, epochs=cfg.trainer.max_epochs,
-                                          iters_per_epoch=7)
+    epochs = cfg.trainer.max_epochs or cfg.trainer.max_iters / 7   # null: counted in iterations
+    scheduler = instantiate(cfg.schedule)(optimizer, epochs=epochs, iters_per_epoch=7)
     scheduler.step()
     assert scheduler.get_last_lr()[0] >= 0
 

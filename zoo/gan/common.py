@@ -15,6 +15,9 @@ Conventions (read by trainers/gan.py, `tianyuan generate` and the FID evaluation
 >>> gan.generator(gan.noise(2)).shape
 (2, 3, 32, 32)
 """
+import copy
+import os
+
 import tianyuan as ty
 from tianyuan import nn
 
@@ -73,7 +76,6 @@ def load_gan_weights(model, state, arch=None):
                              "weights import FILE --arch NAME --out F`)")
         parts.setdefault(part, {})[rest] = value
     if "generator_ema" in parts and "generator_ema" not in model._modules:
-        import copy
         model.generator_ema = copy.deepcopy(model.generator).requires_grad_(False)
     for part, values in parts.items():
         model._modules[part].load_state_dict(values)
@@ -81,10 +83,19 @@ def load_gan_weights(model, state, arch=None):
 
 
 def load_into(model, arch, weights=None):
-    """`weights`: a manifest name or a file (ours, a training checkpoint, or a foreign
-    `.pth`/`.pkl` with the arch's name map); None leaves the initialisation."""
+    """`weights`: a manifest name or a file; None leaves the initialisation. Our own files
+    (`.safetensors`: weights, best.safetensors, a training checkpoint) load as they are,
+    checked by the model (any widths: `ngf=`, `ndf=`); foreign ones (`.pth`, `.pkl`) go
+    through the weights name map for `arch` (weights/gan_maps.py)."""
     if weights is None:
         return model
-    from tianyuan.weights import load_weights
-    load_gan_weights(model, load_weights(weights, arch=arch), arch)
+    path = os.path.expanduser(str(weights))
+    if path.endswith(".safetensors") and os.path.exists(path):
+        state = ty.load(path)
+        if isinstance(state, dict) and isinstance(state.get("model"), dict):
+            state = state["model"]                       # a checkpoint or best.safetensors
+    else:
+        from tianyuan.weights import load_weights
+        state = load_weights(weights, arch=arch)
+    load_gan_weights(model, state, arch)
     return model
