@@ -2,7 +2,7 @@
 
     tianyuan weights list | download NAME | verify | import FILE --arch A --out F
 
-Subcommands (weights, train, eval, quantize, bench, run, generate) are one row each of
+Subcommands (weights, train, eval, quantize, bench, run, generate, fid) are one row each of
 SUBCOMMANDS; the module named there is imported only when its command runs.
 
 A mistake in the command line or the files it names (a missing file, a bad value, an
@@ -28,6 +28,8 @@ SUBCOMMANDS = {
             "a saved graph, without model code: FILE [--profile] [--input X.npy]"),
     "generate": ("tianyuan.trainers.generate", "main",
                  "GAN samples: model=NAME weights=FILE|NAME n=64 out=grid.png [seed=0]"),
+    "fid": ("tianyuan.trainers.fid", "main",
+            "FID of two image folders or .npz statistics (pytorch-fid's): A B [--save-stats]"),
 }
 
 
