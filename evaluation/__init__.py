@@ -4,5 +4,6 @@ from .benchmark import benchmark, compare_latency
 from .classification import (ClassificationEvaluator, card_preprocessing, eval_transform,
                              evaluate_classification, topk_correct)
 from .evaluator import Evaluator, inference
+from .gan import GANEvaluator
 from .report import format_table, write_json
 from .quant_report import QuantReport, sensitivity, sqnr_db

@@ -1,0 +1,427 @@
+"""FID and IS (evaluation/gan.py), image folders (image_files.py) and `tianyuan fid`.
+
+The Frechet distance is checked against its definition through a general eigen-solver and
+closed forms; IS against the original code's formula; the features through a random-weight
+FIDInception at 75 x 75 (resize_input off, to stay fast). Comparisons with pytorch-fid run
+where torch, pytorch-fid and scipy are installed."""
+import json
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import tianyuan as ty
+from tianyuan import nn, zoo
+from tianyuan.evaluation import gan
+from tianyuan.evaluation.image_files import FIDWarning
+from tianyuan.trainers import fid as fid_command
+from tianyuan.trainers.cli import main
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """FID's network with He-scaled random convolutions (features near 1), not resizing."""
+    ty.manual_seed(0)
+    net = zoo.FIDInception(resize_input=False)
+    for module in net.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+    return net.eval()
+
+
+def _stats(n, d, seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    mix = rng.standard_normal((d, d)) * scale / np.sqrt(d)
+    return gan.statistics(rng.standard_normal((n, d)) @ mix + rng.standard_normal(d))
+
+
+def _reference_fid(mu1, s1, mu2, s2):
+    """FID with Tr(sqrtm(S1 S2)) as the sum of the square roots of S1 S2's eigenvalues,
+    from a general (non-symmetric) eigen-solver."""
+    roots = np.sqrt(np.linalg.eigvals(s1 @ s2).astype(complex))
+    return float(np.sum((mu1 - mu2) ** 2) + np.trace(s1) + np.trace(s2) - 2 * roots.real.sum())
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FIDWarning)
+        return fn(*args, **kwargs)
+
+
+# -- the Frechet distance --------------------------------------------------------------------
+
+def test_frechet_distance_is_its_definition():
+    a, b = _stats(400, 48, 1), _stats(300, 48, 2, scale=1.5)
+    got = gan.frechet_distance(*a, *b)
+    assert got == pytest.approx(_reference_fid(*a, *b), rel=1e-10)
+    assert got == pytest.approx(gan.frechet_distance(*b, *a), rel=1e-10)
+    assert abs(gan.frechet_distance(*a, *a)) < 1e-9 * np.trace(a[1])
+
+
+def test_frechet_distance_closed_forms():
+    d = 512    # pytorch-fid's own test: equal covariances leave the squared mean difference
+    assert gan.frechet_distance(np.zeros(d), np.eye(d), np.ones(d), np.eye(d)) == d
+    var1, var2 = RNG.uniform(0.1, 4, 16), RNG.uniform(0, 4, 16)   # diagonal: per-axis terms
+    mu1, mu2 = RNG.standard_normal(16), RNG.standard_normal(16)
+    want = np.sum((mu1 - mu2) ** 2) + np.sum((np.sqrt(var1) - np.sqrt(var2)) ** 2)
+    got = gan.frechet_distance(mu1, np.diag(var1), mu2, np.diag(var2))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_fewer_images_than_dimensions_warns_and_still_is_the_definition():
+    with pytest.warns(FIDWarning, match="30 images for 64-d features: the covariance is "
+                                        "rank-deficient"):
+        a = gan.statistics(RNG.standard_normal((30, 64)))
+    b = _stats(200, 64, 3)
+    assert gan.frechet_distance(*a, *b) == pytest.approx(_reference_fid(*a, *b), rel=1e-6)
+
+
+def test_imaginary_roots_are_dropped_offset_or_refused_as_pytorch_fid(capsys):
+    mu, eye = np.zeros(3), np.eye(3)
+    # root of -1e-7: imaginary 3e-4, within pytorch-fid's 1e-3; its real part is 0
+    got = gan.frechet_distance(mu, np.diag([1.0, 2.0, -1e-7]), mu, eye)
+    assert got == pytest.approx(3 - 1e-7 + 3 - 2 * (1 + np.sqrt(2)), rel=1e-12)
+    assert capsys.readouterr().out == ""
+    # -1.5e-6: 1.2e-3, so retried with 1e-6 * I added: -5e-7, within it
+    got = gan.frechet_distance(mu, np.diag([1.0, 2.0, -1.5e-6]), mu, eye)
+    assert "adding 1e-06 to diagonal of cov estimates" in capsys.readouterr().out
+    assert got == pytest.approx(6 - 2 * (1 + np.sqrt(2)), abs=1e-5)
+    for s1, s2 in ((np.diag([1.0, 2.0, -1.0]), eye), (eye, np.diag([1.0, 2.0, -1.0]))):
+        with pytest.raises(ValueError, match="Imaginary component 0.99999"):
+            gan.frechet_distance(mu, s1, mu, s2)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((np.zeros(3), np.eye(3), np.zeros(4), np.eye(4)), "different dimensions: 3 and 4"),
+    ((np.zeros(3), np.eye(4), np.zeros(3), np.eye(3)), r"mu \(3,\) and sigma \(4, 4\)"),
+    ((np.zeros(3), np.triu(np.ones((3, 3))), np.zeros(3), np.eye(3)), "not symmetric"),
+    ((np.full(3, np.nan), np.eye(3), np.zeros(3), np.eye(3)), "NaN"),
+])
+def test_frechet_distance_refuses_what_is_not_statistics(args, match):
+    with pytest.raises(ValueError, match=match):
+        gan.frechet_distance(*args)
+
+
+def test_statistics_are_pytorch_fids_and_refuse_bad_features():
+    feats = RNG.random((40, 8)).astype(np.float32)
+    mu, sigma = _quiet(gan.statistics, feats)
+    assert mu.dtype == sigma.dtype == np.float64
+    np.testing.assert_array_equal(mu, np.mean(feats.astype(np.float64), axis=0))
+    np.testing.assert_array_equal(sigma, np.cov(feats.astype(np.float64), rowvar=False))
+    bad = feats.copy()
+    bad[[3, 7], 1] = np.nan
+    with pytest.raises(ValueError, match="2 feature rows hold NaN"):
+        gan.statistics(bad)
+    with pytest.raises(ValueError, match="at least 2 images"):
+        gan.statistics(feats[:1])
+
+
+# -- statistics files -------------------------------------------------------------------------
+
+def test_statistics_files_round_trip_in_pytorch_fids_format(tmp_path):
+    mu, sigma = _stats(50, 6, 4)
+    path = gan.save_statistics(tmp_path / "real", mu, sigma)
+    assert path.endswith("real.npz")
+    with np.load(path) as data:
+        assert sorted(data.files) == ["mu", "sigma"]
+    got = gan.load_statistics(path)
+    np.testing.assert_array_equal(got[0], mu)
+    np.testing.assert_array_equal(got[1], sigma)
+    np.savez(tmp_path / "ttur.npz", mu=mu.astype(np.float32), sigma=sigma, extra=np.zeros(1))
+    assert gan.load_statistics(tmp_path / "ttur.npz")[0].dtype == np.float64
+
+
+@pytest.mark.parametrize("arrays, match", [
+    ({"mu": np.zeros(4), "sigma": np.eye(3)}, r"bad.npz: need mu \(D,\) and sigma \(D, D\), "
+                                              r"got mu \(4,\) and sigma \(3, 3\)"),
+    ({"m": np.zeros(3), "sigma": np.eye(3)}, r"bad.npz: .*'mu' and 'sigma', this one \['m', "),
+    ({"mu": np.zeros((3, 1)), "sigma": np.eye(3)}, r"bad.npz: need mu \(D,\)"),
+])
+def test_a_wrong_statistics_file_is_named(tmp_path, arrays, match):
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=match):
+        gan.load_statistics(tmp_path / "bad.npz")
+
+
+def test_a_file_that_is_no_npz_is_refused(tmp_path):
+    (tmp_path / "x.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="x.npz: not an .npz statistics file"):
+        gan.load_statistics(tmp_path / "x.npz")
+    with pytest.raises(FileNotFoundError):
+        gan.load_statistics(tmp_path / "missing.npz")
+
+
+# -- Inception Score --------------------------------------------------------------------------
+
+def _reference_is(logits, splits=10):
+    """The original code (openai/improved-gan) on softmax probabilities."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    preds = e / e.sum(axis=1, keepdims=True)
+    scores = []
+    for i in range(splits):
+        part = preds[(i * preds.shape[0] // splits):((i + 1) * preds.shape[0] // splits), :]
+        kl = part * (np.log(part) - np.log(np.expand_dims(np.mean(part, 0), 0)))
+        scores.append(np.exp(np.mean(np.sum(kl, 1))))
+    return np.mean(scores), np.std(scores)
+
+
+def test_inception_score_is_the_original_computation():
+    logits = RNG.standard_normal((1003, 1008)) * 4      # 1003: splits of 100 and 101
+    got = gan.inception_score(logits)
+    np.testing.assert_allclose(got, _reference_is(logits), rtol=1e-10)
+    assert gan.inception_score(np.zeros((20, 1008)), splits=2) == pytest.approx((1.0, 0.0))
+    confident = 200 * np.eye(1008)[np.arange(100) % 10]     # 10 classes in every split
+    assert gan.inception_score(confident) == pytest.approx((10.0, 0.0))
+
+
+def test_inception_score_refuses_bad_logits():
+    with pytest.raises(ValueError, match="NaN"):
+        gan.inception_score(np.full((20, 5), np.nan))
+    with pytest.raises(ValueError, match="splits=10"):
+        gan.inception_score(np.zeros((9, 5)))
+
+
+# -- images and features ----------------------------------------------------------------------
+
+def test_unit_images_conversions_and_refusals():
+    grey = RNG.integers(0, 256, (2, 1, 4, 5), dtype=np.uint8)
+    x = gan.unit_images(grey)
+    assert x.shape == (2, 3, 4, 5) and x.dtype == np.float32
+    np.testing.assert_array_equal(x[:, 2], grey[:, 0] / np.float32(255))
+    np.testing.assert_allclose(gan.unit_images(np.full((1, 3, 2, 2), -0.5, np.float32),
+                                               value_range=(-1, 1)), 0.25)
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\].*value_range=\(-1, 1\)"):
+        gan.unit_images(np.full((1, 3, 2, 2), -0.5, np.float32))
+    with pytest.raises(ValueError, match="channels last"):
+        gan.unit_images(np.zeros((1, 8, 8, 3), np.uint8))
+    nan = np.zeros((1, 3, 2, 2), np.float32)
+    nan[0, 1, 1, 0] = np.nan
+    with pytest.raises(ValueError, match="1 NaN or infinite values"):
+        gan.unit_images(nan)
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(5).integers(0, 256, (5, 3, 75, 75), dtype=np.uint8)
+
+
+@pytest.fixture(scope="module")
+def features(model, images):
+    return gan.inception_features(model, images, batch_size=2, progress=False)
+
+
+def test_features_in_batches_and_the_unbiased_logits(model, images, features):
+    feats, logits = features
+    assert feats.shape == (5, 2048) and logits.shape == (5, 1008) and feats.dtype == np.float32
+    assert 0.01 < feats.std() < 100
+    with ty.no_grad():
+        f, biased = model.features_and_logits(ty.tensor(images[3:] / np.float32(255)))
+    np.testing.assert_allclose(feats[3:], f.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits[3:] + model.fc.bias.numpy(), biased.numpy(), rtol=1e-4,
+                               atol=1e-4)
+    floats = gan.inception_features(model, images[3:] / np.float32(255), progress=False)
+    np.testing.assert_allclose(floats[0], feats[3:], rtol=1e-5, atol=1e-6)
+
+
+def test_nan_features_are_an_error(model, images, monkeypatch):
+    weight = model.Conv2d_1a_3x3.conv.weight.numpy().copy()
+    weight[0, 0, 0, 0] = np.nan
+    monkeypatch.setattr(model.Conv2d_1a_3x3.conv.weight, "data", weight)
+    with pytest.raises(ValueError, match="2 of 2 images gave NaN"):
+        gan.inception_features(model, images[:2], progress=False)
+
+
+def _save(path, array_chw, mode=None):
+    image = Image.fromarray(np.ascontiguousarray(array_chw.transpose(1, 2, 0)))
+    (image.convert(mode) if mode else image).save(path)
+
+
+def test_a_folder_reads_as_pytorch_fid_does(model, images, features, tmp_path):
+    _save(tmp_path / "a.png", images[0])
+    _save(tmp_path / "b.PNG", images[1])              # pytorch-fid's glob would skip it
+    _save(tmp_path / "c.png", images[2], mode="L")    # grey: R = G = B
+    _save(tmp_path / "d.png", images[3], mode="RGBA")   # alpha dropped
+    (tmp_path / "notes.txt").write_text("not an image")
+    feats, _ = gan.folder_features(tmp_path, model, batch_size=3, progress=False)
+    assert len(feats) == 4
+    np.testing.assert_allclose(feats[[0, 1, 3]], features[0][[0, 1, 3]], rtol=1e-5, atol=1e-6)
+    grey = np.asarray(Image.open(tmp_path / "c.png").convert("RGB")).transpose(2, 0, 1)
+    assert (grey[0] == grey[1]).all() and (grey[1] == grey[2]).all()
+    want = gan.inception_features(model, grey[None], progress=False)[0]
+    np.testing.assert_allclose(feats[2], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_images_of_several_sizes_are_each_resized_from_their_own(model, images, tmp_path):
+    other = np.random.default_rng(6).integers(0, 256, (3, 80, 76), dtype=np.uint8)
+    _save(tmp_path / "a.png", images[0])
+    _save(tmp_path / "b.png", other)
+    _save(tmp_path / "c.png", images[2])
+    with pytest.warns(FIDWarning, match=r"several sizes \(\(75, 75\), \(80, 76\)"):
+        feats, _ = gan.folder_features(tmp_path, model, batch_size=3, progress=False)
+    one = gan.inception_features(model, other[None], progress=False)[0]
+    np.testing.assert_allclose(feats[1], one[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("setup, error, match", [
+    (lambda p: None, ValueError, "no images"),
+    (lambda p: (p / "x.png").write_bytes(b"garbage"), ValueError, "x.png: not a readable image"),
+    (lambda p: (p / "file.npy").write_bytes(b""), ValueError, "no images"),
+])
+def test_folder_mistakes(model, tmp_path, setup, error, match):
+    setup(tmp_path)
+    with pytest.raises(error, match=match):
+        gan.folder_features(tmp_path, model, progress=False)
+
+
+# -- the evaluator ----------------------------------------------------------------------------
+
+class _Spy:
+    """Stands in for frechet_distance (its 2048-d eigen-solves are the slow part; they are
+    checked above at smaller sizes): records the statistics it is given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *stats):
+        self.calls.append(stats)
+        return 42.0
+
+
+def test_gan_evaluator_scores_generated_batches(model, images, features, monkeypatch):
+    real = (RNG.standard_normal(2048), np.eye(2048))
+    with pytest.raises(ValueError, match=r"model=tianyuan.zoo.fid_inception_v3\(weights="):
+        gan.GANEvaluator(*real)
+    monkeypatch.setattr(gan, "frechet_distance", spy := _Spy())
+    fake = images[:4].astype(np.float32) / 127.5 - 1         # a tanh generator's range
+    evaluator = gan.GANEvaluator(*real, model, batch_size=3, splits=2)
+    evaluator.reset()
+    evaluator.process(None, ty.tensor(fake[:3]))
+    evaluator.process(None, fake[3:])
+    json.dumps(evaluator.records)
+    with pytest.warns(FIDWarning, match="rank-deficient"):
+        result = evaluator.evaluate()
+    feats, logits = features[0][:4], features[1][:4]
+    mu, sigma = _quiet(gan.statistics, feats)
+    (got_mu, got_sigma, real_mu, real_sigma), = spy.calls
+    np.testing.assert_allclose(got_mu, mu, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_sigma, sigma, rtol=1e-3, atol=1e-5)
+    assert real_mu is evaluator.mu and np.array_equal(real_sigma, real[1])
+    assert result["images"] == 4 and result["fid"] == 42.0
+    assert (result["is_mean"], result["is_std"]) == pytest.approx(
+        gan.inception_score(logits, 2), rel=1e-4)
+    evaluator.records.append({"images": 4})     # another process's records, gathered
+    with pytest.raises(NotImplementedError, match="one process"):
+        evaluator.evaluate()
+    evaluator.reset()
+    evaluator.process(None, images[:2])         # uint8 images need no range
+    assert len(evaluator.features) == 1 and evaluator.records == [{"images": 2}]
+
+
+# -- tianyuan fid -----------------------------------------------------------------------------
+
+def test_fid_of_two_statistics_files(tmp_path, capsys):
+    a, b = _stats(100, 32, 7), _stats(120, 32, 8)
+    gan.save_statistics(tmp_path / "a.npz", *a)
+    gan.save_statistics(tmp_path / "b.npz", *b)
+    out = tmp_path / "fid.json"
+    assert main(["fid", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--out",
+                 str(out)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("FID:  ")
+    want = gan.frechet_distance(*a, *b)
+    assert float(line.split()[-1]) == pytest.approx(want, rel=1e-12)
+    assert json.loads(out.read_text())["fid"] == pytest.approx(want, rel=1e-12)
+
+
+def test_fid_save_stats_of_a_folder(model, images, features, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(fid_command, "load_model", lambda weights: model)
+    folder = tmp_path / "real"
+    folder.mkdir()
+    for i in range(3):
+        _save(folder / f"{i}.png", images[i])
+    stats = tmp_path / "real.npz"
+    assert main(["fid", str(folder), str(stats), "--save-stats", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 3 images for 2048-d features: the covariance is rank-deficient" in err
+    mu, sigma = gan.load_statistics(stats)
+    want = _quiet(gan.statistics, features[0][:3])
+    np.testing.assert_allclose(mu, want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sigma, want[1], rtol=1e-3, atol=1e-6)
+    assert main(["fid", str(folder), str(stats), "--save-stats"]) == 2     # no overwriting
+    assert "exists" in capsys.readouterr().err
+    monkeypatch.setattr(gan, "frechet_distance", spy := _Spy())
+    assert main(["fid", str(folder), str(stats), "--no-progress", "--n", "2"]) == 0
+    assert capsys.readouterr().out.strip().endswith("FID:  42.0")
+    (mu2, _, mu1, _), = spy.calls     # the folder's first 2 images, then the file
+    np.testing.assert_array_equal(mu1, mu)
+    np.testing.assert_allclose(mu2, features[0][:2].astype(np.float64).mean(0), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: [str(p / "missing"), str(p / "s.npz")], "missing: no such folder or file"),
+    (lambda p: [str(p / "bad.npz"), str(p / "s.npz")], r"bad.npz: need mu \(D,\)"),
+    (lambda p: [str(p / "s.npz"), str(p / "s.npz"), "--batch-size", "0"], "batch-size"),
+])
+def test_fid_mistakes_end_in_one_line(tmp_path, capsys, make, match):
+    gan.save_statistics(tmp_path / "s.npz", *_stats(10, 4, 9))
+    np.savez(tmp_path / "bad.npz", mu=np.zeros(5), sigma=np.eye(4))
+    assert main(["fid"] + make(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 2 and re.search(match, err)
+
+
+def test_fid_without_weights_offline_says_where_to_put_them(tmp_path, images, monkeypatch,
+                                                             capsys):
+    monkeypatch.setenv("TIANYUAN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TIANYUAN_OFFLINE", "1")
+    _save(tmp_path / "a.png", images[0])
+    gan.save_statistics(tmp_path / "s.npz", *_stats(10, 8, 10))
+    assert main(["fid", str(tmp_path), str(tmp_path / "s.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "pt_inception-2015-12-05-6726825d.pth" in err
+    assert os.path.join("home", "weights", "torchvision") in err
+
+
+# -- pytorch-fid itself (optional) ------------------------------------------------------------
+
+def test_same_frechet_distance_as_pytorch_fid():
+    fid_score = pytest.importorskip("pytorch_fid.fid_score")     # needs torch and scipy
+    rng = np.random.default_rng(11)
+    for n in (2500, 300):          # full rank, and rank-deficient
+        f1 = np.maximum(rng.standard_normal((n, 2048)) + 0.3, 0)
+        f2 = np.maximum(rng.standard_normal((n, 2048)) * 1.2 + 0.2, 0)
+        a, b = _quiet(gan.statistics, f1), _quiet(gan.statistics, f2)
+        want = fid_score.calculate_frechet_distance(*a, *b)
+        assert gan.frechet_distance(*a, *b) == pytest.approx(want, rel=1e-3)
+
+
+def test_tianyuan_fid_equals_pytorch_fid_on_two_folders(tmp_path, monkeypatch, capsys):
+    """The same random weights in both (torch.save, then our converter); the same files."""
+    torch = pytest.importorskip("torch")
+    fid_score = pytest.importorskip("pytorch_fid.fid_score")
+    inception = pytest.importorskip("pytorch_fid.inception")
+    ty.manual_seed(1)
+    state = {k: torch.from_numpy(v) for k, v in zoo.FIDInception().state_dict().items()
+             if not k.endswith("num_batches_tracked")}
+    for key, value in state.items():   # He-scaled convolutions: features near 1
+        if key.endswith("conv.weight"):
+            value.mul_(np.sqrt(2.0 / value[0].numel()) / 0.1)
+    monkeypatch.setattr(inception, "load_state_dict_from_url", lambda *a, **k: state)
+    torch.save(state, tmp_path / "fid.pth")
+    rng = np.random.default_rng(12)
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for i, folder in enumerate(folders):
+        folder.mkdir()
+        for j in range(10):
+            _save(folder / f"{j}.png", rng.integers(0, 200 + 50 * i, (3, 64, 64), np.uint8))
+    want = fid_score.calculate_fid_given_paths([str(f) for f in folders], 5, "cpu", 2048, 0)
+    assert main(["fid", *map(str, folders), "--weights", str(tmp_path / "fid.pth"),
+                 "--batch-size", "5", "--no-progress"]) == 0
+    got = float(capsys.readouterr().out.split()[-1])
+    assert got == pytest.approx(want, rel=1e-3)
