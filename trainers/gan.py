@@ -252,6 +252,9 @@ class GANTask(Task):
         options = {"inception": fid["inception"], "splits": fid["splits"],
                    "batch_size": fid["batch"]}
         takes = inspect.signature(gan_metrics.GANEvaluator).parameters
+        if "model" in takes:   # FID's Inception, built here (evaluation imports no zoo)
+            from .fid import DEFAULT_WEIGHTS, load_model
+            options["model"] = load_model(fid["inception"] or DEFAULT_WEIGHTS)
         options = {k: v for k, v in options.items() if k in takes and v is not None}
         return GeneratorEvaluation(gan_metrics.GANEvaluator(mu, sigma, **options), fid["seed"])
 

@@ -425,3 +425,16 @@ def test_tianyuan_fid_equals_pytorch_fid_on_two_folders(tmp_path, monkeypatch, c
                  "--batch-size", "5", "--no-progress"]) == 0
     got = float(capsys.readouterr().out.split()[-1])
     assert got == pytest.approx(want, rel=1e-3)
+
+
+def test_the_gan_task_builds_fids_inception_for_the_evaluator(model, tmp_path):
+    from tianyuan.trainers.gan import GANTask
+    ty.save(model.state_dict(), tmp_path / "inception.safetensors")
+    gan.save_statistics(tmp_path / "real.npz", RNG.standard_normal(2048), np.eye(2048))
+    task = GANTask(fid={"stats": str(tmp_path / "real.npz"), "batch": 7, "splits": 5,
+                        "inception": str(tmp_path / "inception.safetensors")})
+    evaluator = task.evaluator(None, None).images
+    assert isinstance(evaluator, gan.GANEvaluator) and isinstance(evaluator.model,
+                                                                  zoo.FIDInception)
+    assert (evaluator.batch_size, evaluator.splits) == (7, 5)
+    np.testing.assert_array_equal(evaluator.model.fc.weight.numpy(), model.fc.weight.numpy())
