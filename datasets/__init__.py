@@ -14,7 +14,7 @@ from .base import CorruptImageError, VisionDataset, decode_image, set_max_image_
 from .cifar import CIFAR10
 from .coco import (COCO, COCO_FLIP_PAIRS, COCO_PERSON_KEYPOINTS, CocoFormat, Objects365,
                    flip_pairs_from_names, keypoints_to_coco)
-from .collate import default_collate, detection_collate, pad_images
+from .collate import default_collate, detection_collate, list_collate, pad_images
 from .dataloader import DataLoader, DataLoaderWorkerError
 from .folder import ImageFolder
 from .imagenet import ImageNet
@@ -22,3 +22,4 @@ from .imagenet_meta import ImageNetMeta, load_imagenet_meta
 from .samplers import (BatchSampler, DistributedSampler, GroupedAspectRatioBatchSampler,
                        InfiniteSampler, RandomSampler, SequentialSampler)
 from .synthetic import ShapesDataset, make_shapes, write_image_folder
+from .synthetic_boxes import make_shape_boxes, write_coco_shapes

@@ -44,6 +44,15 @@ def default_collate(items):
     return _stack_field(items)
 
 
+def list_collate(items):
+    """A batch dict of per-item lists, nothing stacked: detectors that take a list of images
+    of any size (the zoo's, which resize and pad inside) with their boxes and labels."""
+    items = [item for item in items if item is not None]
+    if not items:
+        return None
+    return {key: [item[key] for item in items] for key in items[0]}
+
+
 def _is_chw(image):
     return image.ndim == 3 and image.shape[0] in (1, 3) and image.shape[-1] not in (1, 3)
 

@@ -1,12 +1,33 @@
-"""Detection transforms: shortest-edge resize (flip and normalize are shared).
+"""Detection transforms: shortest-edge resize (flip and normalize are shared), and the
+conversion to what the detectors take.
 
-Padding to a multiple of 32 happens in `collate.detection_collate`.
+Two ways to feed a detector. The zoo's detectors take a list of unnormalised [0, 1] RGB
+images of any size and resize, normalise and pad inside (torchvision's
+GeneralizedRCNNTransform): the data only flips (and, for multi-scale training in the data,
+resizes the shorter side); `model_images` turns a batch's uint8 HWC images into the float32
+CHW list at the forward, so the loader moves uint8. A model that takes a padded tensor uses
+`Normalize`, `ToCHW` and `collate.detection_collate` (padding to a multiple of 32).
 
->>> t = Compose([ShortestEdgeResize((640, 672, 704), 1333), RandomHorizontalFlip(),
-...              Normalize(), ToCHW()])      # doctest: +SKIP
+>>> t = Compose([ShortestEdgeResize((640, 672, 704), 1333), RandomHorizontalFlip()])
+>>> images = model_images(batch["image"])      # [(3, H, W) float32 in [0, 1]]  # doctest: +SKIP
 """
+import numpy as np
+
 from . import geometry
 from .random import get_rng
+
+
+def model_image(image):
+    """(H, W, 3) uint8 RGB -> (3, H, W) float32 in [0, 1] (a float image is taken as 0..255)."""
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[-1] != 3:
+        raise ValueError(f"model_image: expected an (H, W, 3) RGB image, got {image.shape}")
+    return np.ascontiguousarray(image.transpose(2, 0, 1), dtype=np.float32) / np.float32(255)
+
+
+def model_images(images):
+    """A batch's images (a list, or an (N, H, W, 3) array) -> [(3, H, W) float32 in [0, 1]]."""
+    return [model_image(image) for image in images]
 
 
 class ShortestEdgeResize:
