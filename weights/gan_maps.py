@@ -26,6 +26,11 @@ from collections import OrderedDict
 import numpy as np
 
 PARTS = ("generator", "discriminator")
+# a generator's images are RGB in [-1, 1]: pixel = x * 127.5 + 127.5 (the recipes' data
+# normalisation, the zoo's GAN cards and the manifest's GAN entries)
+GAN_PREPROCESSING = {"resize": None, "crop": None, "pixel_scale": 1.0,
+                     "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5],
+                     "channels": "RGB"}
 # pytorch-gan-collections' checkpoint keys -> our parts
 PAIR_KEYS = {"net_G": "generator", "net_D": "discriminator"}
 RESNET_GANS = {"dcgan_cifar10": (128, 256, 128), "wgan_cifar10": (128, 256, 128)}  # nz, ngf, ndf
@@ -111,7 +116,8 @@ def part_specs(arch):
     """{"generator": spec, "discriminator": spec} of `arch`, each in the reference's names."""
     if arch in RESNET_GANS:
         nz, ngf, ndf = RESNET_GANS[arch]
-        return {"generator": _resnet_generator(nz, ngf), "discriminator": _resnet_discriminator(ndf)}
+        return {"generator": _resnet_generator(nz, ngf),
+                "discriminator": _resnet_discriminator(ndf)}
     if arch in CNN32_GANS:
         gen, gen_linear, dis, dis_in = CNN32_GANS[arch]
         return {"generator": _cnn32(gen, gen_linear),

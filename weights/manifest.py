@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from . import preprocessing
+from .gan_maps import GAN_PREPROCESSING
 
 TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"
@@ -204,6 +205,14 @@ ENTRIES = [
                 {"top1": 68.13, "top5": 87.81}, MMPRETRAIN_README, name_tag="5d6cec73",
                 notes="MMPretrain names (backbone.*, head.fc.*); download only, no name map "
                       "yet; the hex tag is OpenMMLab's, not checked"),
+    # GANs (zoo/gan/; names: gan_maps.py): FID against the train set over 50k samples (TF
+    # Inception graph), IS over 10 splits
+    WeightEntry("dcgan_cifar10.cifar10_megengine", "dcgan_cifar10",
+                (f"{MEGENGINE}dcgan_cifar.pkl",), None, "none", "megengine", "megengine",
+                GAN_PREPROCESSING, {"fid": 27.2, "is": 7.0, "kid": 0.0242},
+                "MegEngine Models official/vision/gan/README.md (REFERENCE.md)",
+                notes="the generator only (the README loads it into DCGANGeneratorCIFAR); "
+                      "the discriminator keeps its initialisation"),
     # Inception-v3 for FID and IS (zoo/gan/inception.py; names: inception_maps.py)
     _tv("inception_v3.imagenet_torchvision", "inception_v3", "inception_v3_google", "0cc3c7bd",
         77.294, 93.45, preprocessing.TORCHVISION_INCEPTION),

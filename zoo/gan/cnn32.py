@@ -24,7 +24,8 @@ from tianyuan import nn
 from ..registry import register_model
 from .common import GAN, gan_card, load_into
 
-COLLECTIONS = "pytorch-gan-collections Readme (REFERENCE.md, GAN on CIFAR10)"
+COLLECTIONS = ("pytorch-gan-collections Readme (REFERENCE.md, GAN on CIFAR10); its checkpoints "
+               "are on Google Drive, so no manifest entry holds them")
 
 
 def _bn_relu_up(in_ch, out_ch, bias):

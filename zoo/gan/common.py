@@ -20,18 +20,16 @@ import os
 
 import tianyuan as ty
 from tianyuan import nn
+from tianyuan.weights.gan_maps import GAN_PREPROCESSING  # images in [-1, 1]
 
-# images leave the generator in [-1, 1]: pixel = (x + 1) * 127.5 (trainers/gan.py reads the
-# same numbers as the data's normalisation: mean 127.5, std 127.5)
-GAN_PREPROCESSING = {"resize": None, "crop": None, "pixel_scale": 1.0,
-                     "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5],
-                     "channels": "RGB"}
 PARTS = ("generator", "discriminator", "generator_ema")
 
 
 def gan_card(follows, metrics=None, image_size=32, nz=128, **extra):
     """A generation model card: `follows` names the reference implementation the builder
-    reproduces; `metrics` maps a source to its published {"fid", "is"} on CIFAR-10."""
+    reproduces. Published numbers come from the weights manifest at lookup
+    (`zoo.model_card`); `metrics` ({source: {"fid", "is"}} on CIFAR-10) only for a reference
+    that published numbers and no weights file, which the manifest cannot list."""
     card = {"task": "generation", "dataset": "CIFAR-10", "input_size": (nz,),
             "output_size": (3, image_size, image_size), "nz": nz,
             "preprocessing": dict(GAN_PREPROCESSING), "follows": follows,
