@@ -1,16 +1,20 @@
-"""Resizing and channel shuffling.
+"""Resizing, channel shuffling and box ops (IoU, NMS, clipping) for detection.
 
 >>> import tianyuan as ty, tianyuan.functional as F
 >>> F.interpolate(ty.randn(1, 3, 4, 4), scale_factor=2, mode="bilinear").shape
 (1, 3, 8, 8)
+>>> F.nms(ty.tensor([[0., 0, 10, 10], [1, 1, 10, 10]]), ty.tensor([0.9, 0.8]), 0.5).tolist()
+[0]
 """
 import math
 
 import numpy as np
 
+from .. import dtypes
+from ..ops import boxes as B
 from ..ops import resize as R
 from ..ops import shape as S
-from ..tensor import as_tensor
+from ..tensor import Tensor, as_tensor
 from ._args import image_tensor, pair
 
 MODES = ("nearest", "nearest-exact", "bilinear")
@@ -95,3 +99,68 @@ def concat_shuffle(tensors):
     if len(shapes) != 1:
         raise ValueError(f"{op}: the parts must have one shape (N, k, H, W), got {sorted(shapes)}")
     return S.ConcatShuffle.apply(*[as_tensor(t) for t in tensors])
+
+
+# ---------------------------------------------------------------- boxes (ops/boxes.py)
+# Boxes are (N, 4) x1, y1, x2, y2 float tensors or arrays; results are Tensors (no gradient:
+# these act on anchors, targets and detached detections).
+
+def _boxes(boxes, op, name="boxes"):
+    data = np.asarray(boxes.data if isinstance(boxes, Tensor) else boxes)
+    if data.ndim != 2 or data.shape[1] != 4:
+        raise ValueError(f"{op}: {name} must be (N, 4) x1, y1, x2, y2, got shape {data.shape}")
+    if not dtypes.is_floating(data.dtype):
+        data = data.astype(np.float32)
+    return data
+
+
+def _per_box(values, n, op, name):
+    data = np.asarray(values.data if isinstance(values, Tensor) else values)
+    if data.shape != (n,):
+        raise ValueError(f"{op}: {name} must have one value per box, shape ({n},), got "
+                         f"{data.shape}")
+    return data
+
+
+def box_area(boxes):
+    """(N,) areas of (N, 4) boxes."""
+    return Tensor(B.box_area(_boxes(boxes, "box_area")))
+
+
+def box_iou(boxes1, boxes2):
+    """(N, M) IoU of (N, 4) and (M, 4) boxes (torchvision.ops.box_iou)."""
+    return Tensor(B.box_iou(_boxes(boxes1, "box_iou", "boxes1"),
+                            _boxes(boxes2, "box_iou", "boxes2")))
+
+
+def nms(boxes, scores, iou_threshold):
+    """Greedy NMS (torchvision.ops.nms): int64 indices of the kept boxes, by decreasing
+    score; a box goes when its IoU with a kept one exceeds `iou_threshold`."""
+    data = _boxes(boxes, "nms")
+    return Tensor(B.nms(data, _per_box(scores, data.shape[0], "nms", "scores"),
+                        float(iou_threshold)))
+
+
+def batched_nms(boxes, scores, idxs, iou_threshold):
+    """NMS within each category `idxs` (torchvision.ops.batched_nms): int64 indices kept,
+    by decreasing score."""
+    op = "batched_nms"
+    data = _boxes(boxes, op)
+    n = data.shape[0]
+    idxs = _per_box(idxs, n, op, "idxs")
+    if dtypes.is_floating(idxs.dtype):
+        raise TypeError(f"{op}: idxs must be integer categories, got dtype {idxs.dtype}")
+    return Tensor(B.batched_nms(data, _per_box(scores, n, op, "scores"), idxs,
+                                float(iou_threshold)))
+
+
+def clip_boxes(boxes, size):
+    """Boxes clamped into an image of `size` (height, width)
+    (torchvision.ops.clip_boxes_to_image)."""
+    height, width = pair(size, "size", "clip_boxes")
+    return Tensor(B.clip_boxes(_boxes(boxes, "clip_boxes"), (height, width)))
+
+
+def remove_small_boxes(boxes, min_size):
+    """int64 indices of the boxes at least `min_size` wide and high."""
+    return Tensor(B.remove_small_boxes(_boxes(boxes, "remove_small_boxes"), min_size))
