@@ -41,3 +41,10 @@ PYTORCH_FID = {"resize": [299, 299], "crop": None, "interpolation": "bilinear",
 # MegEngine Models' official/quantization: BGR in 0..255 less 128 (T.Normalize(mean=128)),
 # so that the int8 model's input is the uint8 image shifted
 MEGENGINE_QUANT = {**MEGENGINE, "mean": [128.0] * 3, "std": [1.0] * 3}
+# torchvision's detectors (GeneralizedRCNNTransform, done by the model itself): RGB in 0..1
+# normalised, shorter side resized to min_size unless the longer would pass max_size
+# (bilinear, no antialias, no crop), the batch zero-padded to a multiple of size_divisible
+TORCHVISION_DETECTION = {"resize": None, "crop": None, "min_size": 800, "max_size": 1333,
+                         "size_divisible": 32, "interpolation": "bilinear", "antialias": False,
+                         "pixel_scale": 255.0, "mean": list(IMAGENET_MEAN),
+                         "std": list(IMAGENET_STD), "channels": "RGB", "in_model": True}
