@@ -388,6 +388,24 @@ def test_fid_without_weights_offline_says_where_to_put_them(tmp_path, images, mo
     assert os.path.join("home", "weights", "torchvision") in err
 
 
+def test_fid_when_the_download_fails_says_where_to_put_the_file(tmp_path, images, monkeypatch,
+                                                                capsys):
+    from tianyuan.weights import DownloadError, api
+
+    def no_network(urls, *args, **kwargs):
+        raise DownloadError(f"could not fetch the file:\n  {urls[0]}: failed after 5 tries")
+
+    monkeypatch.setenv("TIANYUAN_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TIANYUAN_OFFLINE", raising=False)
+    monkeypatch.setattr(api, "fetch", no_network)
+    _save(tmp_path / "a.png", images[0])
+    assert main(["fid", str(tmp_path), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "failed after 5 tries" in err[0]
+    assert "fetch https://github.com/mseitzer/pytorch-fid/releases/download/" in err[0]
+    assert os.path.join("home", "weights", "torchvision", "pt_inception-") in err[0]
+
+
 # -- pytorch-fid itself (optional) ------------------------------------------------------------
 
 def test_same_frechet_distance_as_pytorch_fid():
