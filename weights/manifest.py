@@ -223,6 +223,14 @@ ENTRIES = [
                 notes="the TF 2015 Inception graph FID and IS are defined on, as pytorch-fid "
                       "ported it; pytorch-fid loads it without a hash check, so the tag in "
                       "the name is not checked"),
+    # Detection (zoo/detection/; names: detection_maps.py): COCO val2017 box AP
+    WeightEntry("retinanet_resnet50_fpn.coco_torchvision", "retinanet_resnet50_fpn",
+                (f"{TORCHVISION}retinanet_resnet50_fpn_coco-eeacb38b.pth",), "eeacb38b",
+                "prefix", "torchvision", "torchvision", preprocessing.TORCHVISION_DETECTION,
+                {"box_map": 36.4}, "torchvision 0.29.1 model docs (REFERENCE.md 1c)",
+                notes="v1 keys (FPN and head convs renamed on load); trained with "
+                      "FrozenBatchNorm2d at eps 0, which loading it sets; labels are COCO "
+                      "category ids 1-90 of a 91-way head"),
 ]
 
 _REGISTRY = {}

@@ -19,6 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V1, SHUFFLENET_V2, state_dict_spec
+from .detection_maps import convert_detection_state_dict, is_detection_arch
 from .gan_maps import GAN_ARCHS, convert_gan_state_dict
 from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
                           megvii_shufflenet_v2)
@@ -110,6 +111,8 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     state = unwrap_checkpoint(state)
     if arch in GAN_ARCHS:   # generator/discriminator files, any source (gan_maps.py)
         return convert_gan_state_dict(state, arch, strict)
+    if is_detection_arch(arch):   # torchvision's names, v1 keys renamed (detection_maps.py)
+        return convert_detection_state_dict(state, arch, source)
     mapped = name_map_for(source, arch, state)(state, arch)
     if num_classes is None:
         num_classes = _infer_num_classes(mapped)
