@@ -3,15 +3,15 @@ padded normalised batch out; detections back to each image's own pixels.
 
 Each (3, H, W) image in [0, 1] is normalised ((x - mean) / std, ImageNet's), resized so its
 shorter side is `min_size` unless the longer side would pass `max_size` (scale = min(min_size
-/ short, max_size / long) in float32; output floor(side * scale); bilinear, align_corners
-False, no antialias), then the batch is zero-padded at the bottom and right to a multiple of
+/ short, max_size / long); output floor(side * scale); bilinear, align_corners False, no
+antialias), then the batch is zero-padded at the bottom and right to a multiple of
 `size_divisible`. Training picks `min_size` at random from a tuple (multi-scale training).
 Boxes scale by new / old size per axis (float32).
 
 >>> t = GeneralizedRCNNTransform(min_size=64, max_size=100)
 >>> batch, sizes, _ = t([np.zeros((3, 30, 40), np.float32), np.zeros((3, 50, 50), np.float32)])
->>> batch.shape, sizes       # 50 * float32(64 / 50) = 63.99999...: 63, as torchvision
-((2, 3, 64, 96), [(64, 85), (63, 63)])
+>>> batch.shape, sizes
+((2, 3, 64, 96), [(64, 85), (64, 64)])
 """
 import math
 
@@ -25,9 +25,9 @@ from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
 
 def resized_size(height, width, min_size, max_size):
-    """(h, w) after torchvision's _resize_image_and_masks (scale in float32, then floor)."""
-    short, long = np.float32(min(height, width)), np.float32(max(height, width))
-    scale = float(min(np.float32(min_size) / short, np.float32(max_size) / long))
+    """(h, w) after torchvision's _resize_image_and_masks in eager mode: the scale in Python
+    floats, each side floor(side * scale) (interpolate's recompute_scale_factor)."""
+    scale = min(min_size / min(height, width), max_size / max(height, width))
     return int(math.floor(height * scale)), int(math.floor(width * scale))
 
 
