@@ -324,6 +324,36 @@ def test_a_v1_torchvision_file_loads_renamed_with_eps_zero(tmp_path):
     assert other.head.classification_head.cls_logits.weight.shape[0] == 9 * 2
     assert np.array_equal(other.state_dict()["head.regression_head.bbox_reg.weight"],
                           state["head.regression_head.bbox_reg.weight"])
+    # `tianyuan weights import`: our names in safetensors, which load with the model's eps
+    out = tmp_path / "retinanet.safetensors"
+    weights.import_file(str(path), str(out), "retinanet_resnet18_fpn")
+    ours = zoo.retinanet_resnet18_fpn(**SMALL, weights=str(out))
+    assert all(np.array_equal(ours.state_dict()[k], v) for k, v in state.items())
+    assert ours.backbone.body.bn1.eps == 1e-5
+
+
+def test_pretrained_backbone_loads_the_classifiers_weights(tmp_path, monkeypatch):
+    """The backbone's default ImageNet entry, cached (offline): its weights less fc, frozen
+    BatchNorm, three stages trained."""
+    monkeypatch.setenv("TIANYUAN_HOME", str(tmp_path))
+    monkeypatch.setenv("TIANYUAN_OFFLINE", "1")
+    path = weights.entry_path(weights.default_entry("resnet18"))
+    os.makedirs(os.path.dirname(path))
+    rng = np.random.default_rng(7)
+    state = OrderedDict((k, (rng.standard_normal(np.shape(v)) * 0.1 + 1).astype(v.dtype)
+                         if v.dtype == np.float32 else np.asarray(v))
+                        for k, v in zoo.resnet18().state_dict().items())
+    pth_writer.write_zip(path, OrderedDict((k, pth_writer.contiguous(f"s{i}", v))
+                                           for i, (k, v) in enumerate(state.items())))
+    model = zoo.retinanet_resnet18_fpn(**SMALL, pretrained_backbone=True)
+    body = model.backbone.body.state_dict()
+    assert all(np.array_equal(body[k], v) for k, v in state.items()
+               if k in body and not k.startswith("fc."))
+    assert isinstance(model.backbone.body.layer4[1].bn2, nn.FrozenBatchNorm2d)
+    assert model.backbone.body.bn1.eps == 1e-5
+    trainable = {n.split(".")[2] for n, p in model.named_parameters()
+                 if p.requires_grad and n.startswith("backbone.body.")}
+    assert trainable == {"layer2", "layer3", "layer4"}
 
 
 def test_qat_ready():
