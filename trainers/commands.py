@@ -182,24 +182,31 @@ def evaluate(cfg):
                          "loader")
     model = build_model(cfg.model, cfg.weights)
     classes = getattr(model, "num_classes", None)
-    if meta and classes and classes != len(meta) and rank == 0:
-        print(f"eval: the model predicts {classes} classes, the data has {len(meta)}: the "
+    names = meta.get("classes") if isinstance(meta, dict) else meta   # a task's meta dict
+    task = instantiate(cfg.task)
+    if names and classes and classes != len(names) and rank == 0 and \
+            task.name == "classification":
+        print(f"eval: the model predicts {classes} classes, the data has {len(names)}: the "
               "scores compare class numbers (fine-tune a head for the data first: "
               "tianyuan train task.finetune.new_head=true ...)", flush=True)
-    task = instantiate(cfg.task)
-    metrics = inference(model, loader, task.evaluator(cfg, meta),
-                        progress=cfg.progress and rank == 0, distributed=world > 1)
+    evaluator = task.evaluator(cfg, meta)
+    metrics = inference(model, loader, evaluator, progress=cfg.progress and rank == 0,
+                        distributed=world > 1)
     data = cfg.data
     result = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
               "data": data.get("kind", data._target_), "root": data.get("root"),
-              "classes": len(meta or []), **metrics, "processes": world,
+              "classes": len(names or []), **metrics, "processes": world,
               "preprocessing": {**(pre or {}), "source": source}}
     if rank:
         return result
     write_json(cfg.out, result)
-    rows = [{k: v for k, v in result.items() if k not in ("preprocessing", "root")}]
+    if getattr(evaluator, "summary", None):   # a printout of the metric's own (pycocotools)
+        print(evaluator.summary)
+    rows = [{k: v for k, v in result.items()
+             if k not in ("preprocessing", "root") and not isinstance(v, (dict, list))}]
     print(format_table(rows, title="\neval"))
-    print(f"preprocessing ({source}): {pre or 'as the data builder gives'}\nwritten: {cfg.out}")
+    written = ", ".join(str(p) for p in (cfg.out, getattr(evaluator, "results_file", None)) if p)
+    print(f"preprocessing ({source}): {pre or 'as the data builder gives'}\nwritten: {written}")
     return result
 
 

@@ -35,7 +35,7 @@ class EvalHook:
         trainer.metrics, self.last_iter = dict(metrics), trainer.iter
         trainer.log({"iter": trainer.iter, "epoch": trainer.epoch, "eval": metrics})
         shown = "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in metrics.items())
+                          for k, v in metrics.items() if not isinstance(v, (dict, list)))
         trainer.write(f"eval @ iter {trainer.iter} (epoch {trainer.epoch}): {shown}")
         self._track_best(metrics.get(self.metric))
 

@@ -82,11 +82,13 @@ def run(cfg):
               **{f"train_{k}": v for k, v in losses.items() if k != "loss"},
               **{f"val_{k}": v for k, v in trainer.metrics.items()},
               **({f"best_{eval_hook.metric}": eval_hook.best} if eval_hook else {}),
-              "out_dir": cfg.out_dir, "processes": dist.world_size()}
+              "out_dir": cfg.out_dir, "processes": dist.world_size(),
+              **trainer.task.results(trainer)}
     if not dist.is_main():  # process 0 saved and reports
         return result
     write_json(os.path.join(cfg.out_dir, "results.json"), result)
-    print(format_table([{"metric": k, "value": v} for k, v in result.items() if v is not None],
+    print(format_table([{"metric": k, "value": v} for k, v in result.items()
+                        if v is not None and not isinstance(v, (dict, list))],
                        title=f"\ntrain {cfg.name}"))
     return result
 
