@@ -1,0 +1,296 @@
+"""The detection task: COCO-format data (COCO, Objects365, your own, generated shapes), the
+detector's loss dict, fine-tuning from COCO weights, box AP by pycocotools.
+
+The zoo's detectors take a list of [0, 1] RGB images of any size with targets {"boxes"
+(N, 4) xyxy pixels, "labels" (N,)} and return their losses in training, detections in
+eval mode; they resize, normalise and pad inside. So the data here only flips (and, when
+`train_resize` is given, resizes the shorter side: multi-scale training in the data), the
+loader moves uint8 images as per-image lists, and the forward converts them. Training
+batches group images by aspect ratio (GroupedAspectRatioBatchSampler). Crowd boxes are
+left out of the targets (as torchvision's and detectron2's references do) and scored by
+pycocotools as crowd regions. Images with no box are kept as negatives (`keep_empty`),
+or left out with a count.
+
+>>> train_loader, val_loader, meta = detection_data("shapes", None, batch_size=8)
+>>> task = DetectionTask()                         # tianyuan train experiment=smoke_detection
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+from hydra.utils import instantiate
+
+import tianyuan as ty
+from tianyuan import distributed as dist
+from tianyuan.datasets import (COCO, BatchSampler, CocoFormat, DataLoader, DistributedSampler,
+                               GroupedAspectRatioBatchSampler, Objects365, RandomSampler,
+                               SequentialSampler, list_collate)
+from tianyuan.datasets import transforms as T
+from tianyuan.datasets.synthetic_boxes import write_coco_shapes
+from tianyuan.datasets.transforms.detection import model_images
+from tianyuan.evaluation.detection import COCOEvaluator
+
+from .task import Task
+
+DATA_KINDS = ("coco", "coco_format", "objects365", "shapes")
+# where each kind's splits are, relative to data.root (data.train / data.val override them)
+LAYOUTS = {
+    "coco": {"train": ("train2017", "annotations/instances_train2017.json"),
+             "val": ("val2017", "annotations/instances_val2017.json")},
+    "objects365": {"train": ("train", "zhiyuan_objv2_train.json"),
+                   "val": ("val", "zhiyuan_objv2_val.json")},
+    "shapes": {"train": ("train/images", "train/annotations.json"),
+               "val": ("val/images", "val/annotations.json")},
+}
+
+
+def shapes_coco(root=None, num_train=400, num_val=100, size=128, num_classes=3, seed=0,
+                max_objects=3):
+    """`root/{train,val}/images` + `annotations.json` of generated shapes with boxes (written
+    once; datasets.synthetic_boxes). Without `root` under $TIANYUAN_HOME/synthetic/<settings>;
+    written in a temporary folder and renamed, so concurrent runs never see half of it."""
+    if root is None:
+        from tianyuan.weights import tianyuan_home
+        name = (f"shapes_det_c{num_classes}_n{num_train}_v{num_val}_s{size}_o{max_objects}"
+                f"_seed{seed}")
+        root = os.path.join(tianyuan_home(), "synthetic", name)
+    if os.path.isfile(os.path.join(root, "val", "annotations.json")):
+        return root
+    parent = os.path.dirname(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".shapes_det.")
+    try:
+        extra = {"max_objects": max_objects}
+        write_coco_shapes(os.path.join(tmp, "train"), num_train, size, num_classes, seed, **extra)
+        write_coco_shapes(os.path.join(tmp, "val"), num_val, size, num_classes, seed + 1, **extra)
+        try:
+            os.replace(tmp, root)
+        except OSError:  # a concurrent run (another data-parallel process) renamed first
+            if not os.path.isfile(os.path.join(root, "val", "annotations.json")):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def split_paths(kind, root, split, given=None):
+    """(images folder, annotation json) of a split: `given` {images, ann_file} (relative to
+    root, or absolute) or the kind's layout."""
+    given = dict(given or {})
+    default = LAYOUTS.get(kind, {}).get(split, (None, None))
+    images, ann_file = given.get("images") or default[0], given.get("ann_file") or default[1]
+    if images is None or ann_file is None:
+        raise ValueError(f"detection_data: {kind} data needs data.{split}.images and "
+                         f"data.{split}.ann_file (the image folder and the COCO-format json)")
+    if root is None and not (os.path.isabs(images) and os.path.isabs(ann_file)):
+        raise ValueError(f"detection_data: data kind {kind!r} needs data.root (the dataset "
+                         f"folder) or absolute data.{split}.images and data.{split}.ann_file")
+    return (os.path.join(root or "", os.path.expanduser(images)),
+            os.path.join(root or "", os.path.expanduser(ann_file)))
+
+
+def detection_dataset(kind, root, split, transform=None, paths=None, version=2,
+                      keep_empty=True, on_error="raise"):
+    """The `split` ("train" or "val") of one of DATA_KINDS as a COCO-format dataset."""
+    if kind not in DATA_KINDS:
+        raise ValueError(f"detection_dataset: kind must be one of {DATA_KINDS}, got {kind!r}")
+    images, ann_file = split_paths(kind, root, split, paths)
+    kwargs = {"transform": transform, "on_error": on_error, "remove_empty": not keep_empty}
+    if kind == "objects365":
+        return Objects365(images, ann_file, version=version, **kwargs)
+    if kind == "coco_format":
+        return CocoFormat(images, ann_file, **kwargs)
+    return COCO(images, ann_file, **kwargs)
+
+
+def train_transform(flip=0.5, train_resize=None):
+    """Horizontal flip with probability `flip`; with `train_resize` {min_size: int or list
+    (one chosen per image: multi-scale), max_size} the shorter side is resized first."""
+    steps = []
+    if train_resize:
+        steps.append(T.ShortestEdgeResize(tuple(train_resize["min_size"]) if not isinstance(
+            train_resize["min_size"], int) else train_resize["min_size"],
+            train_resize.get("max_size", 1333)))
+    if flip:
+        steps.append(T.RandomHorizontalFlip(flip))
+    return T.Compose(steps)
+
+
+def _train_loader(train, batch_size, num_workers, seed, aspect_grouping):
+    """Batches of one aspect-ratio group; the order a pure function of (seed, epoch); under an
+    MPI launch each process its share (augmented with draws of its own: seed + rank)."""
+    rank, world = dist.rank(), dist.world_size()
+    sampler = RandomSampler(train, seed) if world == 1 else \
+        DistributedSampler(train, rank, world, shuffle=True, seed=seed, drop_last=True)
+    batches = GroupedAspectRatioBatchSampler(sampler, train.aspect_ratios(), batch_size,
+                                             drop_last=True) if aspect_grouping else \
+        BatchSampler(sampler, batch_size, drop_last=True)
+    return DataLoader(train, batch_sampler=batches, num_workers=num_workers,
+                      collate_fn=list_collate, seed=seed + rank,
+                      persistent_workers=num_workers > 0)
+
+
+def _val_loader(val, batch_size, num_workers, seed):
+    rank, world = dist.rank(), dist.world_size()
+    sampler = SequentialSampler(val) if world == 1 else \
+        DistributedSampler(val, rank, world, shuffle=False, exact=True)
+    return DataLoader(val, batch_sampler=BatchSampler(sampler, batch_size),
+                      num_workers=num_workers, collate_fn=list_collate, seed=seed)
+
+
+def detection_data(kind, root=None, batch_size=2, num_workers=0, val_batch_size=None,
+                   train=None, val=None, version=2, flip=0.5, train_resize=None,
+                   keep_empty=True, aspect_grouping=True, on_error="raise", synthetic=None,
+                   seed=0, splits=("train", "val")):
+    """(train loader, val loader, meta) of COCO-format detection data; a split not in
+    `splits` is None (evaluation lists no training images). `batch_size` is per process.
+    meta: {"classes", "category_ids" (label order), "ann_file" (the val json)}.
+    `keep_empty`: training images with no box stay as negatives (RetinaNet); false leaves
+    them out, counted in one line."""
+    if kind == "shapes":
+        root = shapes_coco(root, **(synthetic or {}))
+    train_loader = val_loader = None
+    meta = {}
+    if "train" in splits:
+        dataset = detection_dataset(kind, root, "train", train_transform(flip, train_resize),
+                                    train, version, keep_empty, on_error)
+        _say_empty(dataset, keep_empty)
+        meta = {"classes": list(dataset.classes), "category_ids": list(dataset.category_ids)}
+        train_loader = _train_loader(dataset, batch_size, num_workers, seed, aspect_grouping)
+    if "val" in splits:
+        dataset = detection_dataset(kind, root, "val", None, val, version, True, on_error)
+        if meta and meta["category_ids"] != list(dataset.category_ids):
+            raise ValueError(f"detection_data: the train and val jsons have other categories "
+                             f"({len(meta['category_ids'])} and {len(dataset.category_ids)})")
+        meta = {"classes": list(dataset.classes), "category_ids": list(dataset.category_ids),
+                "ann_file": dataset.ann_file}
+        val_loader = _val_loader(dataset, val_batch_size or batch_size, num_workers, seed)
+    return train_loader, val_loader, meta
+
+
+def _say_empty(dataset, keep_empty):
+    total = len(dataset.api.imgs) - getattr(dataset, "num_missing", 0)
+    empty = total - len(dataset) if not keep_empty else \
+        sum(1 for r in dataset.records if not len(r["labels"]))
+    if empty and dist.is_main():
+        what = "kept as negatives" if keep_empty else \
+            "left out (data.keep_empty=true keeps them as negatives)"
+        print(f"train: {empty} of {total} images have no boxes: {what}", flush=True)
+
+
+def detection_forward(model, batch):
+    """The detector's loss dict {"loss_cls", "loss_box_reg", ...} of one batch of per-image
+    lists {"image" (H, W, 3) uint8, "boxes" (N, 4), "labels" (N,)}."""
+    targets = [{"boxes": boxes, "labels": labels}
+               for boxes, labels in zip(batch["boxes"], batch["labels"])]
+    return dict(model(model_images(batch["image"]), targets))
+
+
+def load_fitting(model, weights):
+    """Load `weights` (a file, a checkpoint, or a weights-manifest name) where the shapes fit;
+    tensors of another shape (the class head of another class count) keep their
+    initialisation. Returns their names; a name either side lacks is an error."""
+    if os.path.exists(os.path.expanduser(str(weights))):
+        from .checkpoint import model_weights
+        state = model_weights(ty.load(os.path.expanduser(str(weights))))
+    else:
+        from tianyuan.weights import load_weights
+        state = load_weights(weights)
+    ours = model.state_dict()
+    missing = [k for k in ours if k not in state]
+    unexpected = [k for k in state if k not in ours]
+    if missing or unexpected:
+        raise ValueError(f"finetune: {weights} does not fit {type(model).__name__}: "
+                         f"{len(missing)} tensors missing (first: {missing[:3]}), "
+                         f"{len(unexpected)} unexpected (first: {unexpected[:3]})")
+    other = [k for k in ours if np.shape(state[k]) != np.shape(ours[k])]
+    model.load_state_dict({k: (ours[k] if k in other else state[k]) for k in ours})
+    return other
+
+
+def backbone_body(model):
+    """The ResNet body of a detector (`model.backbone.body`, torchvision's names), or the
+    first submodule with `stages()`."""
+    for name in ("backbone.body", "backbone"):
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            continue
+        if hasattr(module, "stages"):
+            return module
+    raise ValueError(f"finetune.freeze_at: {type(model).__name__} has no backbone with "
+                     "stages() (model.backbone.body) to freeze")
+
+
+def prepare_detection_finetune(model, weights=None, freeze_at=None):
+    """Start from `weights` (load_fitting, the re-initialised tensors named in one line) and
+    freeze the backbone's stem and first `freeze_at` stages (1: stem + stage 1, torchvision's
+    trainable_backbone_layers=3) with frozen batch norm."""
+    if weights:
+        other = load_fitting(model, weights)
+        if dist.is_main():
+            fresh = f"; {len(other)} of another shape keep their initialisation: " \
+                f"{', '.join(other)}" if other else ""
+            print(f"finetune: from {weights}{fresh}", flush=True)
+    if freeze_at is not None:
+        from tianyuan.zoo import freeze_stages
+        freeze_stages(backbone_body(model), int(freeze_at))
+    return model
+
+
+class DetectionTask(Task):
+    """A detector's loss dict on COCO-format data; box AP by pycocotools (the best checkpoint
+    tracks AP). `label_space`: the model's labels are the data's contiguous labels
+    ("contiguous"), COCO category ids ("coco_ids": torchvision's 91-class heads) or decided
+    from the model's class count ("auto"). `finetune` {weights: a file or manifest name to
+    start from, where tensors of another shape (the class head of another class count)
+    keep their initialisation, freeze_at: the stem and that many stages frozen}.
+    `results_file`: the COCO-format detections of the last evaluation (default
+    out_dir/coco_results.json; eval: next to `out`)."""
+
+    name, metric, mode = "detection", "AP", "max"
+
+    def __init__(self, label_space="auto", finetune=None, results_file=None):
+        self.label_space, self.results_file = label_space, results_file
+        self.finetune = {"weights": None, "freeze_at": None, **dict(finetune or {})}
+        self.meta = {}
+
+    def build_data(self, cfg):
+        loaders = instantiate(cfg.data, seed=cfg.seed)
+        self.meta = loaders[2]
+        return loaders
+
+    def build_model(self, cfg, meta):
+        """cfg.model with as many classes as the data has (said in one line where the model
+        config had another count), then `finetune`."""
+        model = instantiate(cfg.model)
+        count = getattr(model, "num_classes", None)
+        classes = (meta or {}).get("classes") or []
+        if classes and count and count != len(classes) and self.label_space != "coco_ids":
+            if dist.is_main():
+                print(f"train: {len(classes)} classes, from the data (the model config said "
+                      f"{count})", flush=True)
+            model = instantiate(cfg.model, num_classes=len(classes))
+        prepare_detection_finetune(model, self.finetune["weights"], self.finetune["freeze_at"])
+        return model
+
+    def evaluator(self, cfg, meta):
+        return COCOEvaluator(meta["ann_file"], meta.get("category_ids"), meta.get("classes"),
+                             self.label_space, self._results_path(cfg))
+
+    def _results_path(self, cfg):
+        if self.results_file:
+            return self.results_file
+        if cfg.get("out_dir"):
+            return os.path.join(cfg.out_dir, "coco_results.json")
+        if cfg.get("out"):
+            return os.path.splitext(cfg.out)[0] + "_coco_results.json"
+        return None
+
+    def forward(self, model, batch):
+        return detection_forward(model, batch)
+
+    def results(self, trainer):
+        """The classes in label order (read by `tianyuan detect` for the weights' names)."""
+        return {key: self.meta[key] for key in ("classes", "category_ids") if key in self.meta}
