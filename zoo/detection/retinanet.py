@@ -35,6 +35,7 @@ import tianyuan.functional as F
 from tianyuan import nn
 from tianyuan.autograd import no_grad
 from tianyuan.tensor import Tensor
+from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
 from ..backbones import freeze_stages, get_backbone
 from ..registry import register_model
@@ -130,17 +131,21 @@ class RetinaNet(nn.Module):
                  topk_candidates=1000, focal_alpha=0.25, focal_gamma=2.0):
         super().__init__()
         self.num_classes = int(num_classes)
-        stats = {k: v for k, v in (("image_mean", image_mean), ("image_std", image_std))
-                 if v is not None}
-        self.transform = GeneralizedRCNNTransform(min_size, max_size, **stats)
+        self.transform = GeneralizedRCNNTransform(min_size, max_size,
+                                                  image_mean or IMAGENET_MEAN,
+                                                  image_std or IMAGENET_STD)
         self.quant = nn.QuantStub()
         self.backbone = backbone
-        self.anchor_generator = anchor_generator or retinanet_anchor_generator()
+        if anchor_generator is None:
+            anchor_generator = retinanet_anchor_generator()
+        self.anchor_generator = anchor_generator
         if not isinstance(self.anchor_generator, AnchorGenerator):
             raise TypeError("RetinaNet: anchor_generator must be an AnchorGenerator, got "
                             f"{type(self.anchor_generator).__name__}")
         num_anchors = self.anchor_generator.num_anchors_per_location()[0]
-        self.head = head or RetinaNetHead(backbone.out_channels, num_anchors, self.num_classes)
+        if head is None:
+            head = RetinaNetHead(backbone.out_channels, num_anchors, self.num_classes)
+        self.head = head
         self.dequant = nn.DequantStub()
         self.proposal_matcher = Matcher(fg_iou_thresh, bg_iou_thresh,
                                         allow_low_quality_matches=True)
@@ -164,7 +169,7 @@ class RetinaNet(nn.Module):
             return self._forward(images, targets)
 
     def _forward(self, images, targets):
-        original_sizes = [tuple(np.shape(getattr(im, "data", im))[-2:]) for im in images]
+        original_sizes = [tuple(im.shape[-2:]) for im in images]
         batch, sizes, targets = self.transform(images, targets)
         cls_maps, reg_maps = self.run_network(Tensor(batch))
         grids = [tuple(m.shape[-2:]) for m in cls_maps]
@@ -260,13 +265,17 @@ def _layout(array, width):
         n, -1, width)
 
 
+def _numpy(x):
+    return x.numpy() if isinstance(x, Tensor) else x
+
+
 def _check_target(target, index, num_classes):
     """{"boxes": (N, 4) float32, "labels": (N,) int64} as numpy, or an error naming the
     image and what is wrong."""
     if not isinstance(target, dict) or "boxes" not in target or "labels" not in target:
         raise ValueError(f"RetinaNet: target {index} must be a dict with 'boxes' and 'labels'")
-    boxes = np.asarray(getattr(target["boxes"], "data", target["boxes"]), np.float32)
-    labels = np.asarray(getattr(target["labels"], "data", target["labels"]))
+    boxes = np.asarray(_numpy(target["boxes"]), np.float32)
+    labels = np.asarray(_numpy(target["labels"]))
     boxes = boxes.reshape(-1, 4) if boxes.size == 0 else boxes
     if boxes.ndim != 2 or boxes.shape[1] != 4 or labels.shape != (boxes.shape[0],):
         raise ValueError(f"RetinaNet: target {index}: boxes must be (N, 4) and labels (N,), "
