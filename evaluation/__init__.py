@@ -3,6 +3,7 @@
 from .benchmark import benchmark, compare_latency
 from .classification import (ClassificationEvaluator, card_preprocessing, eval_transform,
                              evaluate_classification, topk_correct)
+from .detection import COCOEvaluator
 from .evaluator import Evaluator, inference
 from .gan import GANEvaluator
 from .report import format_table, write_json
