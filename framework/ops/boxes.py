@@ -7,8 +7,12 @@ needs a gradient: they act on anchors, targets and detached detections.
 
 NMS is greedy, as torchvision's: boxes by decreasing score (stable: ties keep their input
 order); a box is dropped when its IoU with a kept box of higher score exceeds the threshold
-(strictly). Here it runs a block of sorted boxes at a time: within the block the greedy scan
-walks a (B, B) IoU matrix; the block's kept boxes then drop every later box at once.
+(strictly). Two scans give that answer with few numpy calls. The sparse one finds the pairs
+that can pass the threshold (a sweep over x1, pruned by the overlap IoU > t needs in x and
+in y), computes their IoU, and walks the boxes with an edge in score order. Where the x sweep
+finds more than an eighth of all pairs, the blocked one runs NMS_BLOCK ranked boxes at a
+time: a greedy walk over the block's (B, B) IoU matrix, then the block's kept boxes drop
+every later box they overlap at once (dense sets lose most boxes in the first blocks).
 
 >>> b = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]], np.float32)
 >>> nms(b, np.array([0.9, 0.8, 0.7], np.float32), 0.5)
@@ -35,7 +39,8 @@ def box_iou(boxes1, boxes2):
     rb = np.minimum(boxes1[:, None, 2:], boxes2[None, :, 2:])
     wh = np.maximum(rb - lt, np.zeros((), boxes1.dtype))
     inter = wh[:, :, 0] * wh[:, :, 1]
-    return inter / (area1[:, None] + area2[None, :] - inter)
+    with np.errstate(divide="ignore", invalid="ignore"):   # two empty boxes: NaN, as torch
+        return inter / (area1[:, None] + area2[None, :] - inter)
 
 
 def nms(boxes, scores, iou_threshold):
@@ -122,7 +127,8 @@ def _iou_of_pairs(cols, areas, i, j):
     w = np.maximum(zero, np.minimum(x2[i], x2[j]) - np.maximum(x1[i], x1[j]))
     h = np.maximum(zero, np.minimum(y2[i], y2[j]) - np.maximum(y1[i], y1[j]))
     inter = w * h
-    return inter / (areas[i] + areas[j] - inter)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (areas[i] + areas[j] - inter)
 
 
 def _pairwise_iou(cols, areas, a, b):
@@ -132,7 +138,8 @@ def _pairwise_iou(cols, areas, a, b):
     w = np.maximum(zero, np.minimum(x2[a][:, None], x2[b]) - np.maximum(x1[a][:, None], x1[b]))
     h = np.maximum(zero, np.minimum(y2[a][:, None], y2[b]) - np.maximum(y1[a][:, None], y1[b]))
     inter = w * h
-    return inter / (areas[a][:, None] + areas[b] - inter)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (areas[a][:, None] + areas[b] - inter)
 
 
 def _nms_blocks(cols, areas, iou_threshold):
