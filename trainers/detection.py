@@ -239,6 +239,16 @@ def prepare_detection_finetune(model, weights=None, freeze_at=None):
     return model
 
 
+def _check_total_batch(cfg):
+    """A recipe's LR scales with `total_batch`: it must be what the processes take."""
+    total = cfg.get("total_batch")
+    taken = int(cfg.data.batch_size) * dist.world_size()
+    if total is not None and int(total) != taken:
+        raise ValueError(f"train: total_batch={total} (the LR scales with it), but "
+                         f"data.batch_size={cfg.data.batch_size} x {dist.world_size()} "
+                         f"process(es) is {taken}: give total_batch={taken}")
+
+
 class DetectionTask(Task):
     """A detector's loss dict on COCO-format data; box AP by pycocotools (the best checkpoint
     tracks AP). `label_space`: the model's labels are the data's contiguous labels
@@ -257,6 +267,7 @@ class DetectionTask(Task):
         self.meta = {}
 
     def build_data(self, cfg):
+        _check_total_batch(cfg)
         loaders = instantiate(cfg.data, seed=cfg.seed)
         self.meta = loaders[2]
         return loaders

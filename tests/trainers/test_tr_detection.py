@@ -1,0 +1,183 @@
+"""The detection task on the shared Trainer, with a stand-in detector of the zoo's interface
+(tests/det_standins.py): smoke_detection's data trains, evaluates by pycocotools and
+writes the classes; a run killed mid-way resumes bit-identical; fine-tuning loads what fits;
+`tianyuan detect` draws boxes on a photo and lists them; the COCO recipes' numbers."""
+import json
+
+import cv2
+import numpy as np
+import pytest
+from det_standins import TinyDetector
+from tr_helpers import assert_same_state
+
+import tianyuan as ty
+from tianyuan.trainers import cli, detect, train
+from tianyuan.trainers.config import compose, to_dict
+from tianyuan.trainers.detection import load_fitting
+
+STAND_IN = ["model._target_=det_standins.TinyDetector", "~model.name"]
+
+
+@pytest.fixture(scope="session")
+def shapes_det_root(tmp_path_factory):
+    from tianyuan.trainers.detection import shapes_coco
+    root = str(tmp_path_factory.mktemp("data") / "shapes_det")
+    return shapes_coco(root, num_train=48, num_val=16, size=64, num_classes=3, seed=0)
+
+
+def det_cfg(root, out_dir, *overrides, model=STAND_IN):
+    """smoke_detection on 48 generated 64-pixel images: 6 iterations a pass at batch 8."""
+    return compose("train", ["experiment=smoke_detection", f"data.root={root}",
+                             f"out_dir={out_dir}", "trainer.progress=false", *model,
+                             "trainer.max_iters=6", "trainer.checkpoint_every=3",
+                             "trainer.eval_every_iters=null", *overrides])
+
+
+def test_smoke_detection_trains_evaluates_and_writes_classes(shapes_det_root, tmp_path, capsys):
+    result = train.run(det_cfg(shapes_det_root, tmp_path, "trainer.log_every=2"))
+    assert result["task"] == "detection" and result["iterations"] == 6
+    assert result["classes"] == ["circle", "square", "triangle"]
+    assert result["category_ids"] == [1, 2, 3]
+    assert 0 <= result["val_AP"] <= 100 and set(result["val_per_class"]) == set(result["classes"])
+    steps = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    losses = [s for s in steps if "loss_cls" in s]
+    assert [s["iter"] for s in losses] == [2, 4, 6]
+    assert all(np.isfinite([s["loss_cls"], s["loss_box_reg"]]).all() for s in losses)
+    written = json.load(open(tmp_path / "coco_results.json"))
+    assert written and set(written[0]) == {"image_id", "category_id", "bbox", "score"}
+    assert json.load(open(tmp_path / "results.json"))["classes"][0] == "circle"
+    assert "per_class" not in capsys.readouterr().out    # printed: scalars only
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAt:
+    def __init__(self, k):
+        self.k, self.trainer = k, None
+
+    def after_step(self):
+        if self.trainer.iter == self.k:
+            raise _Crash
+
+
+def _trainer(cfg, *hooks):
+    trainer = train.build(cfg)
+    for hook in hooks:
+        hook.trainer = trainer
+        trainer.hooks.append(hook)
+    return trainer
+
+
+def test_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
+    # 6 iterations a pass, 8 in all: checkpoints at 3 and 6, killed at 7, resumed from 6
+    extra = ["trainer.max_iters=8", "data.flip=0.5"]
+    reference = _trainer(det_cfg(shapes_det_root, tmp_path / "ref", *extra))
+    reference.train()
+    killed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra), _CrashAt(7))
+    with pytest.raises(_Crash):
+        killed.train()
+    resumed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra))
+    resumed.train(resume=True)
+    assert resumed.iter == 8
+    assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
+    ours = resumed.optimizers["main"].state_dict()["state"]
+    theirs = reference.optimizers["main"].state_dict()["state"]
+    for key in theirs:
+        for name, value in theirs[key].items():
+            assert np.array_equal(value, ours[key][name])
+
+
+def test_keep_empty_false_leaves_negatives_out_with_a_count(shapes_det_root, capsys):
+    cfg = det_cfg(shapes_det_root, "unused", "data.keep_empty=false")
+    from hydra.utils import instantiate
+    loader, _, _ = instantiate(cfg.data, seed=0)
+    said = capsys.readouterr().out
+    assert "images have no boxes: left out" in said
+    assert all(len(boxes) for batch in loader for boxes in batch["boxes"])
+
+
+def test_finetune_loads_what_fits_and_reinitialises_the_head(tmp_path):
+    coco = TinyDetector(num_classes=91)
+    ty.save({"model": coco.state_dict()}, str(tmp_path / "coco.safetensors"))
+    mine = TinyDetector(num_classes=3)
+    head = mine.cls.weight.numpy().copy()
+    assert load_fitting(mine, str(tmp_path / "coco.safetensors")) == ["cls.weight", "cls.bias"]
+    assert np.array_equal(mine.conv.weight.numpy(), coco.conv.weight.numpy())
+    assert np.array_equal(mine.cls.weight.numpy(), head)
+    with pytest.raises(ValueError, match="does not fit TinyDetector: 0 tensors missing"):
+        ty.save({"extra": np.zeros(1, np.float32), **coco.state_dict()},
+                str(tmp_path / "other.safetensors"))
+        load_fitting(mine, str(tmp_path / "other.safetensors"))
+
+
+def _photo(path, height=120, width=160):
+    image = np.full((height, width, 3), 90, np.uint8)       # grey: no box colour in it
+    cv2.imwrite(str(path), image)
+    return path
+
+
+def test_detect_draws_boxes_on_a_photo_and_lists_them(tmp_path, capsys):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _photo(photos / "street.png")
+    _photo(photos / "park.png", 100, 140)
+    boxes = [[20, 30, 100, 90], [5, 5, 40, 25]]
+    out = tmp_path / "drawn"
+    status = cli.main(["detect", "+model._target_=det_standins.FixedDetector",
+                       f"+model.boxes={boxes}", "+model.scores=[0.9,0.3]", "+model.labels=[1,18]",
+                       f"input={photos}", f"out={out}", "--threshold", "0.5"])
+    assert status == 0
+    drawn = cv2.imread(str(out / "street.png"))[..., ::-1]           # RGB
+    colour = np.array(detect.box_colour(1))
+    # the kept box's edges (columns 20 and 99, row 89) are its colour; its inside is not
+    for y, x in [(60, 20), (60, 21), (60, 99), (89, 60), (88, 60)]:
+        assert np.array_equal(drawn[y, x], colour), (y, x)
+    assert np.array_equal(drawn[60, 60], [90, 90, 90])
+    # above the box: the label's patch in the box's colour, with text in it
+    patch = drawn[18:29, 20:60]
+    assert (patch == colour).all(-1).mean() > 0.3 and not (patch == colour).all()
+    # the 0.3 box is below the threshold: not drawn
+    assert not (drawn[5:26, 5:41] == np.array(detect.box_colour(18))).all(-1).any()
+    results = json.load(open(out / "results.json"))
+    assert [r["file_name"] for r in results] == ["park.png", "street.png"]
+    assert results[1] == {"image_id": 2, "file_name": "street.png", "category_id": 1,
+                          "category_name": "person", "score": pytest.approx(0.9),
+                          "bbox": [20.0, 30.0, 80.0, 60.0]}
+    assert "detections" in capsys.readouterr().out
+
+
+def test_detect_class_names_from_a_training_run(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"classes": ["circle", "square"],
+                                                       "category_ids": [1, 2]}))
+    assert detect.class_names(None, str(tmp_path / "best.safetensors"), 2) == \
+        (["circle", "square"], [1, 2])
+    assert detect.class_names(["a", "b"], None, 2) == (["a", "b"], None)
+    assert detect.class_names(None, None, 91)[0][1] == "person"
+    assert detect.class_names(None, None, 2)[0] == ["class 0", "class 1"]
+    image = np.zeros((50, 50, 3), np.uint8)
+    drawn = detect.draw_detections(image, np.array([[10, 10, 40, 40]]), np.array([0.5]),
+                                   np.array([7]), ["x"])
+    assert np.array_equal(drawn[25, 10], detect.box_colour(7))      # "class 7": unnamed
+
+
+def test_detect_needs_an_input(tmp_path):
+    assert cli.main(["detect", "+model._target_=det_standins.FixedDetector",
+                     "+model.boxes=[]", "+model.scores=[]", "+model.labels=[]",
+                     f"input={tmp_path / 'nope.jpg'}", f"out={tmp_path}"]) == 2
+
+
+def test_coco_recipes():
+    cfg = to_dict(compose("train", ["experiment=retinanet_resnet50_fpn_coco_1x"]))
+    assert cfg["task"]["_target_"].endswith("DetectionTask")
+    assert cfg["trainer"]["max_iters"] == 90000 and cfg["trainer"]["max_epochs"] is None
+    assert cfg["optim"]["lr"] == pytest.approx(0.01)          # 0.01 at 16 images
+    assert cfg["schedule"]["milestones"] == [60000, 80000] and cfg["schedule"]["unit"] == "iter"
+    assert cfg["schedule"]["warmup_iters"] > 0
+    scaled = to_dict(compose("train", ["experiment=retinanet_resnet50_fpn_coco_1x",
+                                       "data.batch_size=4"]))
+    assert scaled["optim"]["lr"] == pytest.approx(0.01 * 4 / 16)
+    tune = to_dict(compose("train", ["experiment=retinanet_resnet50_fpn_finetune"]))
+    assert tune["task"]["finetune"]["weights"] and tune["task"]["finetune"]["freeze_at"] == 1
+    assert tune["data"]["kind"] == "coco_format"
