@@ -2,7 +2,7 @@
 
     tianyuan weights list | download NAME | verify | import FILE --arch A --out F
 
-Subcommands (weights, train, eval, quantize, bench, run, generate, fid) are one row each of
+Subcommands (weights, train, eval, quantize, bench, run, generate, fid, detect) are one row of
 SUBCOMMANDS; the module named there is imported only when its command runs.
 
 A mistake in the command line or the files it names (a missing file, a bad value, an
@@ -30,6 +30,9 @@ SUBCOMMANDS = {
                  "GAN samples: model=NAME weights=FILE|NAME n=64 out=grid.png [seed=0]"),
     "fid": ("tianyuan.trainers.fid", "main",
             "FID of two image folders or .npz statistics (pytorch-fid's): A B [--save-stats]"),
+    "detect": ("tianyuan.trainers.detect", "main",
+               "boxes drawn on photos + COCO results: model=NAME weights=FILE input=IMG|DIR "
+               "out=DIR"),
 }
 
 
