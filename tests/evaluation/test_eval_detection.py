@@ -199,3 +199,20 @@ def test_no_detections_at_all_is_zero_ap(tmp_path):
     with pytest.warns(RuntimeWarning, match="no detections at all"):
         result = inference(model, loader, COCOEvaluator(ann_file), progress=False)
     assert result["AP"] == 0.0 and result["images"] == 2 and result["detections"] == 0
+
+
+def test_two_processes_each_score_their_share_and_process_0_evaluates(tmp_path, monkeypatch):
+    import os
+    from helpers import mpi_run
+    ann_file, dets_file = write_coco_folder(tmp_path, num_images=7, seed=6)
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setenv("PYTHONPATH", tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "eval.json"
+    mpi_run(2, ["-m", "tianyuan.trainers.cli", "eval", "data=coco_format",
+                f"data.root={tmp_path}", "data.val.images=images", "data.val.ann_file=ann.json",
+                "model._target_=det_standins.ReplayDetector", f"+model.ann_file={ann_file}",
+                f"+model.image_root={tmp_path / 'images'}", f"+model.results_file={dets_file}",
+                f"out={out}", "progress=false", "data.num_workers=0", "data.val_batch_size=2"])
+    result = json.load(open(out))
+    assert result["processes"] == 2 and result["images"] == 7
+    assert_same_stats(result, pycocotools_stats(ann_file, dets_file))
