@@ -19,7 +19,7 @@ from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidua
                              shufflenet_v1_x2_0_g3, shufflenet_v1_x2_0_g8, shufflenet_v2_x0_5,
                              shufflenet_v2_x1_0, shufflenet_v2_x1_5, shufflenet_v2_x2_0)
 from .detection import (AnchorGenerator, BoxCoder, FeaturePyramidNetwork, Matcher, RetinaNet,
-                        retinanet_resnet18_fpn, retinanet_resnet50_fpn)
+                        retinanet_resnet18_fpn, retinanet_resnet50_fpn, retinanet_small)
 from .gan import (GAN, FIDInception, Inception3, dcgan_cifar10, dcgan_cnn32_cifar10,
                   fid_inception_v3, inception_v3, wgan_cifar10, wgan_cnn32_cifar10)
 from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,

@@ -284,7 +284,13 @@ def test_state_dict_names_are_torchvisions():
     assert card["task"] == "detection" and card["metrics"]["torchvision"] == {"box_map": 36.4}
     assert card["preprocessing"]["min_size"] == 800 and card["num_classes"] == 91
     assert zoo.list_models(task="detection") == ["retinanet_resnet18_fpn",
-                                                 "retinanet_resnet50_fpn"]
+                                                 "retinanet_resnet50_fpn", "retinanet_small"]
+    small = zoo.model_card("retinanet_small")
+    assert small["preprocessing"]["min_size"] == 128 and small["backbone"] == "resnet18"
+    ty.manual_seed(0)
+    model = zoo.get_model("retinanet_small", num_classes=3, max_size=160)
+    assert model.backbone.out_channels == 64 and model.transform.min_size == (128,)
+    assert model.transform.max_size == 160 and model.num_classes == 3
 
 
 def _as_v1(state):

@@ -35,7 +35,7 @@ import tianyuan.functional as F
 from tianyuan import nn
 from tianyuan.autograd import no_grad
 from tianyuan.tensor import Tensor
-from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD
+from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD, TORCHVISION_DETECTION
 
 from ..backbones import freeze_stages, get_backbone
 from ..registry import register_model
@@ -322,11 +322,18 @@ def _retinanet(arch, backbone_arch, *, num_classes=91, weights=None, pretrained_
     return model
 
 
-def _register(arch, backbone_arch, **card):
-    return register_model(arch, partial(_retinanet, arch, backbone_arch),
-                          detection_card(backbone=backbone_arch, **card))
+def _register(arch, backbone_arch, card=None, **defaults):
+    return register_model(arch, partial(_retinanet, arch, backbone_arch, **defaults),
+                          detection_card(backbone=backbone_arch, **(card or {})))
 
 
 retinanet_resnet50_fpn = _register("retinanet_resnet50_fpn", "resnet50")
-# the small variant (tests, smoke recipes): ResNet-18's C3-C5 (128/256/512 channels)
+# ResNet-18's C3-C5 (128/256/512 channels), torchvision's other defaults
 retinanet_resnet18_fpn = _register("retinanet_resnet18_fpn", "resnet18")
+# the smoke recipes' detector, not a paper variant: retinanet_resnet18_fpn with a 64-channel
+# FPN and heads for 128-pixel images (every default can be overridden)
+_SMALL = {"fpn_channels": 64, "min_size": 128, "max_size": 128}
+retinanet_small = _register(
+    "retinanet_small", "resnet18",
+    {"input_size": (3, 128, 128),
+     "preprocessing": dict(TORCHVISION_DETECTION, min_size=128, max_size=128)}, **_SMALL)
