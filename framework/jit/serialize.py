@@ -27,6 +27,9 @@ from .views import view_function
 FORMAT = "tianyuan.graph"
 VERSION = 1
 ALLOWED = "tianyuan.nn."   # the packages whose modules a graph file may name
+SLOT_DTYPES = ("float32", "float64", "float16", "uint8", "int8", "int32", "int64", "bool")
+QUANT_RANGE = {"uint8": (0, 255), "int8": (-128, 127)}
+MAX_SLOT_BYTES = 1 << 34    # 16 GiB: a slot claiming more is a damaged or crafted file
 
 
 def save(graph, path):
@@ -68,23 +71,29 @@ def load(path):
         raise SerializationError(f"runtime.load: {path} has graph format version "
                                  f"{data.get('version')}; this tianyuan reads {VERSION}")
     try:
-        return _graph(data, path)
+        graph = _graph(data, path)
     except SerializationError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError,
+            RecursionError, MemoryError) as error:
         raise SerializationError(f"runtime.load: {path} is not a well-formed graph file "
                                  f"({type(error).__name__}: {error})") from error
+    _trial(graph, path)
+    return graph
 
 
 def _graph(data, path):
-    slots = [(tuple(s["shape"]), np.dtype(s["dtype"]), tuple(s["strides"]),
-              None if s["qparams"] is None else (np.float32(s["qparams"][0]),
-                                                 int(s["qparams"][1])))
-             for s in data["slots"]]
+    slots = [_slot(s, k, path) for k, s in enumerate(data["slots"])]
     modules = [_module(state, path) for state in data["modules"]]
     steps = [_step(entry, modules, slots) for entry in data["steps"]]
+    for step in steps:
+        _check_step(step, slots, path)
     outputs = data["outputs"]
     if isinstance(outputs, dict):
+        if outputs.get("kind") not in ("tuple", "list"):
+            raise SerializationError(f"runtime.load: {path}: the outputs are a "
+                                     f"{outputs.get('kind')!r}; a graph returns a slot, a "
+                                     "tuple or a list")
         outputs = (tuple if outputs["kind"] == "tuple" else list)(outputs["slots"])
     used = [i for step in steps for e in step.inputs if not isinstance(e, Const)
             for i in (e if isinstance(e, tuple) else (e,))]
@@ -155,6 +164,80 @@ def _module_state(module, name):
 
 
 # ------------------------------------------------------------------ load
+
+def _slot(entry, k, path):
+    """(shape, dtype, strides, qparams) of slot k, each checked before anything is sized by
+    it: a huge shape had allocated (a MemoryError for 1 TiB), a uint8 zero point of 256 had
+    shifted the output."""
+    shape, strides, dtype = entry["shape"], entry["strides"], str(entry["dtype"])
+    where = f"runtime.load: {path}: slot {k}"
+    if dtype not in SLOT_DTYPES:
+        raise SerializationError(f"{where} has dtype {dtype!r}; a graph slot is one of "
+                                 f"{', '.join(SLOT_DTYPES)}")
+    if not (isinstance(shape, (list, tuple)) and isinstance(strides, (list, tuple)) and
+            len(shape) == len(strides) <= 8 and
+            all(type(n) is int and n >= 0 for n in shape) and
+            all(type(t) is int for t in strides)):
+        raise SerializationError(f"{where}: shape {shape!r} and strides {strides!r} must be "
+                                 "equal-length lists of integers (sizes >= 0)")
+    itemsize = np.dtype(dtype).itemsize
+    span = sum((n - 1) * abs(t) for n, t in zip(shape, strides) if n > 0) + itemsize
+    size = int(np.prod([float(n) for n in shape])) * itemsize
+    if max(span, size) > MAX_SLOT_BYTES:
+        raise SerializationError(f"{where} claims {max(span, size):,} bytes (shape "
+                                 f"{tuple(shape)}); a graph slot holds at most "
+                                 f"{MAX_SLOT_BYTES:,}")
+    qparams = entry["qparams"]
+    if qparams is not None:
+        scale, zero_point = float(qparams[0]), qparams[1]
+        low, high = QUANT_RANGE.get(dtype, (None, None))
+        if low is None or type(zero_point) is not int or not low <= zero_point <= high or \
+                not (np.isfinite(scale) and scale > 0):
+            raise SerializationError(f"{where}: a quantized {dtype} slot with scale {scale} "
+                                     f"and zero point {zero_point!r}; it needs a uint8/int8 "
+                                     "slot, a finite scale > 0 and a zero point in the "
+                                     "dtype's range")
+        qparams = (np.float32(scale), zero_point)
+    return tuple(shape), np.dtype(dtype), tuple(strides), qparams
+
+
+def _check_step(step, slots, path):
+    """An int8 module's output dtype and zero point must be what its output slot holds (an
+    edited dtype_name had run with the other dtype's meaning)."""
+    module = step.module
+    if module is None or "scale" not in getattr(module, "_buffers", {}):
+        return
+    name = getattr(module, "dtype_name", None)
+    low, high = QUANT_RANGE.get(str(name), (None, None))
+    zero_point = np.asarray(module._buffers["zero_point"].data)
+    where = f"runtime.load: {path}: step '{step.name}'"
+    if low is None or zero_point.min() < low or zero_point.max() > high:
+        raise SerializationError(f"{where} has an int8 output of dtype {name!r} with zero "
+                                 f"point {zero_point.tolist()}")
+    if step.native and np.dtype(name) != slots[step.output][1]:
+        raise SerializationError(f"{where} writes {name}, but its output slot is "
+                                 f"{slots[step.output][1]}")
+
+
+def _trial(graph, path):
+    """Run the graph once on inputs of zeros of the traced shapes: a step a damaged file
+    cannot run (a missing attribute, a value of the wrong type, a geometry its kernel
+    refuses) fails here, naming the file and the step, instead of at the user's call."""
+    v = [None] * len(graph.slots)
+    for slot in graph.inputs:
+        v[slot] = np.asarray(_stand_in(graph.slots[slot]).data).copy()
+    from ..autograd import no_grad
+    with no_grad():
+        for step, (call, out, frees) in zip(graph.steps, graph._plan):
+            try:
+                v[out] = call(v)
+            except Exception as error:
+                raise SerializationError(
+                    f"runtime.load: {path}: step '{step.name}' ({step.type}) cannot run: "
+                    f"{type(error).__name__}: {str(error)[:300]} (a damaged or edited "
+                    "graph file?)") from None
+            for i in frees:
+                v[i] = None
 
 def _class(qualified, path):
     modname, _, name = qualified.rpartition(".")
