@@ -261,6 +261,11 @@ class GANTask(Task):
     def hooks(self, cfg):
         return [SampleHook(**self.samples)]
 
+    def results(self, trainer):
+        """The last sample grid written (results.json's "samples")."""
+        hook = next((h for h in trainer.hooks if isinstance(h, SampleHook)), None)
+        return {"samples": hook.path} if hook is not None and hook.path else {}
+
     # ------------------------------------------------------------ one iteration
     def run_step(self, trainer, batch):
         model = trainer.model
