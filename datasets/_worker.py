@@ -8,12 +8,19 @@ worker's buffer). The worker creates and fills the segment; the main process cop
 closes and unlinks it. Segment names are derived from the task's serial number, so the main
 process can unlink the segments of tasks that never came back (dead worker, abandoned
 epoch).
+
+Signals. Ctrl-C reaches every process of the terminal's group: a worker ignores SIGINT (the
+main process decides, and a trainer may finish its step with the workers' next batch), and
+SIGTERM ends it, whatever handler it inherited through fork (a trainer's "stop after this
+step" handler made terminate() a no-op). The worker also stops when the main process sets
+its `stop` flag (a shared byte: no lock that a dead worker could leave held) or dies.
 """
 import contextlib
 import os
 import pickle
 import queue
 import random
+import signal
 import sys
 import traceback
 from multiprocessing import shared_memory
@@ -23,6 +30,7 @@ import numpy as np
 from .transforms.random import sample_rng
 
 _ALIGN = 64
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _worker_info = None
 
 
@@ -199,10 +207,29 @@ def opencv_pool_stopped():
         cv2.setNumThreads(threads)
 
 
+@contextlib.contextmanager
+def signals_blocked():
+    """Start workers inside this block: SIGINT and SIGTERM stay pending (blocked) in a new
+    worker until it has set its own dispositions, so none reaches an inherited handler."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _own_signals():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)    # terminate() ends the worker
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
 def worker_loop(dataset, index_queue, results, collate_fn, worker_id, num_workers, seed,
-                worker_init_fn, prefix):
-    """Runs in the worker process until it receives None (or its parent dies)."""
+                worker_init_fn, prefix, stop):
+    """Runs in the worker process until it receives None, `stop.value` is set, or its parent
+    dies."""
     global _worker_info
+    _own_signals()
     parent = os.getppid()
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
     random.seed(seed)
@@ -215,7 +242,7 @@ def worker_loop(dataset, index_queue, results, collate_fn, worker_id, num_worker
     except Exception as error:
         results.send(_error_message(-1, error))
         return
-    while True:
+    while not stop.value:
         try:
             task = index_queue.get(timeout=1.0)
         except queue.Empty:

@@ -7,6 +7,10 @@
   index; a dead worker (e.g. killed) raises instead of hanging; `timeout` bounds the wait.
 - Items that are None (unreadable images with on_error="skip") are dropped and reported
   once per epoch.
+- Stopping the workers never waits for ever: a stop flag and a stop message, a bounded join,
+  then SIGTERM, then SIGKILL (each with SIGCONT, for a stopped worker). The stop does not
+  depend on the index queues: in a garbage-collected loader their feeder threads may already
+  have been finalized, and a message put there is never sent.
 
 >>> loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, seed=0)  # doctest: +SKIP
 >>> for batch in loader: ...                                                     # doctest: +SKIP
@@ -147,7 +151,8 @@ class _WorkerPool:
         self.outstanding = {}   # serial -> (worker, batch number, indices, owning run)
         self.run_id = 0
         _LIVE_POOLS.add(self)
-        with _worker.opencv_pool_stopped():
+        self.stop = context.RawValue("b", 0)   # set: the workers return before their next task
+        with _worker.opencv_pool_stopped(), _worker.signals_blocked():
             self._start_workers(context)
 
     def _start_workers(self, context):
@@ -159,7 +164,7 @@ class _WorkerPool:
                 target=_worker.worker_loop, daemon=True,
                 args=(loader.dataset, index_queue, writer, loader.collate_fn, worker_id,
                       loader.num_workers, loader.seed + worker_id, loader.worker_init_fn,
-                      self.prefix))
+                      self.prefix, self.stop))
             process.start()
             writer.close()  # the worker holds the only write end: its death reads as EOF
             self.index_queues.append(index_queue)
@@ -275,17 +280,13 @@ class _WorkerPool:
         """Stop the workers, then unlink the segments of every task that never came back."""
         if self.readers is None:
             return
+        self.stop.value = 1
         for index_queue in self.index_queues:
             try:
                 index_queue.put(None)
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + (2.0 if self.healthy else 0.3)
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
+        _end_processes(self.processes, 2.0 if self.healthy else 0.3)
         self._drain()
         for serial in list(self.outstanding):
             _worker.unlink_quietly(_worker.segment_name(self.prefix, serial))
@@ -311,6 +312,29 @@ class _WorkerPool:
                 if message[0] == "ok":
                     self.outstanding.pop(message[1], None)
                     _worker.unlink_quietly(_worker.segment_name(self.prefix, message[1]))
+
+
+def _end_processes(processes, grace):
+    """Join `processes` for `grace` seconds in all, then SIGTERM what is left and SIGKILL what
+    still lives a second later. Each signal comes with SIGCONT: a stopped (SIGSTOP) process
+    acts on neither a message nor SIGTERM, and multiprocessing's exit handler would join it
+    for ever."""
+    _join_all(processes, grace)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        left = [process for process in processes if process.is_alive()]
+        for process in left:
+            for sent in (signum, signal.SIGCONT):
+                try:
+                    os.kill(process.pid, sent)   # not yet joined: the pid is still its own
+                except ProcessLookupError:
+                    pass
+        _join_all(left, 1.0)
+
+
+def _join_all(processes, seconds):
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
 
 
 def _rebuild_error(message, info):

@@ -145,3 +145,36 @@ def mpi_run(n, args, timeout=180, ok=True):
     if ok:
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run
+
+
+def bounded_run(args, timeout, poke=None):
+    """`python *args` in a process group of its own; `poke(process)`, if given, runs once it
+    started (say, to send it a signal). Returns (CompletedProcess, seconds). Past `timeout`
+    seconds the whole group, workers included, is killed and the test fails with the output:
+    a hang fails one test instead of stopping the suite."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        if poke is not None:
+            poke(process)
+        out, err = process.communicate(timeout=max(0.1, started + timeout - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"still running after {timeout} s: python {' '.join(args)[:300]}\n"
+                    f"stdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)   # anything the command left behind
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(args, process.returncode, out, err), \
+        time.monotonic() - started

@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 
+from helpers import bounded_run
 from tianyuan.datasets import DataLoader, ShapesDataset, get_worker_info
 from tianyuan.datasets import transforms as T
 
@@ -88,6 +89,66 @@ def test_timeout():
     loader = DataLoader(Faulty(slow=1), batch_size=2, num_workers=1, timeout=0.5)
     with pytest.raises(TimeoutError, match=r"dataset indices \[0, 1\]"):
         list(loader)
+
+
+STOPPED_WORKER = """
+import os, signal, time
+from tianyuan.datasets import DataLoader, get_worker_info
+
+class Items:
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, index):
+        if get_worker_info().id == 1 and index >= 6:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return {"x": index}
+
+try:
+    list(DataLoader(Items(), batch_size=2, num_workers=2, timeout=1))
+except TimeoutError as error:
+    print(error)
+"""
+
+
+def test_timeout_on_a_stopped_worker_then_the_process_exits():
+    # terminate() does not end a stopped process, and multiprocessing's exit handler joins
+    # its children with no timeout: the process used to wait for ever after the error
+    run, _ = bounded_run(["-c", STOPPED_WORKER], timeout=30)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "(timeout=1.0); waiting for batch 3 (dataset indices [6, 7]) on worker 1" in run.stdout
+
+
+COLLECTED_LOADER = """
+import gc, signal
+from tianyuan.datasets import DataLoader
+
+class Items:
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return {"x": index}
+
+# the workers start under a handler that does not end the process (the trainer's "stop
+# after this step"); a cycle leaves the loader to the cyclic GC (as a Trainer's hooks do)
+signal.signal(signal.SIGTERM, lambda *_: print("worker ignored SIGTERM", flush=True))
+loader = DataLoader(Items(), batch_size=2, num_workers=2, persistent_workers=True)
+next(iter(loader))
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+loader.cycle = loader
+del loader
+gc.collect()
+print("collected", flush=True)
+"""
+
+
+def test_a_collected_loader_stops_workers_that_inherited_a_handler():
+    # the queues' finalizers stop their feeder threads before the loader's __del__, so the
+    # stop message was never sent; terminate() ran the inherited handler; exit hung
+    run, _ = bounded_run(["-c", COLLECTED_LOADER], timeout=30)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == "collected\n"
 
 
 def test_persistent_workers_and_abandoned_epoch():
