@@ -58,7 +58,7 @@ def _place(rng, size, count, radii, num_classes):
     return placed
 
 
-def draw_shape_boxes(rng, size=128, num_classes=3, max_objects=3, radii=(0.1, 0.22),
+def draw_shape_boxes(rng, size=128, num_classes=3, max_objects=3, radii=(0.15, 0.3),
                      empty_fraction=0.05):
     """One image (size, size, 3) uint8 RGB with its boxes (N, 4) float32 xyxy and labels
     (N,) int64 (class k is SHAPE_NAMES[k]), drawn from `rng`."""

@@ -1,5 +1,5 @@
 """The detection task: COCO-format data (COCO, Objects365, your own, generated shapes), the
-detector's loss dict, fine-tuning from COCO weights, box AP by pycocotools.
+detector's loss dict, box AP by pycocotools.
 
 The zoo's detectors take a list of [0, 1] RGB images of any size with targets {"boxes"
 (N, 4) xyxy pixels, "labels" (N,)} and return their losses in training, detections in
@@ -18,10 +18,8 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
 from hydra.utils import instantiate
 
-import tianyuan as ty
 from tianyuan import distributed as dist
 from tianyuan.datasets import (COCO, BatchSampler, CocoFormat, DataLoader, DistributedSampler,
                                GroupedAspectRatioBatchSampler, Objects365, RandomSampler,
@@ -45,15 +43,15 @@ LAYOUTS = {
 }
 
 
-def shapes_coco(root=None, num_train=400, num_val=100, size=128, num_classes=3, seed=0,
-                max_objects=3):
+def shapes_coco(root=None, num_train=400, num_val=100, size=96, num_classes=3, seed=0,
+                max_objects=3, radii=(0.15, 0.3)):
     """`root/{train,val}/images` + `annotations.json` of generated shapes with boxes (written
     once; datasets.synthetic_boxes). Without `root` under $TIANYUAN_HOME/synthetic/<settings>;
     written in a temporary folder and renamed, so concurrent runs never see half of it."""
     if root is None:
         from tianyuan.weights import tianyuan_home
         name = (f"shapes_det_c{num_classes}_n{num_train}_v{num_val}_s{size}_o{max_objects}"
-                f"_seed{seed}")
+                f"_r{radii[0]:g}-{radii[1]:g}_seed{seed}")
         root = os.path.join(tianyuan_home(), "synthetic", name)
     if os.path.isfile(os.path.join(root, "val", "annotations.json")):
         return root
@@ -61,7 +59,7 @@ def shapes_coco(root=None, num_train=400, num_val=100, size=128, num_classes=3, 
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".shapes_det.")
     try:
-        extra = {"max_objects": max_objects}
+        extra = {"max_objects": max_objects, "radii": tuple(radii)}
         write_coco_shapes(os.path.join(tmp, "train"), num_train, size, num_classes, seed, **extra)
         write_coco_shapes(os.path.join(tmp, "val"), num_val, size, num_classes, seed + 1, **extra)
         try:
@@ -187,58 +185,6 @@ def detection_forward(model, batch):
     return dict(model(model_images(batch["image"]), targets))
 
 
-def load_fitting(model, weights):
-    """Load `weights` (a file, a checkpoint, or a weights-manifest name) where the shapes fit;
-    tensors of another shape (the class head of another class count) keep their
-    initialisation. Returns their names; a name either side lacks is an error."""
-    if os.path.exists(os.path.expanduser(str(weights))):
-        from .checkpoint import model_weights
-        state = model_weights(ty.load(os.path.expanduser(str(weights))))
-    else:
-        from tianyuan.weights import load_weights
-        state = load_weights(weights)
-    ours = model.state_dict()
-    missing = [k for k in ours if k not in state]
-    unexpected = [k for k in state if k not in ours]
-    if missing or unexpected:
-        raise ValueError(f"finetune: {weights} does not fit {type(model).__name__}: "
-                         f"{len(missing)} tensors missing (first: {missing[:3]}), "
-                         f"{len(unexpected)} unexpected (first: {unexpected[:3]})")
-    other = [k for k in ours if np.shape(state[k]) != np.shape(ours[k])]
-    model.load_state_dict({k: (ours[k] if k in other else state[k]) for k in ours})
-    return other
-
-
-def backbone_body(model):
-    """The ResNet body of a detector (`model.backbone.body`, torchvision's names), or the
-    first submodule with `stages()`."""
-    for name in ("backbone.body", "backbone"):
-        try:
-            module = model.get_submodule(name)
-        except AttributeError:
-            continue
-        if hasattr(module, "stages"):
-            return module
-    raise ValueError(f"finetune.freeze_at: {type(model).__name__} has no backbone with "
-                     "stages() (model.backbone.body) to freeze")
-
-
-def prepare_detection_finetune(model, weights=None, freeze_at=None):
-    """Start from `weights` (load_fitting, the re-initialised tensors named in one line) and
-    freeze the backbone's stem and first `freeze_at` stages (1: stem + stage 1, torchvision's
-    trainable_backbone_layers=3) with frozen batch norm."""
-    if weights:
-        other = load_fitting(model, weights)
-        if dist.is_main():
-            fresh = f"; {len(other)} of another shape keep their initialisation: " \
-                f"{', '.join(other)}" if other else ""
-            print(f"finetune: from {weights}{fresh}", flush=True)
-    if freeze_at is not None:
-        from tianyuan.zoo import freeze_stages
-        freeze_stages(backbone_body(model), int(freeze_at))
-    return model
-
-
 def _check_total_batch(cfg):
     """A recipe's LR scales with `total_batch`: it must be what the processes take."""
     total = cfg.get("total_batch")
@@ -253,17 +199,16 @@ class DetectionTask(Task):
     """A detector's loss dict on COCO-format data; box AP by pycocotools (the best checkpoint
     tracks AP). `label_space`: the model's labels are the data's contiguous labels
     ("contiguous"), COCO category ids ("coco_ids": torchvision's 91-class heads) or decided
-    from the model's class count ("auto"). `finetune` {weights: a file or manifest name to
-    start from, where tensors of another shape (the class head of another class count)
-    keep their initialisation, freeze_at: the stem and that many stages frozen}.
-    `results_file`: the COCO-format detections of the last evaluation (default
-    out_dir/coco_results.json; eval: next to `out`)."""
+    from the model's class count ("auto"). `results_file`: the COCO-format detections of the
+    last evaluation (default out_dir/coco_results.json; eval: next to `out`).
+
+    Fine-tuning is the model builder's: `model.weights` (COCO weights: every tensor but a
+    class head of another class count) and `model.trainable_backbone_layers`."""
 
     name, metric, mode = "detection", "AP", "max"
 
-    def __init__(self, label_space="auto", finetune=None, results_file=None):
+    def __init__(self, label_space="auto", results_file=None):
         self.label_space, self.results_file = label_space, results_file
-        self.finetune = {"weights": None, "freeze_at": None, **dict(finetune or {})}
         self.meta = {}
 
     def build_data(self, cfg):
@@ -274,17 +219,15 @@ class DetectionTask(Task):
 
     def build_model(self, cfg, meta):
         """cfg.model with as many classes as the data has (said in one line where the model
-        config had another count), then `finetune`."""
-        model = instantiate(cfg.model)
-        count = getattr(model, "num_classes", None)
+        config had another count; a COCO-id head keeps its own)."""
         classes = (meta or {}).get("classes") or []
+        count = cfg.model.get("num_classes")
         if classes and count and count != len(classes) and self.label_space != "coco_ids":
             if dist.is_main():
                 print(f"train: {len(classes)} classes, from the data (the model config said "
                       f"{count})", flush=True)
-            model = instantiate(cfg.model, num_classes=len(classes))
-        prepare_detection_finetune(model, self.finetune["weights"], self.finetune["freeze_at"])
-        return model
+            return instantiate(cfg.model, num_classes=len(classes))
+        return instantiate(cfg.model)
 
     def evaluator(self, cfg, meta):
         return COCOEvaluator(meta["ann_file"], meta.get("category_ids"), meta.get("classes"),

@@ -1,21 +1,21 @@
 """The detection task on the shared Trainer, with a stand-in detector of the zoo's interface
-(tests/det_standins.py): smoke_detection's data trains, evaluates by pycocotools and
-writes the classes; a run killed mid-way resumes bit-identical; fine-tuning loads what fits;
+(tests/det_standins.py) and with the zoo's RetinaNet: smoke_detection's data trains,
+evaluates by pycocotools and writes the classes; a run killed mid-way resumes bit-identical;
 `tianyuan detect` draws boxes on a photo and lists them; the COCO recipes' numbers."""
 import json
 
 import cv2
 import numpy as np
 import pytest
-from det_standins import TinyDetector
 from tr_helpers import assert_same_state
 
-import tianyuan as ty
 from tianyuan.trainers import cli, detect, train
 from tianyuan.trainers.config import compose, to_dict
-from tianyuan.trainers.detection import load_fitting
 
 STAND_IN = ["model._target_=det_standins.TinyDetector", "~model.name"]
+# the zoo's RetinaNet (ResNet-18) at a test's size: 16 FPN channels, multi-scale 48/64 pixels
+RETINANET = ["model.fpn_channels=16", "model.min_size=[48,64]", "model.max_size=64",
+             "data.batch_size=4"]
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +89,22 @@ def test_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
             assert np.array_equal(value, ours[key][name])
 
 
+def test_retinanet_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
+    # the zoo's model: batch norm statistics and the multi-scale draw (the framework's
+    # generator) must come back too; 3 iterations, checkpoints at 2, killed at 3
+    extra = ["trainer.max_iters=3", "trainer.checkpoint_every=2", *RETINANET]
+    reference = _trainer(det_cfg(shapes_det_root, tmp_path / "ref", *extra, model=()))
+    assert type(reference.model).__name__ == "RetinaNet"
+    reference.train()
+    killed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()), _CrashAt(3))
+    with pytest.raises(_Crash):
+        killed.train()
+    resumed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()))
+    resumed.train(resume=True)
+    assert resumed.iter == 3
+    assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
+
+
 def test_keep_empty_false_leaves_negatives_out_with_a_count(shapes_det_root, capsys):
     cfg = det_cfg(shapes_det_root, "unused", "data.keep_empty=false")
     from hydra.utils import instantiate
@@ -96,20 +112,6 @@ def test_keep_empty_false_leaves_negatives_out_with_a_count(shapes_det_root, cap
     said = capsys.readouterr().out
     assert "images have no boxes: left out" in said
     assert all(len(boxes) for batch in loader for boxes in batch["boxes"])
-
-
-def test_finetune_loads_what_fits_and_reinitialises_the_head(tmp_path):
-    coco = TinyDetector(num_classes=91)
-    ty.save({"model": coco.state_dict()}, str(tmp_path / "coco.safetensors"))
-    mine = TinyDetector(num_classes=3)
-    head = mine.cls.weight.numpy().copy()
-    assert load_fitting(mine, str(tmp_path / "coco.safetensors")) == ["cls.weight", "cls.bias"]
-    assert np.array_equal(mine.conv.weight.numpy(), coco.conv.weight.numpy())
-    assert np.array_equal(mine.cls.weight.numpy(), head)
-    with pytest.raises(ValueError, match="does not fit TinyDetector: 0 tensors missing"):
-        ty.save({"extra": np.zeros(1, np.float32), **coco.state_dict()},
-                str(tmp_path / "other.safetensors"))
-        load_fitting(mine, str(tmp_path / "other.safetensors"))
 
 
 def _photo(path, height=120, width=160):
@@ -178,6 +180,9 @@ def test_coco_recipes():
     scaled = to_dict(compose("train", ["experiment=retinanet_resnet50_fpn_coco_1x",
                                        "data.batch_size=4"]))
     assert scaled["optim"]["lr"] == pytest.approx(0.01 * 4 / 16)
+    assert cfg["model"]["pretrained_backbone"] and cfg["model"]["trainable_backbone_layers"] == 3
+    assert cfg["model"]["min_size"] == [640, 672, 704, 736, 768, 800]      # multi-scale
     tune = to_dict(compose("train", ["experiment=retinanet_resnet50_fpn_finetune"]))
-    assert tune["task"]["finetune"]["weights"] and tune["task"]["finetune"]["freeze_at"] == 1
+    assert tune["model"]["weights"] == "retinanet_resnet50_fpn.coco_torchvision"
+    assert tune["model"]["trainable_backbone_layers"] == 3                 # stem + stage 1
     assert tune["data"]["kind"] == "coco_format"
