@@ -7,7 +7,9 @@ SUBCOMMANDS; the module named there is imported only when its command runs.
 
 A mistake in the command line or the files it names (a missing file, a bad value, an
 unknown config) ends in one line, "tianyuan CMD: what is wrong", and exit status 2;
-TIANYUAN_TRACEBACK=1 shows the traceback as well. Other errors keep their traceback.
+TIANYUAN_TRACEBACK=1 shows the traceback as well. Other errors keep their traceback. An
+interrupted command (Ctrl-C, or a training run stopped by SIGINT/SIGTERM) ends in
+"tianyuan CMD: interrupted" and exit status 130.
 """
 import importlib
 import os
@@ -79,6 +81,10 @@ def main(argv=None):
     command = getattr(importlib.import_module(module), function)
     try:
         status = command(argv[1:]) or 0
+    except KeyboardInterrupt as interrupt:   # a second Ctrl-C, or one outside a training loop
+        detail = f": {interrupt}" if str(interrupt) else ""
+        print(f"tianyuan {argv[0]}: interrupted{detail}", file=sys.stderr)
+        status = 130
     except Exception as error:
         if not _user_error(error) or os.environ.get("TIANYUAN_TRACEBACK"):
             raise   # under mpiexec, tianyuan.distributed's excepthook then aborts the run

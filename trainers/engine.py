@@ -322,7 +322,7 @@ class _StopOnSignal:
 
     def _handler(self, signum, frame):
         if self.trainer.stop_requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt("a second Ctrl-C: stopped at once, without a checkpoint")
         self.trainer.stop_requested = True
         self.trainer.write(f"{signal.Signals(signum).name}: stopping after this step "
                            "(Ctrl-C again to abort at once)")

@@ -46,7 +46,8 @@ def ptq(model, batches, qconfig="calibration", keep_float=()):
 
 def qat(cfg, model):
     """Quantization-aware training of a copy of `model` with the shared trainer; returns
-    (int8 model, iterations trained)."""
+    (int8 model, iterations trained). Stopped by SIGINT/SIGTERM, it raises KeyboardInterrupt
+    after the trainer's checkpoint: a user who interrupts wants no report of half a run."""
     with open_dict(cfg):
         cfg.trainer.max_epochs, cfg.trainer.max_iters = cfg.qat.epochs, cfg.qat.iters
         cfg.quant.method = "qat"
@@ -54,6 +55,8 @@ def qat(cfg, model):
         cfg.task.finetune.new_head = False
     trainer = build(cfg, model=copy.deepcopy(model))
     trainer.train(resume=cfg.trainer.resume)
+    if trainer.stop_requested:
+        raise KeyboardInterrupt(f"QAT stopped by a signal at iteration {trainer.iter}")
     return Q.quantize(trainer.model), trainer.iter
 
 
