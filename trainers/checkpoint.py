@@ -1,8 +1,9 @@
 """Checkpoints: every random state a run depends on, and the hook that writes them.
 
 A checkpoint is one `tianyuan.save` file (atomic: temp file, fsync, rename), so a run
-killed at any moment leaves the previous checkpoint intact. Files are
-`out_dir/checkpoints/ckpt_<iteration, 8 digits>.safetensors`; the last `keep_last`
+killed at any moment leaves the previous checkpoint intact; the partial temp file a kill
+leaves (`.ckpt_<iteration>.safetensors.<random>.tmp`) is removed at the next start. Files
+are `out_dir/checkpoints/ckpt_<iteration, 8 digits>.safetensors`; the last `keep_last`
 are kept. Contents (see Trainer.state_dict): model, optimizer, scheduler (as hook
 state), iteration/epoch counters, the data-order state (seed, epoch, batches done),
 the framework, numpy, Python and transform RNG states, and the run's config.
@@ -17,6 +18,7 @@ import tianyuan as ty
 from tianyuan.datasets.transforms import random as transform_random
 
 _NAME = re.compile(r"^ckpt_(\d{8})\.safetensors$")
+_PARTIAL = re.compile(r"^\.ckpt_\d{8}\.safetensors\..+\.tmp$")   # tianyuan.save's temp files
 
 
 def capture_rng():
@@ -42,6 +44,16 @@ def list_checkpoints(folder):
     found = [(int(m.group(1)), os.path.join(folder, name))
              for name in os.listdir(folder) if (m := _NAME.match(name))]
     return sorted(found)
+
+
+def remove_partial(folder):
+    """Remove the temp files of checkpoint writes that were killed; returns their paths."""
+    if not os.path.isdir(folder):
+        return []
+    partial = [os.path.join(folder, name) for name in os.listdir(folder) if _PARTIAL.match(name)]
+    for path in partial:
+        os.unlink(path)
+    return partial
 
 
 def find_latest(folder):
@@ -76,6 +88,10 @@ class CheckpointHook:
         for _, old in list_checkpoints(self.folder)[:-self.keep_last]:
             os.unlink(old)
         return path
+
+    def before_train(self):
+        for path in remove_partial(self.folder):
+            self.trainer.write(f"checkpoint: removed {path}, left by a write that was killed")
 
     def after_step(self):
         if self.every and self.trainer.iter % self.every == 0:

@@ -5,8 +5,9 @@ is one loss-dict step: `forward(model, batch) -> {name: scalar Tensor}`, every e
 name starts with "loss" summed into the loss that is back-propagated (detectron2's loss
 dict), the others logged only, through `Trainer.optimize`. A task with several optimizers
 (a GAN's critic and generator) calls `optimize(losses, name)` once per optimizer it steps.
-The LR schedulers, one per optimizer, step once per iteration. Hooks run after each step
-and at epoch ends: periodic evaluation (with best-checkpoint tracking) and checkpointing.
+The LR schedulers, one per optimizer, step once per iteration. Hooks run before training,
+after each step and at epoch ends: periodic evaluation (with best-checkpoint tracking) and
+checkpointing.
 
 Epochs or iterations. `max_epochs` bounds an epoch-based run (`max_iters` may stop it
 early); with `max_epochs=None` the run counts `max_iters` (COCO recipes count iterations):
@@ -110,17 +111,20 @@ class Trainer:
     def train(self, resume=False):
         """Train to the end, or until SIGINT/SIGTERM (then `stop_requested` is True and a
         checkpoint was written); returns the last step's losses."""
+        self._call("before_train")
         if resume:
             self.resume()
         dist.broadcast_state(self.model)  # the processes start from process 0's weights
         self.model.train()
         self._bar = progress(total=self.max_iters, initial=self.iter, desc="train", unit="it",
                              disable=not self.progress)
-        with _StopOnSignal(self):
-            while (self.iter < self.max_iters and self.epoch < self.max_epochs and
-                   not self._stopping()):
-                self.train_one_epoch()
-        self._bar.close()
+        try:
+            with _StopOnSignal(self):
+                while (self.iter < self.max_iters and self.epoch < self.max_epochs and
+                       not self._stopping()):
+                    self.train_one_epoch()
+        finally:
+            self._bar.close()   # also on a second Ctrl-C: its message starts a line
         self.stop_requested = self._stopping()
         if self.stop_requested:
             self._call("on_stop")

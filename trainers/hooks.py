@@ -1,8 +1,8 @@
 """Periodic evaluation, the loop's hook besides checkpointing (checkpoint.py).
 
-A hook is an object with any of `after_step`, `after_epoch`, `after_train`, `on_stop`
-(and `state_dict`/`load_state_dict` if it has state a resumed run needs); the Trainer
-sets `hook.trainer` and calls them in list order.
+A hook is an object with any of `before_train`, `after_step`, `after_epoch`, `after_train`,
+`on_stop` (and `state_dict`/`load_state_dict` if it has state a resumed run needs); the
+Trainer sets `hook.trainer` and calls them in list order.
 """
 import math
 import os

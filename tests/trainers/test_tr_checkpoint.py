@@ -46,6 +46,29 @@ def test_keep_last_and_atomic_write(tmp_path, monkeypatch):
     assert ty.load(list_checkpoints(hook.folder)[-1][1])["weights"][0] == 6
 
 
+def test_a_killed_writes_temp_file_is_removed_at_the_next_start(tmp_path, monkeypatch):
+    trainer = _FakeTrainer(str(tmp_path))
+    hook = CheckpointHook(every=1)
+    hook.trainer = trainer
+    trainer.iter = 1
+    hook.after_step()
+    # killed between writing and renaming: the temp file stays (no cleanup runs on SIGKILL)
+    class Killed(BaseException):
+        pass
+
+    def killed(*args):
+        raise Killed
+    trainer.iter = 2
+    monkeypatch.setattr(os, "replace", killed)
+    monkeypatch.setattr(os, "unlink", lambda path: None)
+    with pytest.raises(Killed):
+        hook.after_step()
+    monkeypatch.undo()
+    assert len(os.listdir(hook.folder)) == 2
+    hook.before_train()
+    assert os.listdir(hook.folder) == ["ckpt_00000001.safetensors"]
+
+
 def test_rng_round_trip(tmp_path):
     ty.manual_seed(3)
     np.random.seed(3)
