@@ -89,6 +89,8 @@ def _categories(categories, where):
             raise ValueError(f"{where}: categories[{n}] needs an integer 'id'")
         if cat["id"] in found:
             raise ValueError(f"{where}: category id {cat['id']} is listed twice")
+        if not isinstance(cat.get("name"), str):
+            raise ValueError(f"{where}: category {cat['id']} needs a 'name' string")
         names = cat.get("keypoints") or []
         if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
             raise ValueError(f"{where}: category {cat['id']}: 'keypoints' must be a list of "
@@ -102,8 +104,8 @@ def _annotations(annotations, image_ids, keypoints, where, notes):
     for n, ann in enumerate(annotations):
         if not isinstance(ann, dict):
             raise ValueError(f"{where}: annotations[{n}] is not an object")
-        name = f"{where}: annotation {ann.get('id', f'[{n}]')}"
-        for key in ("image_id", "category_id"):
+        name = f"{where}: annotation {str(ann.get('id', f'[{n}]'))[:40]}"
+        for key in ("id", "image_id", "category_id"):
             if not _is_int(ann.get(key)):
                 raise ValueError(f"{name}: '{key}' must be an integer, got {ann.get(key)!r}")
         if ann["category_id"] not in keypoints:

@@ -144,6 +144,7 @@ def _with(tmp_path, images=None, annotations=(), categories=CATEGORIES):
     ({"category_id": 99}, "annotation 9: category_id 99 is not among the file's categories"),
     ({"image_id": "1"}, "'image_id' must be an integer"),
     ({"area": float("nan")}, "'area' must be a finite number"),
+    ({"id": {"a": 1}}, "'id' must be an integer"),   # was a TypeError from pycocotools
 ])
 def test_malformed_annotations_are_refused_naming_file_and_id(tmp_path, edit, says):
     root, path = _with(tmp_path, annotations=[{**ann(9, 1, 3, [1, 2, 3, 4]), **edit}])
@@ -163,6 +164,17 @@ def test_malformed_keypoints_are_refused(tmp_path, points, says):
                        categories=person)
     with pytest.raises(ValueError, match=f"annotation 5: {says}"):
         COCO(root, path, task="keypoints")
+
+
+def test_annotation_without_id_and_category_without_name_are_refused(tmp_path):
+    """Found by tests/test_fuzz_files.py: a KeyError from pycocotools, or from the dataset."""
+    no_id = {k: v for k, v in ann(9, 1, 3, [1, 2, 3, 4]).items() if k != "id"}
+    root, path = _with(tmp_path, annotations=[no_id])
+    with pytest.raises(ValueError, match=f"COCO: {path}: annotation \\[0\\]: 'id' must be an"):
+        COCO(root, path)
+    root, path = _with(tmp_path, categories=[{"id": 1}])
+    with pytest.raises(ValueError, match=f"COCO: {path}: category 1 needs a 'name' string"):
+        COCO(root, path)
 
 
 def test_degenerate_orphan_and_repeated_entries_are_left_out_and_counted(tmp_path):
