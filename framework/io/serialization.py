@@ -42,6 +42,11 @@ class SerializationError(ValueError):
     """A file that is not a readable tianyuan/safetensors file, or an object we cannot save."""
 
 
+class SaveError(OSError, SerializationError):
+    """The disk refused a write (full, read-only, gone): the file at the path is as before.
+    An OSError with its errno, and a SerializationError so commands report it in one line."""
+
+
 # ---------------------------------------------------------------- save
 
 class _Packer:
@@ -123,7 +128,11 @@ def save(obj, path):
 
 def _atomic_write(path, payload):
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
+                                   suffix=".tmp")
+    except OSError as error:
+        raise _save_error(path, error, 0) from error
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -133,11 +142,23 @@ def _atomic_write(path, payload):
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError):
+            raise _save_error(path, error, len(payload)) from error
         raise
     _fsync_folder(folder)
+
+
+def _save_error(path, error, size):
+    """One line naming the path (a disk-full error names only the temp file, if anything)."""
+    reason = error.strerror or str(error)
+    wrote = f" ({size:,} bytes)" if size else ""
+    kept = "the file there is unchanged" if os.path.exists(path) else "nothing was written"
+    saved = SaveError(f"save: cannot write '{path}'{wrote}: {reason}; {kept}")
+    saved.errno = error.errno   # (strerror and filename set would make str() "[Errno 28] ...")
+    return saved
 
 
 def _fsync_folder(folder):
@@ -167,7 +188,7 @@ def load(path):
         arrays = safetensors.numpy.load(data)
     except Exception as error:  # safetensors raises its own SafetensorError
         raise SerializationError(f"load: '{path}' is a corrupt safetensors file "
-                                 f"({error})") from error
+                                 f"({one_line(error)})") from error
     metadata = header.get("__metadata__") or {}
     expected = metadata.get("tianyuan.crc32")
     if expected is not None and _crc(arrays) != expected:
@@ -183,9 +204,9 @@ def load(path):
                                  "match the checksum stored when it was written")
     try:
         return _unpack(json.loads(metadata["tianyuan"]), arrays)
-    except (ValueError, KeyError, TypeError, IndexError) as error:
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as error:
         raise SerializationError(f"load: '{path}' has a corrupt structure record "
-                                 f"({error!r})") from error
+                                 f"({type(error).__name__}: {one_line(error, 100)})") from error
 
 
 def _read_header(data, path):
@@ -207,13 +228,66 @@ def _parse_header(data):
                 f"has {len(data) - 8} after the length")
     try:
         header = json.loads(data[8:8 + length])
-        ends = [info["data_offsets"][1] for k, info in header.items() if k != "__metadata__"]
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
-        return f"is not safetensors or its header is corrupt ({error!r})"
+    except (ValueError, RecursionError) as error:   # not UTF-8, not JSON, nested without end
+        return (f"is not safetensors or its header is corrupt ({type(error).__name__}: "
+                f"{one_line(error, 100)})")
+    if not isinstance(header, dict):
+        return f"is not safetensors: its header is a JSON {type(header).__name__}, not an object"
     held = len(data) - 8 - length
+    for name, info in header.items():
+        problem = _metadata_problem(info) if name == "__metadata__" else _entry_problem(info)
+        if problem:
+            return f"has a corrupt header: {_short(name)} {problem}"
+    ends = [info["data_offsets"][1] for k, info in header.items() if k != "__metadata__"]
     if max(ends, default=0) > held:
         return f"is truncated: its arrays need {max(ends)} bytes of data, the file holds {held}"
     return header
+
+
+# safetensors dtype -> bytes per element, for the dtypes safetensors.numpy reads
+DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "F16": 2, "U32": 4, "I32": 4,
+               "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}
+
+
+def _is_size(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_problem(info):
+    """What is wrong with one tensor's record `{"dtype", "shape", "data_offsets"}`, or None."""
+    if not isinstance(info, dict):
+        return f"is a JSON {type(info).__name__}, not a tensor record"
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
+        return f"has dtype {_short(dtype)}; tianyuan.load reads {', '.join(DTYPE_SIZES)}"
+    if not isinstance(shape, list) or not all(_is_size(n) for n in shape):
+        return f"has shape {_short(shape)}, not a list of sizes >= 0"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_size, offsets))
+            and offsets[0] <= offsets[1]):
+        return f"has data_offsets {_short(offsets)}, not [begin, end] with 0 <= begin <= end"
+    need = math.prod(shape) * DTYPE_SIZES[dtype]
+    if offsets[1] - offsets[0] != need:
+        return (f"has data_offsets {_short(offsets)}: {_short(offsets[1] - offsets[0])} bytes "
+                f"for a {dtype} array of shape {_short(shape)}, which takes {_short(need)}")
+    return None
+
+
+def _metadata_problem(metadata):
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        return "is not an object of strings"
+    return None
+
+
+def one_line(value, limit=300):
+    """`str(value)` as one line of at most `limit` characters, for an error message that
+    quotes another error or a value from a file (a binding's TypeError lists signatures and
+    arrays over many lines)."""
+    return " ".join(str(value).split())[:limit]
+
+
+def _short(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".pth", ".pt", ".ckpt", ".bin")

@@ -9,6 +9,8 @@ import io
 import pickle
 import pickletools
 
+from .serialization import one_line
+
 # Builtins every data pickle may use: containers and scalars only, nothing callable.
 _SAFE_BUILTINS = {
     ("builtins", "set"): set,
@@ -33,8 +35,14 @@ def _numpy_globals():
     return found
 
 
-class UnpicklingRefused(pickle.UnpicklingError):
-    """A pickle referenced a global outside the allow-list."""
+class UnpicklingError(pickle.UnpicklingError, ValueError):
+    """A file that is not a readable pickle (empty, truncated, damaged, nested without end).
+    A ValueError as well, so commands report it as a bad file (one line, status 2)."""
+
+
+class UnpicklingRefused(UnpicklingError):
+    """A pickle referenced a global outside the allow-list (or a stand-in refused its
+    arguments)."""
 
 
 NUMPY_GLOBALS = _numpy_globals()
@@ -98,6 +106,10 @@ def safe_unpickle(file, allowed=None, persistent_load=None, source=None, **kwarg
     return _load(file, allowed or {}, persistent_load, source, kwargs)
 
 
+# Deeper nesting than any data pickle has: the converters walk results recursively, and a
+# crafted pickle nests 100,000 lists deep (or puts a list inside itself) in a few bytes.
+MAX_NESTING = 100
+
 # A damaged or crafted pickle makes the unpickler, or the functions it is allowed to call,
 # fail in any of these ways: each is "not a readable pickle".
 _DAMAGE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError,
@@ -111,17 +123,72 @@ def _load(handle, allowed, persistent_load, source, kwargs):
         start = handle.tell()
         _scan(handle)
         handle.seek(start)
-        return _Restricted(handle, allowed, persistent_load, source, **kwargs).load()
-    except UnpicklingRefused:
-        raise
+        result = _Restricted(handle, allowed, persistent_load, source, **kwargs).load()
+        _check_nesting(result)
+        return result
+    except UnpicklingRefused as error:
+        if str(error).startswith(f"{source}: "):
+            raise
+        raise _named(error, source) from None   # a stand-in's refusal does not know the file
     except _DAMAGE as error:
-        raise pickle.UnpicklingError(f"{source}: not a readable pickle ({error})") from error
+        what = type(error).__name__ if isinstance(error, (RecursionError, MemoryError)) else ""
+        raise UnpicklingError(f"{source}: not a readable pickle ({what}{': ' * bool(what)}"
+                              f"{one_line(error, 200)})") from error
+
+
+def _named(error, source):
+    named = UnpicklingRefused(f"{source}: {error}")
+    named.allowed = getattr(error, "allowed", None)
+    return named
 
 
 def _scan(handle):
     """Read the pickle's opcodes (pickletools, nothing run) up to its STOP and refuse memo
     indices beyond the opcodes before them: the unpickler grows its memo table to the index
     it is given, so one damaged byte (BINPUT read as LONG_BINPUT) asks for gigabytes."""
+    start = handle.tell()
+    if not handle.read(1):
+        raise pickle.UnpicklingError("nothing to read: an empty file, or one that ends early")
+    handle.seek(start)
     for count, (op, arg, _) in enumerate(pickletools.genops(handle)):
         if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > count:
             raise pickle.UnpicklingError(f"memo index {arg} after {count} opcodes")
+
+
+def _children(node):
+    """The containers directly inside `node` (dict keys and values, items, attributes)."""
+    if isinstance(node, dict):
+        items = [*node.keys(), *node.values()]
+    elif isinstance(node, (list, tuple, set, frozenset)):
+        items = node
+    else:
+        attributes = getattr(node, "__dict__", None)   # an object rebuilt by a stand-in
+        items = attributes.values() if isinstance(attributes, dict) else ()
+    return [item for item in items if _is_container(item)]
+
+
+def _is_container(value):
+    return isinstance(value, (dict, list, tuple, set, frozenset)) or \
+        isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, type)
+
+
+def _check_nesting(root):
+    """Refuse containers nested deeper than MAX_NESTING or containing themselves, without
+    recursion (depth-first, each container once: shared ones cost nothing twice)."""
+    depth, open_ = {}, set()   # id -> nesting below it (finished); ids on the current path
+    stack = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            open_.discard(key)
+            depth[key] = 1 + max((depth[id(c)] for c in _children(node)), default=0)
+            if depth[key] > MAX_NESTING:
+                raise pickle.UnpicklingError(f"containers nested more than {MAX_NESTING} "
+                                             "deep; no data file nests so")
+        elif key not in depth:
+            if key in open_:
+                raise pickle.UnpicklingError(f"a {type(node).__name__} that contains itself")
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node) if id(child) not in depth)

@@ -1,4 +1,6 @@
 """tianyuan.save / tianyuan.load: bit-exact round trips, atomic writes, refusing bad files."""
+import errno
+import json
 import math
 import os
 import pickle
@@ -10,7 +12,8 @@ import pytest
 import safetensors.numpy
 
 import tianyuan as ty
-from tianyuan.io import SerializationError, UnpicklingRefused, safe_unpickle
+from tianyuan.io import (BYTES_GLOBALS, SerializationError, UnpicklingError,
+                         UnpicklingRefused, safe_unpickle)
 from tianyuan.io import serialization
 
 DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
@@ -147,11 +150,15 @@ def test_failed_write_leaves_old_file_intact(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(serialization.os, "fdopen", HalfWriter)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(OSError, match="No space") as info:
         ty.save({"epoch": 2, "w": np.ones(1000)}, path)
     monkeypatch.undo()
     assert ty.load(path)["epoch"] == 1
     assert os.listdir(tmp_path) == ["ckpt.safetensors"]  # no temp file left behind
+    # one line naming the path (not the temp file), a user error for the commands
+    assert isinstance(info.value, SerializationError) and info.value.errno == errno.ENOSPC
+    assert f"save: cannot write '{path}'" in str(info.value) and "\n" not in str(info.value)
+    assert "the file there is unchanged" in str(info.value) and ".tmp" not in str(info.value)
 
 
 @pytest.mark.parametrize("fails", ["fsync", "replace"])
@@ -252,3 +259,114 @@ def test_torch_zip_archive_is_refused(tmp_path):
         archive.writestr("archive/data.pkl", pickle.dumps({"a": 1}))
     with pytest.raises(SerializationError, match="zip archive.*converters"):
         ty.load(path)
+
+
+# ---------------------------------------------------------------- hostile headers (issue 58)
+
+def with_header(header, body=b"\0" * 72):
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+def record(**fields):
+    return {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **fields}}
+
+
+@pytest.mark.parametrize("header, says", [
+    (record(data_offsets=[8, "72"]), r"'x' has data_offsets \[8, '72'\], not \[begin, end\]"),
+    (record(data_offsets=[8, 0]), "0 <= begin <= end"),
+    (record(data_offsets=[0, None]), "data_offsets"),
+    (record(data_offsets=[0.0, 8.0]), "data_offsets"),
+    (record(data_offsets=[True, 9]), "data_offsets"),
+    (record(data_offsets=[0, 8, 16]), "data_offsets"),
+    (record(data_offsets=[0, 2 ** 70]), "bytes for a F32 array of shape"),
+    (record(shape=[-2]), r"shape \[-2\], not a list of sizes >= 0"),
+    (record(shape=2), "not a list of sizes"),
+    (record(shape=["2"]), "not a list of sizes"),
+    (record(dtype="Q9"), "dtype 'Q9'; tianyuan.load reads BOOL"),
+    (record(dtype=["F32"]), "dtype"),
+    (record(shape=[3]), r"8 bytes for a F32 array of shape \[3\], which takes 12"),
+    ({"x": "abc"}, "'x' is a JSON str, not a tensor record"),
+    ({"__metadata__": [1], **record()}, "'__metadata__' is not an object of strings"),
+    ({"__metadata__": {"tianyuan": 5}, **record()}, "'__metadata__' is not an object"),
+    ([1, 2], "its header is a JSON list, not an object"),
+    (b'{"x": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 8]}}', "shape"),
+    (b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "RecursionError"),
+    (b'{"x": 1' + b"0" * 5000 + b"}", "header is corrupt"),   # past int()'s digit limit
+    (b"\xff\xfe{}", "header is corrupt"),
+])
+def test_hostile_header_is_one_line_naming_the_file(header, says, tmp_path):
+    """Each field's type, range and agreement checked before safetensors reads the file
+    (`[8, "72"]` was a TypeError, a 100,000-deep header a RecursionError)."""
+    path = tmp_path / "hostile.safetensors"
+    path.write_bytes(with_header(header))
+    with pytest.raises(SerializationError, match=says) as info:
+        ty.load(path)
+    assert f"load: '{path}'" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_deep_structure_record_with_a_right_checksum(tmp_path):
+    """An attacker fixes the structure's CRC: the nesting is refused, not a RecursionError."""
+    data = saved_bytes(tmp_path)
+    header = json.loads(data[8:8 + header_length(data)])
+    meta = header["__metadata__"]
+    meta["tianyuan"] = "[" * 100_000 + "]" * 100_000
+    meta["tianyuan.crc32.structure"] = serialization._text_crc(meta["tianyuan"])
+    path = tmp_path / "deep.safetensors"
+    path.write_bytes(with_header(header, data[8 + header_length(data):]))
+    with pytest.raises(SerializationError, match=f"'{path}' has a corrupt structure record "
+                                                 "\\(RecursionError"):
+        ty.load(path)
+
+
+# ---------------------------------------------------------------- hostile pickles (issue 58)
+
+def memo_chain(depth):
+    """A pickle of lists nested `depth` deep built with a stack of two: each new list is
+    fetched from the memo and appended to the one before (LONG_BINGET, EMPTY_LIST,
+    LONG_BINPUT, APPEND, POP), so the unpickler's stack never shows the depth."""
+    steps = b"".join(b"j" + i.to_bytes(4, "little") + b"]r" + (i + 1).to_bytes(4, "little") +
+                     b"a0" for i in range(depth))
+    return b"\x80\x02]r\x00\x00\x00\x00" + steps + b"."
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"", "nothing to read: an empty file"),
+    (b"\x80", "not enough data"),
+    (b".", "not a readable pickle"),
+    (b"\x80\x02" + b"]" * 100_000 + b"a" * 99_999 + b".", "nested more than 100 deep"),
+    (memo_chain(5000), "nested more than 100 deep"),
+    (b"\x80\x02]q\x00h\x00a.", "a list that contains itself"),
+])
+def test_unreadable_pickle_is_a_value_error_naming_the_file(data, says, tmp_path):
+    path = tmp_path / "w.pkl"
+    path.write_bytes(data)
+    with pytest.raises(UnpicklingError, match=says) as info:
+        safe_unpickle(path, allowed={})
+    assert isinstance(info.value, ValueError)   # commands report it as a bad file, status 2
+    assert str(info.value).startswith(f"{path}: not a readable pickle")
+
+
+def test_shared_containers_are_not_nesting():
+    """A list used twice at each of 60 levels (2**60 paths) is checked once per list, and a
+    chain 100 deep (what the limit admits) loads."""
+    node = []
+    for _ in range(60):
+        node = [node, node]
+    loaded = safe_unpickle(pickle.dumps(node, protocol=2), allowed={})
+    assert loaded[0] is loaded[1]
+    assert len(safe_unpickle(memo_chain(99), allowed={})) == 1
+
+
+def test_codecs_encode_admits_latin1_only_and_names_the_file(tmp_path):
+    """`_codecs.encode(x, "os.system")` was a LookupError where the real function was
+    allowed; the stand-in refuses every codec but latin1, naming the file."""
+    path = tmp_path / "w.pkl"
+    path.write_bytes(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00xX\x09\x00\x00\x00"
+                     b"os.system\x86R.")
+    with pytest.raises(UnpicklingRefused, match=f"^{path}: refusing _codecs.encode\\(str, "
+                                                "'os.system'"):
+        safe_unpickle(path, allowed=BYTES_GLOBALS)
+    assert isinstance(UnpicklingRefused("x"), ValueError)
+    latin1 = pickle.dumps(b"\x00\xff", protocol=2)   # how Python 3 writes bytes in protocol 2
+    assert b"_codecs" in latin1 and safe_unpickle(latin1, allowed=BYTES_GLOBALS) == b"\x00\xff"
