@@ -11,7 +11,7 @@ import glob
 import os
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOTS = {
     "tianyuan": "framework",
@@ -38,11 +38,14 @@ BASE_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 
 
 def _packages():
+    """Every folder, data-only ones (trainers/conf/*, datasets/meta, framework/csrc) as
+    namespace packages, so setuptools finds each file it ships declared (it warned ~380
+    lines otherwise)."""
     packages, package_dir = [], {}
     for name, folder in ROOTS.items():
         package_dir[name] = folder
         packages.append(name)
-        for sub in find_packages(folder):
+        for sub in find_namespace_packages(folder, exclude=["__pycache__*", "*.__pycache__"]):
             packages.append(f"{name}.{sub}")
     return packages, package_dir
 
@@ -86,7 +89,9 @@ ext = Pybind11Extension(
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"tianyuan.trainers": ["conf/**/*.yaml"], "tianyuan.datasets": ["meta/*"]},
+    package_data={"tianyuan.trainers": ["conf/**/*.yaml"], "tianyuan.datasets": ["meta/*"],
+                  "tianyuan.trainers.conf": ["*.yaml", "**/*.yaml"],
+                  "tianyuan.datasets.meta": ["*"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
 )
