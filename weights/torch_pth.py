@@ -10,7 +10,6 @@ numpy arrays. Anything else in the pickle is refused.
 >>> state["conv1.weight"].shape
 (64, 3, 7, 7)
 """
-import codecs
 import os
 import pickle
 import struct
@@ -20,7 +19,8 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tianyuan.io import NUMPY_GLOBALS, UnpicklingRefused, safe_unpickle
+from tianyuan.io import BYTES_GLOBALS, NUMPY_GLOBALS, UnpicklingRefused, safe_unpickle
+from tianyuan.io.serialization import one_line
 
 from .qtensor import QTensor, bfloat16_to_float32
 
@@ -53,9 +53,10 @@ class TorchFormatError(ValueError):
 
 
 # what a damaged zip or legacy file raises on the way (a member missing, a name that is not
-# UTF-8, a compression method from nowhere, a record of the wrong type)
-_DAMAGE = (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError,
-           UnicodeDecodeError, AttributeError, TypeError, IndexError, struct.error)
+# UTF-8, a compression method from nowhere, a record of the wrong type, a value numpy refuses
+# while a legacy file's tensors are rebuilt after its pickle)
+_DAMAGE = (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError, ValueError,
+           AttributeError, TypeError, IndexError, OverflowError, RecursionError, struct.error)
 
 
 class _Storage:
@@ -79,6 +80,9 @@ def _view(storage, offset, size, stride, source):
     """A copy of the strided view (offset, size, stride in elements) of a storage."""
     flat = storage.array
     size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise TorchFormatError(f"{source}: tensor view of size {size} has stride {stride}, "
+                               "one per dimension")
     if any(s == 0 for s in size):
         return np.zeros(size, flat.dtype)
     if any(s < 0 for s in size + stride) or np.prod(size, dtype=np.float64) > flat.size:
@@ -183,9 +187,8 @@ def _make_globals(source):
             scale, zero = np.asarray(scale, np.float64), np.asarray(zero, np.int64)
         return QTensor(values, np.asarray(scale), np.asarray(zero), axis, storage.kind)
 
-    allowed = dict(NUMPY_GLOBALS)
+    allowed = {**NUMPY_GLOBALS, **BYTES_GLOBALS}   # protocol-2 bytes (numpy payloads): latin1
     allowed.update({
-        ("_codecs", "encode"): codecs.encode,  # protocol-2 bytes (numpy payloads)
         ("collections", "OrderedDict"): OrderedDict,
         ("torch._utils", "_rebuild_tensor"): rebuild_v1,
         ("torch._utils", "_rebuild_tensor_v2"): rebuild_v2,
@@ -224,16 +227,16 @@ def load_pth(path):
             return _load_zip(path, source)
         if head[:1] == b"\x80":
             return _load_legacy(path, source)
-    except UnpicklingRefused:
+    except (UnpicklingRefused, TorchFormatError):
         raise
     except pickle.UnpicklingError as error:  # our own format errors come back wrapped
         if isinstance(error.__cause__, TorchFormatError):
             raise error.__cause__ from None
         raise TorchFormatError(f"{source}: not a readable .pth, damaged or truncated "
-                               f"({error})") from error
+                               f"({one_line(error)})") from error
     except _DAMAGE as error:
         raise TorchFormatError(f"{source}: not a readable .pth, damaged or truncated "
-                               f"({type(error).__name__}: {error})") from error
+                               f"({type(error).__name__}: {one_line(error)})") from error
     raise TorchFormatError(f"{source}: neither a zip nor a legacy pickle .pth (first bytes "
                            f"{head!r}); the pre-0.1.10 tar format is not supported")
 
@@ -265,7 +268,7 @@ def _load_zip(path, source):
 
 def _zip_storage(archive, prefix, pid, order, cache, source):
     if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
-        raise TorchFormatError(f"{source}: unexpected persistent id {pid!r}")
+        raise TorchFormatError(f"{source}: unexpected persistent id {one_line(repr(pid))}")
     _, storage_type, key, _location, _numel = pid[:5]
     dtype, kind = _storage_kind(storage_type, source)
     if key not in cache:
@@ -303,7 +306,7 @@ def _legacy_storage(pid, pending, source):
     # ('storage', type, root key, location, numel, view_metadata); the data comes after
     # the pickle, so hand out a placeholder whose array is filled in before use.
     if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
-        raise TorchFormatError(f"{source}: unexpected persistent id {pid!r}")
+        raise TorchFormatError(f"{source}: unexpected persistent id {one_line(repr(pid))}")
     storage_type, key = pid[1], pid[2]
     dtype, kind = _storage_kind(storage_type, source)
     root = pending.setdefault(key, _LazyStorage(dtype, kind))

@@ -226,3 +226,78 @@ def test_pth_byteorder_other_than_little_or_big_is_an_error(tmp_path):
                                                "b'middle'"):
         load_pth(edited)
     np.testing.assert_array_equal(load_pth(path)["w"], np.arange(4, dtype=np.float32))
+
+
+# ---------------------------------------------------------------- hostile files (issue 58)
+
+CODEC_CALL = FakeGlobal("_codecs", "encode")
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+def test_pth_codecs_encode_admits_latin1_only(tmp_path, fmt):
+    """The real `_codecs.encode` was allowed: `encode(x, "os.system")` was a LookupError
+    (and any codec a module to import); the stand-in takes latin1 alone."""
+    from pth_writer import Call
+    path = tmp_path / "codec.pth"
+    WRITERS[fmt](path, {"w": contiguous("0", np.ones(3, np.float32)),
+                        "b": Call(CODEC_CALL, "x", "os.system")})
+    with pytest.raises(UnpicklingRefused, match=f"^{path}: refusing _codecs.encode"):
+        load_pth(path)
+    WRITERS[fmt](path, {"w": contiguous("0", np.ones(3, np.float32)),
+                        "b": Call(CODEC_CALL, "\xff", "latin1")})
+    assert load_pth(path)["b"] == b"\xff"
+
+
+def _nested(path, fmt, depth):
+    """A .pth whose "deep" entry is a list nested `depth` deep (the marker string's opcode
+    replaced by EMPTY_LIST x (depth + 1), APPEND x depth; the zip rewritten around it)."""
+    import zipfile
+    WRITERS[fmt](path, {"w": contiguous("0", np.ones(3, np.float32)), "deep": "MARK"})
+    marker, deep = b"X\x04\x00\x00\x00MARK", b"]" * (depth + 1) + b"a" * depth
+    if fmt == "legacy":
+        path.write_bytes(path.read_bytes().replace(marker, deep))
+        return
+    with zipfile.ZipFile(path) as archive:
+        members = [(i.filename, archive.read(i)) for i in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members:
+            archive.writestr(name, data.replace(marker, deep))
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+def test_pth_nested_without_end_is_a_format_error(tmp_path, fmt):
+    """A legacy file's nesting reached resolve_deferred's recursion: a RecursionError."""
+    path = tmp_path / "deep.pth"
+    _nested(path, fmt, 5000)
+    with pytest.raises(TorchFormatError, match=f"^{path}: .*nested more than 100 deep"):
+        load_pth(path)
+    _nested(path, fmt, 50)
+    assert len(load_pth(path)["deep"]) == 1
+
+
+def test_pth_size_and_stride_of_different_lengths(tmp_path):
+    """A ValueError from numpy's as_strided escaped a legacy file's deferred rebuild."""
+    path = tmp_path / "strides.pth"
+    write_legacy(path, {"w": Tensor(Storage("0", np.zeros(6, np.float32)), 0, (2, 3), (1,))})
+    with pytest.raises(TorchFormatError, match=f"^{path}: .*stride \\(1,\\), one per dim"):
+        load_pth(path)
+
+
+def test_pth_errors_quoting_values_are_one_line(tmp_path):
+    """A persistent id holding an array was quoted with its repr over several lines."""
+    import io
+    import zipfile
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            is_marker = isinstance(obj, str) and obj == "marker"
+            return ("nonsense", np.arange(200)) if is_marker else None
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=2).dump({"w": "marker"})
+    path = tmp_path / "pid.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", buffer.getvalue())
+    with pytest.raises(TorchFormatError, match=f"^{path}: unexpected persistent id") as info:
+        load_pth(path)
+    assert "\n" not in str(info.value)
