@@ -7,17 +7,15 @@ they come back as QTensor. Only numpy's reconstructors are admitted.
 
 >>> state = load_megengine("resnet50_fbaug_76254_4e14b7d1.pkl")
 """
-import codecs
 from collections import OrderedDict
 
 import numpy as np
 
-from tianyuan.io import NUMPY_GLOBALS, safe_unpickle
+from tianyuan.io import BYTES_GLOBALS, NUMPY_GLOBALS, safe_unpickle
 
 from .qtensor import QTensor
 
-_ALLOWED = {**NUMPY_GLOBALS, ("_codecs", "encode"): codecs.encode,
-            ("collections", "OrderedDict"): OrderedDict}
+_ALLOWED = {**NUMPY_GLOBALS, **BYTES_GLOBALS, ("collections", "OrderedDict"): OrderedDict}
 # MegEngine quantized dtype names -> ours.
 _QUANT_NAMES = {"QuantizedS8": "qint8", "Quantized8Asymm": "quint8", "QuantizedS32": "qint32",
                 "QuantizedS4": "qint4", "Quantized4Asymm": "quint4", "QuantizedS16": "qint16"}
@@ -26,28 +24,32 @@ _QUANT_NAMES = {"QuantizedS8": "qint8", "Quantized8Asymm": "quint8", "QuantizedS
 def load_megengine(path):
     """Unpickle a MegEngine file; quantized arrays become QTensor (per-tensor scale)."""
     obj = safe_unpickle(path, allowed=_ALLOWED, encoding="latin1")
-    return _convert(obj)
+    return _convert(obj, str(path))
 
 
-def _convert(obj):
+def _convert(obj, source):
     if isinstance(obj, np.ndarray):
-        return _maybe_quantized(obj)
+        return _maybe_quantized(obj, source)
     if isinstance(obj, dict):
         out = type(obj)() if isinstance(obj, OrderedDict) else {}
         for key, value in obj.items():
-            out[key] = _convert(value)
+            out[key] = _convert(value, source)
         return out
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_convert(v) for v in obj)
+        return type(obj)(_convert(v, source) for v in obj)
     return obj
 
 
-def _maybe_quantized(array):
+def _maybe_quantized(array, source):
     meta = (array.dtype.metadata or {}).get("mgb_dtype")
     if not meta:
         return array
-    name = meta.get("name", "")
+    try:
+        name, scale = str(meta.get("name", "")), np.float64(meta["scale"])
+        zero = np.int64(meta.get("zero_point", 0))
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"{source}: a quantized array's dtype metadata {str(meta)[:100]!r} is "
+                         "not {'name', 'scale'[, 'zero_point']} "
+                         f"({type(error).__name__}: {error})") from None
     values = array.view(np.dtype(array.dtype.str))  # drop the metadata
-    zero = np.int64(meta.get("zero_point", 0))
-    return QTensor(values, np.asarray(np.float64(meta["scale"])), np.asarray(zero), -1,
-                   _QUANT_NAMES.get(name, name))
+    return QTensor(values, np.asarray(scale), np.asarray(zero), -1, _QUANT_NAMES.get(name, name))

@@ -301,3 +301,23 @@ def test_pth_errors_quoting_values_are_one_line(tmp_path):
     with pytest.raises(TorchFormatError, match=f"^{path}: unexpected persistent id") as info:
         load_pth(path)
     assert "\n" not in str(info.value)
+
+
+def test_megengine_codecs_encode_admits_latin1_only(tmp_path):
+    path = tmp_path / "codec.pkl"
+    path.write_bytes(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00xX\x09\x00\x00\x00os.system"
+                     b"\x86R.")
+    with pytest.raises(UnpicklingRefused, match=f"^{path}: refusing _codecs.encode"):
+        load_megengine(path)
+
+
+@pytest.mark.parametrize("meta", [{"name": "QuantizedS8"}, {"name": "QuantizedS8", "scale": "x"},
+                                  ["QuantizedS8"]])
+def test_megengine_quantized_metadata_without_a_scale(tmp_path, meta):
+    """A KeyError (or TypeError, AttributeError) escaped the quantized dtype's metadata."""
+    path = tmp_path / "q.pkl"
+    with open(path, "wb") as handle:
+        pickle.dump({"q": np.zeros(2, np.dtype("int8", metadata={"mgb_dtype": meta}))}, handle,
+                    protocol=2)
+    with pytest.raises(ValueError, match=f"^{path}: a quantized array's dtype metadata"):
+        load_megengine(path)
