@@ -15,7 +15,7 @@ import numpy as np
 
 from ..io import load as load_file
 from ..io import save as save_file
-from ..io.serialization import SerializationError
+from ..io.serialization import SerializationError, one_line
 from ..nn.module import Module
 from ..nn.parameter import Parameter
 from ..quantization.qarray import wrap
@@ -77,7 +77,7 @@ def load(path):
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError,
             RecursionError, MemoryError) as error:
         raise SerializationError(f"runtime.load: {path} is not a well-formed graph file "
-                                 f"({type(error).__name__}: {error})") from error
+                                 f"({type(error).__name__}: {one_line(error)})") from error
     _trial(graph, path)
     return graph
 
@@ -234,7 +234,7 @@ def _trial(graph, path):
             except Exception as error:
                 raise SerializationError(
                     f"runtime.load: {path}: step '{step.name}' ({step.type}) cannot run: "
-                    f"{type(error).__name__}: {str(error)[:300]} (a damaged or edited "
+                    f"{type(error).__name__}: {one_line(error)} (a damaged or edited "
                     "graph file?)") from None
             for i in frees:
                 v[i] = None

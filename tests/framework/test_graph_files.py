@@ -75,6 +75,16 @@ def test_an_edited_int8_graph_is_refused_at_load(int8_file, tmp_path, edit, says
         ty.runtime.load(edited)
 
 
+def test_a_binding_refusing_a_value_is_one_line(int8_file, tmp_path):
+    """Found by tests/test_fuzz_files.py: a padding of 10**30 made the int8 conv's binding
+    raise a TypeError listing its signatures and the weights, over many lines."""
+    edited = _edited(int8_file, tmp_path, lambda d: _module(d, ".ConvBnReLU62d")["config"]
+                     .__setitem__("padding", (1, 1, 1, 10 ** 30)))
+    with pytest.raises(SerializationError, match=f"runtime.load: {edited}.*TypeError") as info:
+        ty.runtime.load(edited)
+    assert "\n" not in str(info.value)
+
+
 def test_the_unedited_file_loads_and_runs(int8_file):
     graph = ty.runtime.load(int8_file)
     assert graph(batch(1)).shape == (2, 10)
