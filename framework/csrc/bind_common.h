@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "bind_geometry.h"
 #include "im2col.h"
 
 namespace tianyuan {
@@ -20,9 +21,6 @@ namespace py = pybind11;
 
 template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
-
-using Pair = std::pair<int64_t, int64_t>;
-using Quad = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
 // "(2, 3, 4)": an array's shape for error messages.
 inline std::string shape_str(const py::array& a) {
@@ -47,9 +45,10 @@ py::array dispatch_float(const char* op, const char* arg, const py::array& a, F3
                           std::string(py::str(a.dtype())));
 }
 
-// Checked geometry (kernel, stride, dilation >= 1, padding >= 0, kernel fits); errors name `op`.
-Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, int64_t w,
-                             Pair kernel, Pair stride, Quad padding, Pair dilation);
+// A float convolution's geometry over input (N, C, H, W), checked by window_2d (PyTorch's
+// rules: any padding) with its im2col matrix's sizes; errors name `op`.
+Conv2dGeometry make_geometry(const char* op, const Dims& input, Pair kernel, Pair stride,
+                             Quad padding, Pair dilation);
 
 // One per family, each in its own bind_<family>.cpp; bindings.cpp calls them all.
 void bind_runtime(py::module_& m);

@@ -42,9 +42,8 @@ py::array conv2d_gemm(const py::array& x_any, const py::array& w_any, const py::
     F32 scale_arr, shift_arr;
     const ConvEpilogue epi{channel_vector(scale, co, "scale", &scale_arr),
                            channel_vector(shift, co, "shift", &shift_arr), act};
-    const Conv2dGeometry g = make_geometry("conv2d_gemm", x.shape(0), x.shape(1), x.shape(2),
-                                           x.shape(3), {w.shape(2), w.shape(3)}, stride,
-                                           padding, dilation);
+    const Conv2dGeometry g = make_geometry("conv2d_gemm", dims_of(x), {w.shape(2), w.shape(3)},
+                                           stride, padding, dilation);
     F32 out({g.n, co, g.out_h(), g.out_w()});
     {
         py::gil_scoped_release release;
@@ -61,9 +60,8 @@ py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_an
     if (x.ndim() != 4 || gy.ndim() != 4)
         throw py::value_error("conv2d_gemm_weight_grad: need x (N, C, H, W) and gy (N, Co, "
                               "out_h, out_w)");
-    const Conv2dGeometry g = make_geometry("conv2d_gemm_weight_grad", x.shape(0), x.shape(1),
-                                           x.shape(2), x.shape(3), kernel, stride, padding,
-                                           dilation);
+    const Conv2dGeometry g = make_geometry("conv2d_gemm_weight_grad", dims_of(x), kernel,
+                                           stride, padding, dilation);
     if (gy.shape(0) != g.n || gy.shape(2) != g.out_h() || gy.shape(3) != g.out_w())
         throw py::value_error("conv2d_gemm_weight_grad: gy must be (" + std::to_string(g.n) +
                               ", Co, " + std::to_string(g.out_h()) + ", " +

@@ -31,8 +31,8 @@ py::array forward_typed(const py::array& x_any, const py::array& w_any, const py
         if (b.ndim() != 1 || b.shape(0) != x.shape(1))
             throw py::value_error(std::string(op) + ": bias must be (C,), got " + shape_str(b));
     }
-    const Conv2dGeometry g = make_geometry(op, x.shape(0), x.shape(1), x.shape(2), x.shape(3),
-                                           {w.shape(2), w.shape(3)}, stride, padding, dilation);
+    const Conv2dGeometry g = make_geometry(op, dims_of(x), {w.shape(2), w.shape(3)}, stride,
+                                           padding, dilation);
     Array<T> out({g.n, g.c, g.out_h(), g.out_w()});
     const T* bias = b_any.is_none() ? nullptr : b.data();
     py::gil_scoped_release release;
@@ -46,8 +46,9 @@ py::array backward_input_typed(const py::array& gy_any, const py::array& w_any, 
     const char* op = "depthwise_conv2d_backward_input";
     Array<T> gy = Array<T>::ensure(gy_any), w = Array<T>::ensure(w_any);
     auto [n, c, h, wd] = shape;
+    checked_shape(op, "input_shape", dims_of(shape));
     check_weight(op, w, c);
-    const Conv2dGeometry g = make_geometry(op, n, c, h, wd, {w.shape(2), w.shape(3)}, stride,
+    const Conv2dGeometry g = make_geometry(op, dims_of(shape), {w.shape(2), w.shape(3)}, stride,
                                            padding, dilation);
     if (gy.ndim() != 4 || gy.shape(0) != n || gy.shape(1) != c || gy.shape(2) != g.out_h() ||
         gy.shape(3) != g.out_w())
@@ -67,8 +68,7 @@ py::array backward_weight_typed(const py::array& x_any, const py::array& gy_any,
     Array<T> x = Array<T>::ensure(x_any), gy = Array<T>::ensure(gy_any);
     if (x.ndim() != 4) throw py::value_error(std::string(op) + ": x must be (N, C, H, W), got " +
                                              shape_str(x));
-    const Conv2dGeometry g = make_geometry(op, x.shape(0), x.shape(1), x.shape(2), x.shape(3),
-                                           kernel, stride, padding, dilation);
+    const Conv2dGeometry g = make_geometry(op, dims_of(x), kernel, stride, padding, dilation);
     if (gy.ndim() != 4 || gy.shape(0) != g.n || gy.shape(1) != g.c ||
         gy.shape(2) != g.out_h() || gy.shape(3) != g.out_w())
         throw py::value_error(std::string(op) + ": grad " + shape_str(gy) +

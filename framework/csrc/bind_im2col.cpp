@@ -9,21 +9,16 @@
 namespace tianyuan {
 namespace bind {
 
-Conv2dGeometry make_geometry(const char* op, int64_t n, int64_t c, int64_t h, int64_t w,
-                             Pair kernel, Pair stride, Quad padding, Pair dilation) {
-    Conv2dGeometry g{n, c, h, w, kernel.first, kernel.second, stride.first, stride.second,
-                     std::get<0>(padding), std::get<1>(padding), std::get<2>(padding),
-                     std::get<3>(padding), dilation.first, dilation.second};
-    const std::string name(op);
-    if (g.kh < 1 || g.kw < 1) throw py::value_error(name + ": kernel must be >= 1");
-    if (g.sh < 1 || g.sw < 1) throw py::value_error(name + ": stride must be >= 1");
-    if (g.dh < 1 || g.dw < 1) throw py::value_error(name + ": dilation must be >= 1");
-    if (g.pt < 0 || g.pb < 0 || g.pl < 0 || g.pr < 0)
-        throw py::value_error(name + ": padding must be >= 0");
-    if (g.h + g.pt + g.pb < g.dh * (g.kh - 1) + 1 || g.w + g.pl + g.pr < g.dw * (g.kw - 1) + 1)
-        throw py::value_error(name + ": kernel (" + std::to_string(g.kh) + ", " +
-                              std::to_string(g.kw) + ") with dilation is larger than the padded "
-                              "input (" + std::to_string(g.h) + ", " + std::to_string(g.w) + ")");
+Conv2dGeometry make_geometry(const char* op, const Dims& input, Pair kernel, Pair stride,
+                             Quad padding, Pair dilation) {
+    const Window2d out = window_2d(op, input, kernel, stride, padding, dilation, PadRule::any);
+    const Conv2dGeometry g{input.d[0], input.d[1], input.d[2], input.d[3], kernel.first,
+                           kernel.second, stride.first, stride.second, std::get<0>(padding),
+                           std::get<1>(padding), std::get<2>(padding), std::get<3>(padding),
+                           dilation.first, dilation.second};
+    // the column matrix (C * kh * kw, N * oh * ow) its kernels index
+    checked_mul(g.c, checked_mul(g.kh, g.kw, op, "the kernel"), op, "im2col rows");
+    checked_mul(g.n, checked_mul(out.oh, out.ow, op, "the output plane"), op, "im2col columns");
     return g;
 }
 
@@ -35,8 +30,8 @@ py::array im2col_typed(const py::array& x_any, Pair kernel, Pair stride, Quad pa
     Array<T> x = Array<T>::ensure(x_any);
     if (x.ndim() != 4) throw py::value_error("im2col: x must be 4-D (N, C, H, W), got " +
                                              std::to_string(x.ndim()) + "-D");
-    const Conv2dGeometry g = make_geometry("im2col", x.shape(0), x.shape(1), x.shape(2),
-                                           x.shape(3), kernel, stride, padding, dilation);
+    const Conv2dGeometry g = make_geometry("im2col", dims_of(x), kernel, stride, padding,
+                                           dilation);
     Array<T> cols({g.col_rows(), g.col_cols()});
     {
         py::gil_scoped_release release;
@@ -50,7 +45,9 @@ py::array col2im_typed(const py::array& cols_any, std::tuple<int64_t, int64_t, i
                        Pair kernel, Pair stride, Quad padding, Pair dilation) {
     Array<T> cols = Array<T>::ensure(cols_any);
     auto [n, c, h, w] = shape;
-    const Conv2dGeometry g = make_geometry("col2im", n, c, h, w, kernel, stride, padding, dilation);
+    checked_shape("col2im", "input_shape", dims_of(shape));
+    const Conv2dGeometry g = make_geometry("col2im", dims_of(shape), kernel, stride, padding,
+                                           dilation);
     if (cols.ndim() != 2 || cols.shape(0) != g.col_rows() || cols.shape(1) != g.col_cols())
         throw py::value_error("col2im: cols must have shape (" + std::to_string(g.col_rows()) +
                               ", " + std::to_string(g.col_cols()) + ") for input_shape (" +

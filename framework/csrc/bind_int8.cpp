@@ -115,7 +115,17 @@ std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
 
 void int8_check_packed(const Array<int8_t>& packed, const Array<int32_t>& sums, int64_t groups,
                        int64_t n, int64_t k, const char* op) {
-    const int64_t want = groups * int8::packed_size(n, k);
+    // n at most the bytes there are (packed_size(n, k) >= n), so that no size below overflows
+    if (groups < 1 || n < 1 || k < 1 || n > packed.size()) {
+        throw std::invalid_argument(std::string(op) + ": N " + std::to_string(n) + " and K " +
+                                    std::to_string(k) + " must be >= 1, N at most the " +
+                                    std::to_string(packed.size()) + " packed bytes");
+    }
+    const int64_t want = checked_mul(groups,
+                                     checked_mul(int8::round_up(n, int8::kPanel),
+                                                 int8::round_up(k, int8::kGroup), op,
+                                                 "the packed weights"),
+                                     op, "the packed weights");
     if (packed.size() != want || sums.size() != groups * n) {
         throw std::invalid_argument(std::string(op) + ": packed weights of " +
                                     std::to_string(packed.size()) + " bytes and " +
@@ -144,30 +154,17 @@ py::tuple int8_pack(const Array<int8_t>& w) {
     return py::make_tuple(packed, sums);
 }
 
-int8::PoolGeom int8_pool_geom(const py::array& x, std::pair<int64_t, int64_t> k,
-                              std::pair<int64_t, int64_t> s, Quad p) {
+// x (N, C, H, W) pooled: window_2d's checks, padding at most half the kernel (PyTorch's rule:
+// every window holds a pixel); `op` names the binding.
+int8::PoolGeom int8_pool_geom(const char* op, const py::array& x, Pair k, Pair s, Quad p) {
     if (x.ndim() != 4) {
-        throw std::invalid_argument("int8 pool: x must be (N, C, H, W), got " + shape_str(x));
+        throw std::invalid_argument(std::string(op) + ": x must be (N, C, H, W), got " +
+                                    shape_str(x));
     }
-    int8::PoolGeom g{x.shape(0) * x.shape(1), x.shape(2), x.shape(3), k.first, k.second,
-                     s.first, s.second, std::get<0>(p), std::get<1>(p), std::get<2>(p),
-                     std::get<3>(p), 0, 0};
-    const bool fits = g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.pt >= 0 &&
-                      g.pb >= 0 && g.pl >= 0 && g.pr >= 0 && 2 * g.pt <= g.kh &&
-                      2 * g.pb <= g.kh && 2 * g.pl <= g.kw && 2 * g.pr <= g.kw;
-    if (fits) {
-        g.oh = (g.h + g.pt + g.pb - g.kh) / g.sh + 1;
-        g.ow = (g.w + g.pl + g.pr - g.kw) / g.sw + 1;
-    }
-    if (!fits || g.oh < 1 || g.ow < 1) {
-        throw std::invalid_argument(
-            "int8 pool: kernel (" + std::to_string(g.kh) + ", " + std::to_string(g.kw) +
-            "), stride (" + std::to_string(g.sh) + ", " + std::to_string(g.sw) +
-            "), padding (" + std::to_string(g.pt) + ", " + std::to_string(g.pb) + ", " +
-            std::to_string(g.pl) + ", " + std::to_string(g.pr) + ") do not fit input " +
-            shape_str(x) + " (padding at most half the kernel)");
-    }
-    return g;
+    const Window2d out = window_2d(op, dims_of(x), k, s, p, {1, 1}, PadRule::half_extent);
+    return {x.shape(0) * x.shape(1), x.shape(2), x.shape(3), k.first, k.second, s.first,
+            s.second, std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p), out.oh,
+            out.ow};
 }
 
 void bind_int8_gemm(py::module_& m) {
@@ -304,9 +301,8 @@ void bind_int8_eltwise(py::module_& m) {
     }, "parts u8/s8, each requantized (zero point, multiplier, shift) to the output's zero "
        "point and joined along axis; shuffle: parts (N, k, H, W) of one shape interleaved "
        "along axis 1 (channel_shuffle after the concat)");
-    m.def("int8_max_pool2d", [](const py::array& x, std::pair<int64_t, int64_t> k,
-                                std::pair<int64_t, int64_t> s, Quad p) {
-        const int8::PoolGeom g = int8_pool_geom(x, k, s, p);
+    m.def("int8_max_pool2d", [](const py::array& x, Pair k, Pair s, Quad p) {
+        const int8::PoolGeom g = int8_pool_geom("int8_max_pool2d", x, k, s, p);
         const int8::QIn in = int8_input(x, 0, "int8_max_pool2d");
         py::array out = int8_output(in.is_signed, {x.shape(0), x.shape(1), g.oh, g.ow});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
@@ -314,8 +310,7 @@ void bind_int8_eltwise(py::module_& m) {
         int8::max_pool2d(in, g, o);
         return out;
     });
-    m.def("int8_max_pool2d_nhwc", [](const py::array& x, std::pair<int64_t, int64_t> k,
-                                     std::pair<int64_t, int64_t> s, Quad p) {
+    m.def("int8_max_pool2d_nhwc", [](const py::array& x, Pair k, Pair s, Quad p) {
         if (x.ndim() != 4) {
             throw std::invalid_argument("int8_max_pool2d_nhwc: x must be (N, H, W, C), got " +
                                         shape_str(x));
@@ -323,7 +318,7 @@ void bind_int8_eltwise(py::module_& m) {
         // the pool geometry of x seen as (N, C, H, W), then per image
         const int64_t c = x.shape(3);
         const py::array nchw = x.attr("transpose")(0, 3, 1, 2);
-        int8::PoolGeom g = int8_pool_geom(nchw, k, s, p);
+        int8::PoolGeom g = int8_pool_geom("int8_max_pool2d_nhwc", nchw, k, s, p);
         g.planes = x.shape(0);
         const int8::QIn in = int8_input(x, 0, "int8_max_pool2d_nhwc");
         py::array out = int8_output(in.is_signed, {x.shape(0), g.oh, g.ow, c});
@@ -339,9 +334,10 @@ void bind_int8_eltwise(py::module_& m) {
         }
         const int8::QIn in = int8_input(x, zp, "int8_avg_pool_global_nhwc");
         const int64_t n = x.shape(0), hw = x.shape(1) * x.shape(2), c = x.shape(3);
-        if (hw < 1) {
+        // int32 sums of up to 2^23 bytes (255 x 2^23 < 2^31)
+        if (hw < 1 || hw > (int64_t{1} << 23)) {
             throw std::invalid_argument("int8_avg_pool_global_nhwc: x " + shape_str(x) +
-                                        " has no pixels");
+                                        " must have 1 to 2^23 pixels an image");
         }
         py::array out = int8_output(in.is_signed, {n, c, 1, 1});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
@@ -364,9 +360,9 @@ void bind_int8_eltwise(py::module_& m) {
                                int8::Border{0, 0, 0, 0, 0}, o);
         return out;
     }, "x u8/s8 (N, C, H, W) C-contiguous -> the same values as (N, H, W, C)");
-    m.def("int8_avg_pool2d", [](const py::array& x, int zp, std::pair<int64_t, int64_t> k,
-                                std::pair<int64_t, int64_t> s, Quad p, bool include_pad) {
-        const int8::PoolGeom g = int8_pool_geom(x, k, s, p);
+    m.def("int8_avg_pool2d", [](const py::array& x, int zp, Pair k, Pair s, Quad p,
+                                bool include_pad) {
+        const int8::PoolGeom g = int8_pool_geom("int8_avg_pool2d", x, k, s, p);
         const int8::QIn in = int8_input(x, zp, "int8_avg_pool2d");
         py::array out = int8_output(in.is_signed, {x.shape(0), x.shape(1), g.oh, g.ow});
         auto* o = static_cast<uint8_t*>(out.mutable_data());

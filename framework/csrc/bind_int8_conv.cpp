@@ -21,10 +21,11 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
-// Conv layout (int8_cgemm.h): groups * OCg * Kp bytes.
+// Conv layout (int8_cgemm.h): groups * OCg * Kp bytes (the sizes taken by int8_weights_k).
 void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& sums,
                             int64_t groups, int64_t n, int64_t k) {
-    const int64_t want = groups * n * int8::round_up(k, int8::kGroup);
+    const int64_t want =
+        checked_mul(groups * n, int8::round_up(k, int8::kGroup), "int8_conv2d", "the weights");
     if (packed.size() != want || sums.size() != groups * n) {
         throw std::invalid_argument(
             "int8_conv2d: packed weights of " + std::to_string(packed.size()) + " bytes and " +
@@ -32,25 +33,30 @@ void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& s
             std::to_string(groups) + " x OC/groups " + std::to_string(n) + " x K " +
             std::to_string(k) + " (" + std::to_string(want) + " bytes)");
     }
-    if (k > 65793) {
-        throw std::invalid_argument("int8_conv2d: K = C/groups x kh x kw = " + std::to_string(k) +
-                                    " > 65793 may overflow s32");
-    }
 }
 
 // The narrow form of conv weights (int8_cgemm.h, NarrowWeights) as int8_split_narrow returns
-// it, checked against the packed weights' size and OC. The entries themselves are trusted:
-// kernels.PackedWeight makes them with int8_split_narrow and keeps them with the weights.
+// it, checked against the packed weights' size, OC and Kp (K rounded up to quads), and its
+// residual's row offsets (non-decreasing from 0) and k-quads (below Kp / 4) against what they
+// index; once, when the convolution is made.
 using NarrowArrays = std::tuple<Array<int8_t>, Array<int32_t>, Array<int32_t>>;
-int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size, int64_t oc) {
+int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size, int64_t oc,
+                                      int64_t kp) {
     const auto& [w, ptr, res] = n;
-    if (w.size() != packed_size || ptr.size() != oc + 1 || ptr.data()[0] != 0 ||
-        res.size() != 2 * static_cast<int64_t>(ptr.data()[oc])) {
+    const int32_t* p = ptr.data();
+    bool fits = w.size() == packed_size && ptr.size() == oc + 1 && p[0] == 0 &&
+                res.size() == 2 * static_cast<int64_t>(p[oc]);
+    for (int64_t j = 0; fits && j < oc; ++j) fits = p[j] <= p[j + 1];
+    for (int64_t e = 0; fits && e < res.size() / 2; ++e) {
+        fits = res.data()[2 * e] >= 0 && res.data()[2 * e] < kp / int8::kGroup;
+    }
+    if (!fits) {
         throw std::invalid_argument(
             "int8_conv2d: the narrow form (" + std::to_string(w.size()) + " bytes, " +
             std::to_string(ptr.size()) + " row offsets, " + std::to_string(res.size()) +
             " residual words) does not match the packed weights (" +
-            std::to_string(packed_size) + " bytes, OC " + std::to_string(oc) + ")");
+            std::to_string(packed_size) + " bytes, OC " + std::to_string(oc) + ", Kp " +
+            std::to_string(kp) + ")");
     }
     return {w.data(), ptr.data(), res.data()};
 }
@@ -70,38 +76,59 @@ py::tuple int8_pack_conv(const Array<int8_t>& w) {
     return py::make_tuple(packed, sums);
 }
 
-// The geometry of x (N, C, H, W) against weights of shape wshape (OC, C/groups, kh, kw);
-// op names the binding in the messages.
-int8::ConvGeom int8_geom(const py::array& x, Quad wshape, std::pair<int64_t, int64_t> stride,
-                         Quad pad, std::pair<int64_t, int64_t> dil, int64_t groups,
-                         const char* op) {
+// Weights of shape wshape (OC, C/groups, kh, kw) in `groups` groups: every size >= 1, OC a
+// multiple of groups, K = C/groups x kh x kw at most 65793 (the s32 sums cannot overflow);
+// K. Checked once, where the weights are taken.
+int64_t int8_weights_k(Quad wshape, int64_t groups, const char* op) {
+    const auto [oc, cg, kh, kw] = wshape;
+    if (oc < 1 || cg < 1 || kh < 1 || kw < 1 || groups < 1 || oc % groups) {
+        throw std::invalid_argument(std::string(op) + ": weights " + dims_of(wshape).str() +
+                                    " in " + std::to_string(groups) + " groups: every size "
+                                    "must be >= 1 and OC a multiple of groups");
+    }
+    const int64_t k = checked_mul(checked_mul(cg, kh, op, "K"), kw, op, "K");
+    if (k > 65793) {
+        throw std::invalid_argument(std::string(op) + ": K = C/groups x kh x kw = " +
+                                    std::to_string(k) + " > 65793 may overflow s32");
+    }
+    return k;
+}
+
+// The geometry of x (N, C, H, W) against weights of shape wshape (OC, C/groups, kh, kw), taken
+// by int8_weights_k: C = C/groups x groups, then window_2d's checks (any padding, as
+// PyTorch's: the engines take windows wholly in the padding); op names the binding in the
+// messages.
+int8::ConvGeom int8_geom(const py::array& x, Quad wshape, Pair stride, Quad pad, Pair dil,
+                         int64_t groups, const char* op) {
     if (x.ndim() != 4) {
         throw std::invalid_argument(std::string(op) + ": x must be (N, C, H, W), got " +
                                     shape_str(x));
     }
     const auto [oc, cg, kh, kw] = wshape;
     const auto [pt, pb, pl, pr] = pad;
-    const auto describe = [&] {
-        return std::string(op) + ": input " + shape_str(x) + ", weights (" +
-               std::to_string(oc) + ", " + std::to_string(cg) + ", " + std::to_string(kh) +
-               ", " + std::to_string(kw) + "), groups " + std::to_string(groups) +
-               ", stride (" + std::to_string(stride.first) + ", " +
-               std::to_string(stride.second) + "), dilation (" + std::to_string(dil.first) +
-               ", " + std::to_string(dil.second) + "), padding (" + std::to_string(pt) + ", " +
-               std::to_string(pb) + ", " + std::to_string(pl) + ", " + std::to_string(pr) + ")";
-    };
-    if (groups < 1 || x.shape(1) != cg * groups || oc % groups || stride.first < 1 ||
-        stride.second < 1 || dil.first < 1 || dil.second < 1 || pt < 0 || pb < 0 || pl < 0 ||
-        pr < 0) {
-        throw std::invalid_argument(describe() + ": channels, groups, strides, dilations or "
-                                    "padding do not fit");
+    if (groups < 1 || oc % groups || x.shape(1) != cg * groups) {
+        throw std::invalid_argument(std::string(op) + ": input " + shape_str(x) + " has " +
+                                    std::to_string(x.shape(1)) + " channels, weights " +
+                                    dims_of(wshape).str() + " in " + std::to_string(groups) +
+                                    " groups take " + std::to_string(cg * groups));
     }
-    int8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), oc, kh, kw, stride.first,
-                     stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, 0, 0};
-    g.oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-    g.ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-    if (g.oh < 1 || g.ow < 1) throw std::invalid_argument(describe() + ": no output positions");
-    return g;
+    Window2d out{};
+    try {
+        out = window_2d(op, dims_of(x), {kh, kw}, stride, pad, dil, PadRule::any);
+    } catch (const std::invalid_argument& e) {  // the message, naming the weights and groups
+        std::string what = e.what();
+        const std::string lead = std::string(op) + ": ", tail = " (input " + shape_str(x) + ")";
+        if (what.rfind(lead, 0) == 0) what.erase(0, lead.size());
+        if (what.size() > tail.size() && what.compare(what.size() - tail.size(), tail.size(),
+                                                      tail) == 0) {
+            what.erase(what.size() - tail.size());
+        }
+        throw std::invalid_argument(lead + "input " + shape_str(x) + ", weights " +
+                                    dims_of(wshape).str() + ", groups " +
+                                    std::to_string(groups) + ": " + what);
+    }
+    return {x.shape(0), x.shape(1), x.shape(2), x.shape(3), oc, kh, kw, stride.first,
+            stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, out.oh, out.ow};
 }
 
 // A convolution with everything but its input fixed and checked once, so that a call converts
@@ -129,6 +156,7 @@ class Int8Conv {
                                             "got " + shape_str(w));
             }
             wshape_ = {w.shape(0), 1, w.shape(2), w.shape(3)};
+            int8_weights_k(wshape_, 1, op_);
             const int64_t n = w.shape(0), kh = w.shape(2), kw = w.shape(3);
             dw_words_.resize(static_cast<size_t>(n * kh * int8::depthwise_words_per_row(kw)));
             dw_sums_.resize(static_cast<size_t>(n));
@@ -140,20 +168,18 @@ class Int8Conv {
                                             "got " +
                                             std::to_string(algo));
             }
-            if (groups < 1 || oc % groups) {
-                throw std::invalid_argument("int8_conv2d: OC " + std::to_string(oc) +
-                                            " does not split into " + std::to_string(groups) +
-                                            " groups");
-            }
+            const int64_t k = int8_weights_k(wshape, groups, op_);
             if (!sums) throw std::invalid_argument("int8_conv2d: the row sums are missing");
             sums_ = *sums;
-            int8_check_conv_packed(w, sums_, groups, oc / groups, cg * kh * kw);
+            int8_check_conv_packed(w, sums_, groups, oc / groups, k);
             if (amx && amx->size() != int8::amx_packed_size(oc, cg * groups, kh * kw)) {
                 throw std::invalid_argument("int8_conv2d: AMX weights have " +
                                             std::to_string(amx->size()) + " bytes, expected " +
                                             std::to_string(oc * cg * groups * kh * kw));
             }
-            if (narrow_) nw_ = int8_check_narrow(*narrow_, w.size(), oc);
+            if (narrow_) {
+                nw_ = int8_check_narrow(*narrow_, w.size(), oc, int8::round_up(k, int8::kGroup));
+            }
             if (nhwc_ && (groups != 1 ||
                           nhwc_->size() != int8::nhwc_packed_size(oc, cg, kh, kw))) {
                 throw std::invalid_argument(
@@ -254,6 +280,10 @@ class Int8Conv {
                 std::to_string(strides[2]) + ", " + std::to_string(strides[3]) +
                 ") must have its channels side by side, or be C-contiguous");
         }
+        // C-contiguous x's padded channels-last copy (the plane is within kMaxPlane)
+        const int64_t padded = checked_mul(checked_mul(g.n, g.c, op, "the padded copy"),
+                                           (g.h + g.pt + g.pb) * (g.w + g.pl + g.pr), op,
+                                           "the padded copy");
         py::array out = int8_output(r_.out_signed, {g.n, g.oh, g.ow, g.oc});
         auto* o = static_cast<uint8_t*>(out.mutable_data());
         py::gil_scoped_release unlocked;
@@ -280,7 +310,7 @@ class Int8Conv {
         gp.h += g.pt + g.pb;
         gp.w += g.pl + g.pr;
         gp.pt = gp.pb = gp.pl = gp.pr = 0;
-        std::unique_ptr<uint8_t[]> xp(new uint8_t[g.n * gp.h * gp.w * g.c]);
+        std::unique_ptr<uint8_t[]> xp(new uint8_t[padded]);
         int8::to_channels_last(in.data, g.n, g.c, g.h, g.w,
                                {g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zp)}, xp.get());
         const int64_t ps[4] = {gp.h * gp.w * g.c, 1, gp.w * g.c, g.c};
@@ -356,7 +386,8 @@ void bind_int8_conv(py::module_& m) {
     m.def("int8_split_narrow", [](const Array<int8_t>& packed, int64_t groups, int64_t ocg,
                                   int64_t kp) {
         if (groups < 1 || ocg < 1 || kp < 1 || kp % int8::kGroup ||
-            packed.size() != groups * ocg * kp) {
+            packed.size() != checked_mul(checked_mul(groups, ocg, "int8_split_narrow", "OC"),
+                                         kp, "int8_split_narrow", "the packed weights")) {
             throw std::invalid_argument("int8_split_narrow: packed has " +
                                         std::to_string(packed.size()) + " bytes, not groups " +
                                         std::to_string(groups) + " x OC/groups " +

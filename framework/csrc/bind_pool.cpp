@@ -1,6 +1,5 @@
 // pybind11 glue: max, average and adaptive average pooling (framework/csrc/pool.h).
 #include <algorithm>
-#include <climits>
 #include <string>
 #include <tuple>
 
@@ -12,26 +11,24 @@ namespace tianyuan {
 namespace bind {
 namespace {
 
-Pool2dGeometry max_geometry(const py::array& x, Pair kernel, Pair stride, Pair padding,
-                            Pair dilation, Pair out_size) {
-    if (x.ndim() != 4) throw py::value_error("max_pool2d: x must be 4-D (N, C, H, W), got " +
-                                             std::to_string(x.ndim()) + "-D");
-    const Pool2dGeometry g{x.shape(0), x.shape(1), x.shape(2), x.shape(3),
-                           kernel.first, kernel.second, stride.first, stride.second,
-                           padding.first, padding.second, dilation.first, dilation.second,
-                           out_size.first, out_size.second};
-    if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 ||
-        g.pw < 0 || g.out_h < 1 || g.out_w < 1 || g.h * g.w > INT32_MAX)
-        throw py::value_error("max_pool2d: kernel, stride, dilation and out_size must be >= 1, "
-                              "padding >= 0, and the plane under 2^31 pixels");
-    return g;
+// Checked (window_2d's rules with PyTorch's padding of at most half the kernel; out_size its
+// floor or ceil_mode size); errors name `op`.
+Pool2dGeometry max_geometry(const char* op, const py::array& x, Pair kernel, Pair stride,
+                            Pair padding, Pair dilation, Pair out_size) {
+    if (x.ndim() != 4) throw py::value_error(std::string(op) + ": x must be 4-D (N, C, H, W), " +
+                                             "got " + shape_str(x));
+    check_pool_out(op, dims_of(x), kernel, stride, padding, dilation, out_size);
+    return {x.shape(0), x.shape(1), x.shape(2), x.shape(3), kernel.first, kernel.second,
+            stride.first, stride.second, padding.first, padding.second, dilation.first,
+            dilation.second, out_size.first, out_size.second};
 }
 
 template <typename T>
 py::tuple max_pool2d_typed(const py::array& x_any, Pair kernel, Pair stride, Pair padding,
                            Pair dilation, Pair out_size) {
     Array<T> x = Array<T>::ensure(x_any);
-    const Pool2dGeometry g = max_geometry(x, kernel, stride, padding, dilation, out_size);
+    const Pool2dGeometry g =
+        max_geometry("max_pool2d", x, kernel, stride, padding, dilation, out_size);
     Array<T> out({g.n, g.c, g.out_h, g.out_w});
     Array<int32_t> argmax({g.n, g.c, g.out_h, g.out_w});
     {
@@ -45,7 +42,8 @@ template <typename T>
 py::array max_pool2d_values_typed(const py::array& x_any, Pair kernel, Pair stride,
                                   Pair padding, Pair dilation, Pair out_size) {
     Array<T> x = Array<T>::ensure(x_any);
-    const Pool2dGeometry g = max_geometry(x, kernel, stride, padding, dilation, out_size);
+    const Pool2dGeometry g =
+        max_geometry("max_pool2d_values", x, kernel, stride, padding, dilation, out_size);
     Array<T> out({g.n, g.c, g.out_h, g.out_w});
     py::gil_scoped_release release;
     max_pool2d_values<T>(x.data(), g, out.mutable_data());
@@ -58,6 +56,8 @@ py::array max_pool2d_backward_typed(const py::array& grad_any, const py::array& 
     Array<T> grad = Array<T>::ensure(grad_any);
     Array<int32_t> argmax = Array<int32_t>::ensure(argmax_any);
     auto [n, c, h, w] = shape;
+    checked_shape("max_pool2d_backward", "input_shape", dims_of(shape));
+    check_plane("max_pool2d_backward", "the input plane", h, w);
     if (grad.ndim() != 4 || grad.shape(0) != n || grad.shape(1) != c)
         throw py::value_error("max_pool2d_backward: grad must be (N, C, out_h, out_w) with N, C "
                               "of input_shape");
@@ -66,26 +66,38 @@ py::array max_pool2d_backward_typed(const py::array& grad_any, const py::array& 
         throw py::value_error("max_pool2d_backward: argmax must have grad's shape");
     const Pool2dGeometry g{n, c, h, w, 1, 1, 1, 1, 0, 0, 1, 1, grad.shape(2), grad.shape(3)};
     Array<T> gx({n, c, h, w});
+    int64_t outside = 0;
     {
         py::gil_scoped_release release;
-        max_pool2d_backward<T>(grad.data(), argmax.data(), g, gx.mutable_data());
+        outside = max_pool2d_backward<T>(grad.data(), argmax.data(), g, gx.mutable_data());
     }
+    if (outside)
+        throw py::value_error("max_pool2d_backward: " + std::to_string(outside) + " argmax "
+                              "entries lie outside the (" + std::to_string(h) + ", " +
+                              std::to_string(w) + ") plane of input_shape");
     return gx;
 }
 using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
-// Mean pooling geometry; adaptive when kernel is (0, 0). Errors name `op`.
+// Mean pooling geometry, checked as max_geometry's (dilation 1); adaptive when kernel is
+// (0, 0): then a non-empty image and out_size, its plane and the kernels' scratch (H x out_w)
+// within kMaxPlane. Errors name `op`.
 Pool2dGeometry mean_geometry(const char* op, Shape in, Pair kernel, Pair stride, Pair padding,
                              Pair out_size) {
     auto [n, c, h, w] = in;
     const Pool2dGeometry g{n, c, h, w, kernel.first, kernel.second, stride.first, stride.second,
                            padding.first, padding.second, 1, 1, out_size.first, out_size.second};
-    const bool adaptive = g.kh == 0 && g.kw == 0;
-    if (g.h < 1 || g.w < 1 || g.out_h < 1 || g.out_w < 1 ||
-        (!adaptive && (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.ph < 0 || g.pw < 0 ||
-                       2 * g.ph > g.kh || 2 * g.pw > g.kw)))
-        throw py::value_error(std::string(op) + ": need a non-empty image and out_size, kernel "
-                              "and stride >= 1, 0 <= padding <= kernel / 2");
+    checked_shape(op, "input_shape", dims_of(in));
+    if (g.kh != 0 || g.kw != 0) {
+        check_pool_out(op, dims_of(in), kernel, stride, padding, {1, 1}, out_size);
+        return g;
+    }
+    if (g.h < 1 || g.w < 1 || g.out_h < 1 || g.out_w < 1)
+        throw py::value_error(std::string(op) + ": need a non-empty image and out_size >= 1, "
+                              "got input " + dims_of(in).str() + ", out_size (" +
+                              std::to_string(g.out_h) + ", " + std::to_string(g.out_w) + ")");
+    check_plane(op, "out_size", g.out_h, g.out_w);
+    check_plane(op, "the input's rows by out_size's columns", g.h, g.out_w);
     return g;
 }
 

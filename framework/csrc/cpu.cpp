@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -124,6 +126,10 @@ const char* isa_name(Isa isa) {
 }
 
 double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step) {
+    if (steps < 1 || steps > kPeakStepsMax) {
+        throw std::invalid_argument("peak: steps must be in [1, 2^31], got " +
+                                    std::to_string(steps));
+    }
     std::atomic<int64_t> sink{0};
     int threads = 1;
     const auto t0 = std::chrono::steady_clock::now();

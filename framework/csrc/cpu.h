@@ -40,7 +40,9 @@ bool set_isa(Isa isa);
 const char* isa_name(Isa isa);
 // Operations per second of `loop(steps)` run on every OpenMP thread at once, ops_per_step
 // each step: the shared timing of the register-only peak loops (vnni_peak, fma_peak, ...);
-// `loop` returns a checksum that keeps it from being optimised away.
+// `loop` returns a checksum that keeps it from being optimised away. steps in [1,
+// kPeakStepsMax] (seconds at the most), else std::invalid_argument.
+constexpr int64_t kPeakStepsMax = int64_t{1} << 31;
 double peak_ops(int64_t (*loop)(int64_t), int64_t steps, double ops_per_step);
 
 }  // namespace tianyuan

@@ -63,12 +63,10 @@ void max_pool_nhwc(const T* x, const PoolGeom& g, int64_t c, T lowest, T* out) {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
             T* o = out + (r * g.ow + ox) * c;
             for (int64_t ch = 0; ch < c; ++ch) o[ch] = lowest;
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-                const int64_t iy = oy * g.sh - g.pt + ky;
-                if (iy < 0 || iy >= g.h) continue;
-                for (int64_t kx = 0; kx < g.kw; ++kx) {
-                    const int64_t ix = ox * g.sw - g.pl + kx;
-                    if (ix < 0 || ix >= g.w) continue;
+            const WindowSpan rows = window_span(oy * g.sh - g.pt, g.kh, g.h);
+            const WindowSpan cols = window_span(ox * g.sw - g.pl, g.kw, g.w);
+            for (int64_t iy = rows.lo; iy < rows.hi; ++iy) {
+                for (int64_t ix = cols.lo; ix < cols.hi; ++ix) {
                     const T* p = x + ((n * g.h + iy) * g.w + ix) * c;
                     for (int64_t ch = 0; ch < c; ++ch) o[ch] = p[ch] > o[ch] ? p[ch] : o[ch];
                 }

@@ -187,11 +187,14 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
 }
 
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
-    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
+    // the SIMD kernels pad the plane and read every tap: a kernel larger than the image (its
+    // padding up to half of it) takes the loops below, which read only the taps inside
+    const bool inside = g.kh <= g.h && g.kw <= g.w;
+    if (inside && current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
         max_pool2d_avx512(x, g, out);
         return;
     }
-    if (current_isa() >= Isa::avx2 && (g.sw == 1 || g.sw == 2)) {
+    if (inside && current_isa() >= Isa::avx2 && (g.sw == 1 || g.sw == 2)) {
         max_pool2d_avx2(x, g, out);
         return;
     }
@@ -200,14 +203,12 @@ void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
     for (int64_t pl = 0; pl < g.planes; ++pl) {
         const uint8_t* in = x.data + pl * g.h * g.w;
         for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const WindowSpan r = window_span(oy * g.sh - g.pt, g.kh, g.h);
             for (int64_t ox = 0; ox < g.ow; ++ox) {
+                const WindowSpan c = window_span(ox * g.sw - g.pl, g.kw, g.w);
                 uint8_t best = 0;
-                for (int64_t i = 0; i < g.kh; ++i) {
-                    const int64_t iy = oy * g.sh - g.pt + i;
-                    if (iy < 0 || iy >= g.h) continue;
-                    for (int64_t j = 0; j < g.kw; ++j) {
-                        const int64_t ix = ox * g.sw - g.pl + j;
-                        if (ix < 0 || ix >= g.w) continue;
+                for (int64_t iy = r.lo; iy < r.hi; ++iy) {
+                    for (int64_t ix = c.lo; ix < c.hi; ++ix) {
                         const uint8_t v = in[iy * g.w + ix] ^ flip;
                         best = v > best ? v : best;
                     }

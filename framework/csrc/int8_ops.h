@@ -184,6 +184,15 @@ void fake_quantize_run_avx2(const FakeQuantRows& f, int64_t r, int64_t i0, int64
 struct PoolGeom {
     int64_t planes, h, w, kh, kw, sh, sw, pt, pb, pl, pr, oh, ow;
 };
+// The pixels [lo, hi) of a window of k taps from `start` (negative: in the padding) inside
+// [0, size): the loops of the generic pools, whose cost is the image's, not the kernel's.
+struct WindowSpan {
+    int64_t lo, hi;
+};
+static inline WindowSpan window_span(int64_t start, int64_t k, int64_t size) {
+    const int64_t lo = start > 0 ? start : 0, end = start + k < size ? start + k : size;
+    return {lo, end > lo ? end : lo};
+}
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out);
 void max_pool2d_avx512(const QIn& x, const PoolGeom& g, uint8_t* out);
 void max_pool2d_avx2(const QIn& x, const PoolGeom& g, uint8_t* out);

@@ -88,17 +88,18 @@ void max_pool2d_forward(const float* x, const Pool2dGeometry& g, float* out, int
 }
 
 template <typename T>
-void max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx) {
-    max_backward(grad, argmax, g, gx);
+int64_t max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g,
+                            T* gx) {
+    return max_backward(grad, argmax, g, gx);
 }
 
 template <>
-void max_pool2d_backward(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
-                         float* gx) {
+int64_t max_pool2d_backward(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
+                            float* gx) {
     const Isa isa = current_isa();
     if (isa >= Isa::avx512) return pool_max_backward_avx512(grad, argmax, g, gx);
     if (isa >= Isa::avx2) return pool_max_backward_avx2(grad, argmax, g, gx);
-    max_backward(grad, argmax, g, gx);
+    return max_backward(grad, argmax, g, gx);
 }
 
 template <typename T>
@@ -137,8 +138,8 @@ void adaptive_avg_pool2d_backward(const T* grad, const Pool2dGeometry& g, T* gx)
 template void max_pool2d_values<float>(const float*, const Pool2dGeometry&, float*);
 template void max_pool2d_values<double>(const double*, const Pool2dGeometry&, double*);
 template void max_pool2d_forward<double>(const double*, const Pool2dGeometry&, double*, int32_t*);
-template void max_pool2d_backward<double>(const double*, const int32_t*, const Pool2dGeometry&,
-                                          double*);
+template int64_t max_pool2d_backward<double>(const double*, const int32_t*,
+                                             const Pool2dGeometry&, double*);
 #define TY_MEAN(T)                                                                           \
     template void avg_pool2d_forward<T>(const T*, const Pool2dGeometry&, bool, T*);          \
     template void avg_pool2d_backward<T>(const T*, const Pool2dGeometry&, bool, T*);         \

@@ -23,9 +23,10 @@ struct Pool2dGeometry {
 template <typename T>
 void max_pool2d_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax);
 
-// gx (N, C, H, W), fully overwritten: each output gradient added at its argmax.
+// gx (N, C, H, W), fully overwritten: each output gradient added at its argmax; an argmax
+// outside the plane (a caller's bad array) is skipped and counted: the count.
 template <typename T>
-void max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx);
+int64_t max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx);
 
 // Average pooling (dilation 1): mean over the window's in-image pixels divided by PyTorch's
 // count (count_include_pad: the window clipped to the padded input, else to the image; the
@@ -61,7 +62,7 @@ struct PoolTaps {
 #define TY_POOL_ISA(isa)                                                                       \
     void pool_max_forward_##isa(const float* x, const Pool2dGeometry& g, float* out,           \
                                 int32_t* argmax);                                              \
-    void pool_max_backward_##isa(const float* grad, const int32_t* argmax,                     \
+    int64_t pool_max_backward_##isa(const float* grad, const int32_t* argmax,                     \
                                  const Pool2dGeometry& g, float* gx);                          \
     void pool_max_values_##isa(const float* x, int64_t planes, int64_t h, int64_t w,           \
                                int64_t oh, int64_t ow, int64_t kw, int64_t sw,                 \

@@ -8,9 +8,9 @@
 
 namespace tianyuan {
 
-void pool_max_backward_avx2(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
-                            float* gx) {
-    max_backward(grad, argmax, g, gx);
+int64_t pool_max_backward_avx2(const float* grad, const int32_t* argmax,
+                               const Pool2dGeometry& g, float* gx) {
+    return max_backward(grad, argmax, g, gx);
 }
 
 namespace {

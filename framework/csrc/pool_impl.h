@@ -100,19 +100,29 @@ void max_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* argmax) {
     max_forward_by(x, g, out, argmax, max_cells<T>);
 }
 
+// -1 (a window outside the image) adds nothing; an index past the plane is counted (the
+// binding refuses it) and skipped: one compare, as the sign test it replaces.
 template <typename T>
-void max_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx) {
+int64_t max_backward(const T* grad, const int32_t* argmax, const Pool2dGeometry& g, T* gx) {
     const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelMin)
+    int64_t outside = 0;
+#pragma omp parallel for schedule(static) reduction(+ : outside) \
+    if (planes * out_plane >= kParallelMin)
     for (int64_t p = 0; p < planes; ++p) {
         T* dst = gx + p * in_plane;
         for (int64_t k = 0; k < in_plane; ++k) dst[k] = T(0);
         const T* gp = grad + p * out_plane;
         const int32_t* ap = argmax + p * out_plane;
         for (int64_t k = 0; k < out_plane; ++k) {
-            if (ap[k] >= 0) dst[ap[k]] += gp[k];
+            const int64_t at = ap[k];
+            if (static_cast<uint64_t>(at) < static_cast<uint64_t>(in_plane)) {
+                dst[at] += gp[k];
+            } else {
+                outside += at != -1;
+            }
         }
     }
+    return outside;
 }
 
 // Max without argmax (inference), separably: per input row the max over each window's

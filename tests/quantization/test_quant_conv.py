@@ -128,9 +128,9 @@ def test_conv2d_checks_shapes():
 
 
 @pytest.mark.parametrize("geom,says", [
-    (dict(stride=0), r"stride \(0, 0\).*do not fit"),   # had divided by the stride: SIGFPE
+    (dict(stride=0), r"stride \(0, 0\).*must be >= 1"),   # had divided by the stride: SIGFPE
     (dict(padding=-1), r"padding \(-1, -1, -1, -1\)"),
-    (dict(dilation=3), "no output positions"),
+    (dict(dilation=3), "larger than the padded input"),
 ])
 def test_conv2d_geometry_errors_name_the_shapes(geom, says):
     packed = K.pack_weights(np.zeros((4, 3, 3, 3), np.int8))
