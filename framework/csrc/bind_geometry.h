@@ -32,9 +32,19 @@ Dims dims_of(const pybind11::array& a);
 Dims dims_of(std::tuple<int64_t, int64_t, int64_t, int64_t> shape);
 
 // a * b and a + b of non-negative sizes, or std::invalid_argument "op: what ... overflows
-// int64".
-int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what);
-int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what);
+// int64" (inline: a check is a few instructions; the message is made out of line).
+[[noreturn]] void refuse_arithmetic(int64_t a, int64_t b, char sign, const char* op,
+                                    const char* what);
+inline int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what) {
+    int64_t r = 0;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) refuse_arithmetic(a, b, 'x', op, what);
+    return r;
+}
+inline int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what) {
+    int64_t r = 0;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) refuse_arithmetic(a, b, '+', op, what);
+    return r;
+}
 
 // A caller-given shape (N, C, H, W): every dimension >= 0 and its element count within int64;
 // the count. `arg` names it ("input_shape").
