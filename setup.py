@@ -35,6 +35,11 @@ ISA_FLAGS = {
             "-mavx512vbmi", "-mamx-tile", "-mamx-int8"],
 }
 BASE_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
+# TIANYUAN_SANITIZE=address (any -fsanitize= value): an instrumented build for `make
+# asan-test`, in a build folder of its own so that it never mixes objects with the normal one
+# (the process needs the runtime preloaded: LD_PRELOAD=$(gcc -print-file-name=libasan.so)).
+SANITIZE = os.environ.get("TIANYUAN_SANITIZE", "")
+SANITIZE_FLAGS = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g"] if SANITIZE else []
 
 
 def _packages():
@@ -80,9 +85,9 @@ ext = Pybind11Extension(
     # a header change rebuilds the extension (without this an in-place build after editing
     # only a header kept the old .so)
     depends=sorted(glob.glob("framework/csrc/*.h")),
-    extra_compile_args=BASE_FLAGS,
-    extra_link_args=["-fopenmp"],
-    define_macros=[("TIANYUAN_BUILD_FLAGS", '"' + " ".join(BASE_FLAGS) + '"')],
+    extra_compile_args=BASE_FLAGS + SANITIZE_FLAGS,
+    extra_link_args=["-fopenmp"] + SANITIZE_FLAGS,
+    define_macros=[("TIANYUAN_BUILD_FLAGS", '"' + " ".join(BASE_FLAGS + SANITIZE_FLAGS) + '"')],
     cxx_std=17,
 )
 
@@ -94,4 +99,5 @@ setup(
                   "tianyuan.datasets.meta": ["*"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
+    options={"build": {"build_base": f"build/sanitize-{SANITIZE}"}} if SANITIZE else {},
 )
