@@ -129,6 +129,26 @@ def test_retinanet_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
 
 
+def test_retinanet_weights_through_eval_and_detect(shapes_det_root, tmp_path, capsys):
+    # a run's weights, then `tianyuan eval` and `tianyuan detect` as a user types them
+    train.run(det_cfg(shapes_det_root, tmp_path / "run", "trainer.max_iters=1", *RETINANET,
+                      model=()))
+    weights = tmp_path / "run" / "model_final.safetensors"
+    model = ["model=retinanet_resnet18_fpn", "model.num_classes=3", "model.fpn_channels=16",
+             "model.min_size=64", "model.max_size=64", f"weights={weights}"]
+    assert cli.main(["eval", *model, "data=coco_shapes", f"data.root={shapes_det_root}",
+                     f"out={tmp_path / 'eval.json'}", "progress=false"]) == 0
+    result = json.load(open(tmp_path / "eval.json"))
+    assert result["images"] == 16 and "AP50" in result and "AP" in capsys.readouterr().out
+    # an untrained model scores below the model's 0.05: let every score through
+    photo = f"{shapes_det_root}/val/images/000003.png"
+    assert cli.main(["detect", *model, "model.score_thresh=0.0", f"input={photo}",
+                     f"out={tmp_path / 'drawn'}", "threshold=0.0"]) == 0
+    listed = json.load(open(tmp_path / "drawn" / "results.json"))
+    assert listed and {r["category_name"] for r in listed} <= {"circle", "square", "triangle"}
+    assert cv2.imread(str(tmp_path / "drawn" / "000003.png")).shape == (64, 64, 3)
+
+
 def test_keep_empty_false_leaves_negatives_out_with_a_count(shapes_det_root, capsys):
     cfg = det_cfg(shapes_det_root, "unused", "data.keep_empty=false")
     from hydra.utils import instantiate
