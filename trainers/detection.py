@@ -36,8 +36,10 @@ DATA_KINDS = ("coco", "coco_format", "objects365", "shapes")
 LAYOUTS = {
     "coco": {"train": ("train2017", "annotations/instances_train2017.json"),
              "val": ("val2017", "annotations/instances_val2017.json")},
-    "objects365": {"train": ("train", "zhiyuan_objv2_train.json"),
+    "objects365": {"train": ("train", "zhiyuan_objv2_train.json"),     # v2
                    "val": ("val", "zhiyuan_objv2_val.json")},
+    "objects365_v1": {"train": ("train", "objects365_train.json"),
+                      "val": ("val", "objects365_val.json")},
     "shapes": {"train": ("train/images", "train/annotations.json"),
                "val": ("val/images", "val/annotations.json")},
 }
@@ -93,7 +95,8 @@ def detection_dataset(kind, root, split, transform=None, paths=None, version=2,
     """The `split` ("train" or "val") of one of DATA_KINDS as a COCO-format dataset."""
     if kind not in DATA_KINDS:
         raise ValueError(f"detection_dataset: kind must be one of {DATA_KINDS}, got {kind!r}")
-    images, ann_file = split_paths(kind, root, split, paths)
+    layout = "objects365_v1" if kind == "objects365" and version == 1 else kind
+    images, ann_file = split_paths(layout, root, split, paths)
     kwargs = {"transform": transform, "on_error": on_error, "remove_empty": not keep_empty}
     if kind == "objects365":
         return Objects365(images, ann_file, version=version, **kwargs)
