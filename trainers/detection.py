@@ -3,9 +3,10 @@ detector's loss dict, box AP by pycocotools.
 
 The zoo's detectors take a list of [0, 1] RGB images of any size with targets {"boxes"
 (N, 4) xyxy pixels, "labels" (N,)} and return their losses in training, detections in
-eval mode; they resize, normalise and pad inside. So the data here only flips (and, when
-`train_resize` is given, resizes the shorter side: multi-scale training in the data), the
-loader moves uint8 images as per-image lists, and the forward converts them. Training
+eval mode; they resize, normalise and pad inside, and draw a multi-scale training size
+themselves (`model.min_size` a list). So the data here only flips (`train_resize` resizes
+the shorter side in the data instead, for a model that does not), the loader moves uint8
+images as per-image lists, and the forward converts them. Training
 batches group images by aspect ratio (GroupedAspectRatioBatchSampler). Crowd boxes are
 left out of the targets (as torchvision's and detectron2's references do) and scored by
 pycocotools as crowd regions. Images with no box are kept as negatives (`keep_empty`),
@@ -110,9 +111,9 @@ def train_transform(flip=0.5, train_resize=None):
     (one chosen per image: multi-scale), max_size} the shorter side is resized first."""
     steps = []
     if train_resize:
-        steps.append(T.ShortestEdgeResize(tuple(train_resize["min_size"]) if not isinstance(
-            train_resize["min_size"], int) else train_resize["min_size"],
-            train_resize.get("max_size", 1333)))
+        sizes = train_resize["min_size"]
+        sizes = sizes if isinstance(sizes, int) else tuple(sizes)
+        steps.append(T.ShortestEdgeResize(sizes, train_resize.get("max_size", 1333)))
     if flip:
         steps.append(T.RandomHorizontalFlip(flip))
     return T.Compose(steps)
