@@ -9,6 +9,8 @@ import io
 import pickle
 import pickletools
 
+import numpy as np
+
 from .serialization import one_line
 
 # Builtins every data pickle may use: containers and scalars only, nothing callable.
@@ -22,8 +24,8 @@ _SAFE_BUILTINS = {
 
 
 def _numpy_globals():
-    """What pickled numpy arrays need (old `numpy.core` and new `numpy._core` paths)."""
-    import numpy as np
+    """What pickled numpy arrays need (old `numpy.core` and new `numpy._core` paths): the
+    reconstructors, with numpy.dtype as `_dtype` (plain dtypes only; BUILD checks its state)."""
     from numpy._core import multiarray
 
     found = {}
@@ -31,8 +33,36 @@ def _numpy_globals():
         found[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
         found[(f"{package}.multiarray", "scalar")] = multiarray.scalar
     found[("numpy", "ndarray")] = np.ndarray
-    found[("numpy", "dtype")] = np.dtype
+    found[("numpy", "dtype")] = _dtype
     return found
+
+
+# dtype kinds a data pickle holds: bool, ints, floats, complex, byte and unicode strings (not
+# object or structured dtypes, whose arrays unpickle Python objects or nested layouts)
+_DTYPE_KINDS = "biufcSU"
+
+
+def _dtype(spec, align=False, copy=False):
+    """numpy.dtype as numpy's pickles call it, `dtype("f4", False, True)`, for plain kinds."""
+    if not isinstance(spec, str):
+        raise pickle.UnpicklingError(f"numpy dtype from a {type(spec).__name__}, not a name")
+    dtype = np.dtype(spec, bool(align), bool(copy))
+    if dtype.kind not in _DTYPE_KINDS or dtype.fields is not None:
+        raise pickle.UnpicklingError(f"numpy dtype {spec!r}: a data file holds only "
+                                     "numbers, bools and strings")
+    return dtype
+
+
+def _check_dtype_state(dtype, state):
+    """numpy's dtype.__setstate__ trusts its tuple (a 6-item one crashes the process): admit
+    the state numpy writes for this dtype, with any byte order and an optional metadata
+    dict (MegEngine's quantized dtypes carry one)."""
+    expected = dtype.__reduce__()[2]
+    if not (isinstance(state, tuple) and len(state) in (8, 9) and state[0] in (3, 4) and
+            state[1] in ("<", ">", "|", "=") and state[2:8] == expected[2:8] and
+            (len(state) == 8 or state[8] is None or isinstance(state[8], dict))):
+        raise pickle.UnpicklingError(f"numpy dtype {dtype} with the state {one_line(state, 80)}"
+                                     f", not one numpy writes")
 
 
 class UnpicklingError(pickle.UnpicklingError, ValueError):
@@ -66,7 +96,18 @@ def _latin1_encode(text, encoding="latin1", errors="strict"):
 BYTES_GLOBALS = {("_codecs", "encode"): _latin1_encode}
 
 
-class _Restricted(pickle.Unpickler):
+class _Restricted(pickle._Unpickler):
+    """Python's own unpickler in Python (not the C one), so BUILD can be checked before numpy
+    runs a dtype's __setstate__."""
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def load_build(self):
+        if isinstance(self.stack[-2], np.dtype):
+            _check_dtype_state(self.stack[-2], self.stack[-1])
+        pickle._Unpickler.load_build(self)
+
+    dispatch[pickle.BUILD[0]] = load_build
+
     def __init__(self, file, allowed, persistent_load, source, **kwargs):
         super().__init__(file, **kwargs)
         self._allowed = {**_SAFE_BUILTINS, **allowed}

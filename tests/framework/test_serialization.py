@@ -5,6 +5,8 @@ import math
 import os
 import pickle
 import struct
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 import safetensors.numpy
 
 import tianyuan as ty
-from tianyuan.io import (BYTES_GLOBALS, SerializationError, UnpicklingError,
+from tianyuan.io import (BYTES_GLOBALS, NUMPY_GLOBALS, SerializationError, UnpicklingError,
                          UnpicklingRefused, safe_unpickle)
 from tianyuan.io import serialization
 
@@ -370,3 +372,39 @@ def test_codecs_encode_admits_latin1_only_and_names_the_file(tmp_path):
     assert isinstance(UnpicklingRefused("x"), ValueError)
     latin1 = pickle.dumps(b"\x00\xff", protocol=2)   # how Python 3 writes bytes in protocol 2
     assert b"_codecs" in latin1 and safe_unpickle(latin1, allowed=BYTES_GLOBALS) == b"\x00\xff"
+
+
+def test_numpy_dtype_state_that_crashed_numpy_is_refused(tmp_path):
+    """Found by tests/test_fuzz_files.py: one byte of a MegEngine file changed a dtype's
+    state to 6 items, on which numpy's dtype.__setstate__ crashes the process (SIGSEGV).
+    BUILD on a dtype now admits only the state numpy writes (in a subprocess: a crash must
+    not take the test run with it)."""
+    good = pickle.dumps(np.arange(3, dtype=np.float32), protocol=2)
+    three_nones = b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"   # (..., None x 3, -1, -1, 0)
+    assert three_nones in good
+    path = tmp_path / "dtype.pkl"
+    path.write_bytes(good.replace(three_nones, three_nones[2:]))
+    code = ("from tianyuan.io import BYTES_GLOBALS, NUMPY_GLOBALS, safe_unpickle\n"
+            f"safe_unpickle({str(path)!r}, allowed={{**NUMPY_GLOBALS, **BYTES_GLOBALS}})")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr
+    assert (f"UnpicklingError: {path}: not a readable pickle (numpy dtype float32 with the "
+            "state (3, '<', None, -1, -1, 0), not one numpy writes)") in run.stderr
+
+
+@pytest.mark.parametrize("array", [np.zeros(2, object), np.zeros(2, [("a", "f4")])])
+def test_object_and_structured_arrays_are_refused(array):
+    with pytest.raises(UnpicklingError, match="a data file holds only numbers, bools"):
+        safe_unpickle(pickle.dumps(array, protocol=2), allowed={**NUMPY_GLOBALS, **BYTES_GLOBALS})
+
+
+def test_plain_arrays_of_every_kind_load():
+    arrays = {"be": np.dtype(">f4"), "s": np.array([b"ab"]), "u": np.array(["x"]),
+              "c": np.ones(2, np.complex64), "b": np.array([True]), "h": np.float16(1.5),
+              "meta": np.zeros(2, np.dtype("i1", metadata={"mgb_dtype": {"scale": 0.5}}))}
+    for protocol in (2, 4):
+        loaded = safe_unpickle(pickle.dumps(arrays, protocol=protocol),
+                               allowed={**NUMPY_GLOBALS, **BYTES_GLOBALS})
+        assert loaded.pop("be") == arrays["be"]
+        assert_same({k: v for k, v in arrays.items() if k != "be"}, loaded)
+        assert loaded["meta"].dtype.metadata == {"mgb_dtype": {"scale": 0.5}}
