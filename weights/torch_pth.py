@@ -56,7 +56,8 @@ class TorchFormatError(ValueError):
 # UTF-8, a compression method from nowhere, a record of the wrong type, a value numpy refuses
 # while a legacy file's tensors are rebuilt after its pickle)
 _DAMAGE = (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError, ValueError,
-           AttributeError, TypeError, IndexError, OverflowError, RecursionError, struct.error)
+           AttributeError, TypeError, IndexError, OverflowError, RecursionError, struct.error,
+           RuntimeError)   # zipfile: "File ... is encrypted, password required for extraction"
 
 
 class _Storage:

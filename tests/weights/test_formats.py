@@ -321,3 +321,19 @@ def test_megengine_quantized_metadata_without_a_scale(tmp_path, meta):
                     protocol=2)
     with pytest.raises(ValueError, match=f"^{path}: a quantized array's dtype metadata"):
         load_megengine(path)
+
+
+def test_pth_member_flagged_encrypted_is_a_format_error(tmp_path):
+    """Found by tests/test_fuzz_files.py: a flag bit of one zip member set made zipfile raise
+    RuntimeError("... is encrypted, password required for extraction")."""
+    path = tmp_path / "encrypted.pth"
+    write_zip(path, {"w": contiguous("0", np.ones(3, np.float32))})
+    data = bytearray(path.read_bytes())
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):   # local, central
+        at = data.find(signature)
+        while at >= 0:
+            data[at + flags_at] |= 1   # general purpose bit 0: encrypted
+            at = data.find(signature, at + 1)
+    path.write_bytes(bytes(data))
+    with pytest.raises(TorchFormatError, match=f"^{path}: .*RuntimeError: .*encrypted"):
+        load_pth(path)
