@@ -8,7 +8,8 @@ load or in the project's own error naming the file in one line: not a raw except
 deep inside, not a signal, not a hang (a worker that dies or stalls names its trial, and
 the rest of its batch runs in a new worker).
 
-Rerun one trial by hand:
+TIANYUAN_FUZZ_TRIALS sizes it, TIANYUAN_FUZZ_SEED picks other mutations. Rerun one trial by
+hand (the valid file from `fuzz_worker.build("png", "/tmp/base")`):
 
     python tests/fuzz_worker.py png 58 /tmp/base/image.png /tmp/work 123
 """
@@ -27,7 +28,7 @@ import pytest
 
 import fuzz_worker
 
-SEED = 58
+SEED = int(os.environ.get("TIANYUAN_FUZZ_SEED", 58))   # another seed: other mutations
 # trials per format: the size knob, set so the file runs in well under a minute on two cores
 TRIALS = int(os.environ.get("TIANYUAN_FUZZ_TRIALS", 300))
 PER_WORKER = 150         # trials per worker process (a start and its imports cost more than
