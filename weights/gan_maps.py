@@ -25,12 +25,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .preprocessing import GAN_PREPROCESSING  # noqa: F401  (the zoo's GAN cards read it here)
+
 PARTS = ("generator", "discriminator")
-# a generator's images are RGB in [-1, 1]: pixel = x * 127.5 + 127.5 (the recipes' data
-# normalisation, the zoo's GAN cards and the manifest's GAN entries)
-GAN_PREPROCESSING = {"resize": None, "crop": None, "pixel_scale": 1.0,
-                     "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5],
-                     "channels": "RGB"}
 # pytorch-gan-collections' checkpoint keys -> our parts
 PAIR_KEYS = {"net_G": "generator", "net_D": "discriminator"}
 RESNET_GANS = {"dcgan_cifar10": (128, 256, 128), "wgan_cifar10": (128, 256, 128)}  # nz, ngf, ndf

@@ -38,6 +38,11 @@ TORCHVISION_INCEPTION = {**TORCHVISION_V1, "resize": 342, "crop": 299}
 PYTORCH_FID = {"resize": [299, 299], "crop": None, "interpolation": "bilinear",
                "antialias": False, "pixel_scale": 255.0, "mean": [0.5] * 3, "std": [0.5] * 3,
                "channels": "RGB", "in_model": True}
+# a GAN generator's images are RGB in [-1, 1]: pixel = x * 127.5 + 127.5 (the recipes' data
+# normalisation, the zoo's GAN cards and the manifest's GAN entries)
+GAN_PREPROCESSING = {"resize": None, "crop": None, "pixel_scale": 1.0,
+                     "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5],
+                     "channels": "RGB"}
 # MegEngine Models' official/quantization: BGR in 0..255 less 128 (T.Normalize(mean=128)),
 # so that the int8 model's input is the uint8 image shifted
 MEGENGINE_QUANT = {**MEGENGINE, "mean": [128.0] * 3, "std": [1.0] * 3}
