@@ -17,7 +17,8 @@ import sys
 
 # subcommand -> ("module", "function", one-line help)
 SUBCOMMANDS = {
-    "weights": ("tianyuan.weights.cli", "main", "list, download, verify and import weights"),
+    "weights": ("tianyuan.zoo.commands", "weights_main",
+                "list, download, verify and import weights"),
     "train": ("tianyuan.trainers.train", "main", "train or fine-tune: experiment=NAME [k=v ...]"),
     "eval": ("tianyuan.trainers.commands", "eval_main",
              "top-1/top-5: model=NAME weights=FILE data.root=DIR"),

@@ -14,7 +14,8 @@ import numpy as np
 from .download import ChecksumError, cache_path, check_digest, fetch, sha256_file
 from .manifest import get_entry, list_entries
 from .megengine_pkl import load_megengine
-from .name_maps import convert_state_dict, unwrap_checkpoint
+from .name_maps import (check_against_spec, convert_state_dict, infer_num_classes,
+                        unwrap_checkpoint)
 from .qtensor import QTensor, flatten_qtensors
 from .torch_pth import load_pth
 
@@ -76,13 +77,15 @@ def read_file(path, format=None):
 
 
 def load_weights(name_or_path, arch=None, format=None, num_classes=None, strict=True,
-                 progress=True):
+                 progress=True, spec=None):
     """`{name: numpy array}` in our names for `arch`, from a manifest name or a file.
 
     A manifest name brings its own arch, format and converter. For a file give `arch`
-    (checked against the arch spec; without it names are kept as they are) and
-    optionally `format` (else detected). Quantized files come back flattened
-    (`name`, `name.scale`, `name.zero_point`, `name.axis`; see qtensor.py).
+    (its name map; without it names are kept as they are) and optionally `format` (else
+    detected). `spec`: the target model's (`spec_of(model)`), to check every name and
+    shape here (archs in `known_archs()` are checked against their own). Quantized files
+    come back flattened (`name`, `name.scale`, `name.zero_point`, `name.axis`; see
+    qtensor.py).
     """
     path, converter = _resolve(name_or_path, arch, format, progress)
     if isinstance(path, tuple):
@@ -94,7 +97,7 @@ def load_weights(name_or_path, arch=None, format=None, num_classes=None, strict=
     if _has_quantized(state) or converter == "quantized" or arch is None:
         return dict(flatten_qtensors(state))
     source = converter or ("ours" if format == "safetensors" else format)
-    return dict(convert_state_dict(state, arch, source, num_classes, strict))
+    return dict(convert_state_dict(state, arch, source, num_classes, strict, spec))
 
 
 def _resolve(name_or_path, arch, format, progress):
@@ -137,9 +140,14 @@ def save_weights(state, path, metadata=None):
     return path
 
 
-def import_file(src, out, arch, format=None, num_classes=None):
-    """Convert a foreign file to our names and save it as safetensors; return the dict."""
+def import_file(src, out, arch, format=None, num_classes=None, spec_for=None):
+    """Convert a foreign file to our names and save it as safetensors; return the dict.
+    `spec_for(arch, num_classes)` gives the spec to check it against first (the zoo's
+    model's; None: arch's own if `known_archs()` has it, else unchecked until loaded)."""
     state = load_weights(src, arch=arch, format=format, num_classes=num_classes)
+    spec = None if spec_for is None else spec_for(arch, num_classes or infer_num_classes(state))
+    if spec is not None:
+        check_against_spec(state, spec, f"{src} -> {arch}")
     save_weights(state, out)
     return state
 

@@ -95,7 +95,8 @@ def cmd_verify(args):
 
 
 def cmd_import(args):
-    state = api.import_file(args.file, args.out, args.arch, args.format, args.num_classes)
+    state = api.import_file(args.file, args.out, args.arch, args.format, args.num_classes,
+                            args.spec_for)
     count = sum(int(v.size) for v in state.values())
     rows = [{"file": args.file, "arch": args.arch, "out": args.out, "tensors": len(state),
              "values": count}]
@@ -107,8 +108,11 @@ COMMANDS = {"list": cmd_list, "download": cmd_download, "verify": cmd_verify,
             "import": cmd_import}
 
 
-def main(argv=None):
+def main(argv=None, spec_for=None):
+    """`spec_for(arch, num_classes)`: the spec `import` checks a file against (the zoo's
+    built model's: `tianyuan weights` passes `tianyuan.zoo.model_spec`), or None."""
     args = _parser().parse_args(argv)
+    args.spec_for = spec_for
     try:
         return COMMANDS[args.command](args)
     except (KeyError, ValueError, FileNotFoundError, NotImplementedError,

@@ -30,9 +30,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .arch_specs import SHUFFLENET_V1, SHUFFLENET_V2
-
 BN_FIELDS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+# units per stage in Megvii's `features.{k}` (k = 0..15), as in ours: the papers' [4, 8, 4]
+STAGE_REPEATS = (4, 8, 4)
 _MEGENGINE_V1 = (
     "MegEngine Models' ShuffleNetV1 (official/vision/classification/ShuffleNetV1/model.py, "
     "official/quantization/models/shufflenet.py) is a different network: each stride-2 unit "
@@ -147,6 +147,13 @@ def _pair_by_fate(positions, indices, channels, rounds):
     return dict(zip(ours, theirs))
 
 
+def _v2_width(src, unit):
+    """A stage's width from its first (stride-2) unit: Megvii's branch_proj keeps the unit's
+    input channels and branch_main makes the rest."""
+    return (src[f"{unit}.branch_proj.2.weight"].shape[0]
+            + src[f"{unit}.branch_main.5.weight"].shape[0])
+
+
 def _v2_stride2(src, out, theirs, ours, perm, width, rounds):
     """Stride-2 unit; `perm` maps our input channels to theirs. Returns the output perm."""
     half = width // 2
@@ -198,12 +205,12 @@ def _v2_stride1(src, out, theirs, ours, perm, rounds_after):
 def megvii_shufflenet_v2(state, arch):
     """Megvii ShuffleNetV2 (MegEngine `.pkl` or ShuffleNet-Series `.pth`) -> our names,
     with the channel permutations that make our model compute their function."""
-    widths, _last = SHUFFLENET_V2[arch]
     src, out = _Source(state, f"megvii -> {arch}"), OrderedDict()
     _conv(src, out, "first_conv.0", "conv1.0")
     _bn(src, out, "first_conv.1", "conv1.1")
     perm, unit = np.arange(src["first_conv.0.weight"].shape[0]), 0
-    for stage, (n, width) in enumerate(zip([4, 8, 4], widths), start=2):
+    for stage, n in enumerate(STAGE_REPEATS, start=2):
+        width = _v2_width(src, f"features.{unit}")
         perm = _v2_stride2(src, out, f"features.{unit}", f"stage{stage}.0", perm, width, n - 1)
         for i in range(1, n):
             perm = _v2_stride1(src, out, f"features.{unit + i}", f"stage{stage}.{i}", perm,
@@ -275,12 +282,14 @@ def megvii_shufflenet_v1(state, arch):
     """megvii-model/ShuffleNet-Series ShuffleNetV1 -> our names (fc bias 0)."""
     if any(".branch_proj." in k or k.endswith(".conv.weight") for k in state):
         raise LayoutError(f"megvii -> {arch}: {_MEGENGINE_V1}")
-    groups, _channels = SHUFFLENET_V1[arch]
     src, out = _Source(state, f"megvii -> {arch}"), OrderedDict()
+    # the groups: the first unit's grouped 1x1 (mid -> out) reads mid / groups channels
+    mid = src["features.0.branch_main_1.0.weight"].shape[0]
+    groups = mid // src["features.0.branch_main_2.0.weight"].shape[1]
     _conv(src, out, "first_conv.0", "conv1.0")
     _bn(src, out, "first_conv.1", "conv1.1")
     unit = 0
-    for stage, n in enumerate([4, 8, 4], start=2):
+    for stage, n in enumerate(STAGE_REPEATS, start=2):
         for i in range(n):
             _v1_unit(src, out, f"features.{unit}", f"stage{stage}.{i}", groups,
                      first_unit=unit == 0)

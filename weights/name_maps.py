@@ -1,28 +1,33 @@
-"""Name maps: a foreign state dict -> our names and shapes, checked against the arch spec.
+"""Name maps: a foreign state dict -> our names and shapes, checked against a spec.
 
 Our zoo uses torchvision's names, so the torchvision map is the identity (a leading
 `module.` from DataParallel is dropped). MegEngine Models' ResNet
 (official/vision/classification/resnet/model.py) has torchvision's module names; its
-arrays differ in shape only (BN running stats and conv biases (1, C, 1, 1), grouped conv
-weights (G, O/G, I/G, kh, kw)), which `_fit_shape` undoes. Its quantization ResNet
+arrays differ in shape only (BN arrays and conv biases (1, C, 1, 1), grouped conv
+weights (G, O/G, I/G, kh, kw)), which `megengine_layout` undoes. Its quantization ResNet
 (official/quantization/models/resnet.py, fused `conv_bn_relu1.conv`/`.bn` names) is
 renamed to ours. Megvii-layout ShuffleNets (`first_conv.*`, from MegEngine or
-ShuffleNet-Series files) go through megvii_maps.py, which also permutes channels.
-Every map ends in `check_against_spec`, which names all unmapped, missing and
-mis-shaped keys in one error. GANs (generator/discriminator pairs) go through gan_maps.py.
+ShuffleNet-Series files) go through megvii_maps.py, which also permutes channels. GANs
+(generator/discriminator pairs) go through gan_maps.py. A BatchNorm without
+`num_batches_tracked` (legacy torchvision files, MegEngine) gets a 0.
 
->>> ours = convert_state_dict(torch_state, "resnet50", "torchvision")
+The maps need no architecture tables. Given a spec (the zoo's model's, `specs.spec_of`;
+or one kept here, `specs.state_dict_spec`), the result is checked against it by
+`check_against_spec`, which names all unmapped, missing and mis-shaped keys in one error;
+without one, loading it into the model checks it (`Module.load_state_dict` names them too).
+
+>>> ours = convert_state_dict(torch_state, "resnet50", "torchvision", spec=spec_of(model))
 """
 import re
 from collections import OrderedDict
 
 import numpy as np
 
-from .arch_specs import CLASSIFIER_KEYS, RESNETS, SHUFFLENET_V1, SHUFFLENET_V2, state_dict_spec
 from .detection_maps import convert_detection_state_dict, is_detection_arch
 from .gan_maps import GAN_ARCHS, convert_gan_state_dict
 from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
                           megvii_shufflenet_v2)
+from .specs import CLASSIFIER_KEYS, known_archs, state_dict_spec
 
 
 class NameMapError(KeyError):
@@ -45,11 +50,10 @@ _QUANT_RESNET = [(r"^conv_bn_relu1\.conv\.", "conv1."), (r"^conv_bn_relu1\.bn\."
 
 
 def _megengine_resnet(state, arch):
-    if arch not in RESNETS:
+    if not arch.startswith("resnet"):
         raise NameMapError(f"megengine name map: {arch} is not a ResNet or a ShuffleNet; "
-                           f"MegEngine maps exist for {sorted(RESNETS)}, "
-                           f"{sorted(SHUFFLENET_V2)} and {sorted(SHUFFLENET_V1)}")
-    state = _torchvision(state, arch)  # same module names; shapes fixed in _fit_shape
+                           "MegEngine maps exist for the ResNets and the ShuffleNets")
+    state = megengine_layout(_torchvision(state, arch))  # same module names, torch shapes
     if "conv_bn_relu1.conv.weight" not in state:
         return state
     out = OrderedDict()
@@ -85,9 +89,9 @@ def name_map_for(source, arch, state=None):
     if source not in NAME_MAPS:
         raise NameMapError(f"no name map for source {source!r}; known: {sorted(NAME_MAPS)}")
     megvii = source == "megengine" or (state is not None and is_megvii_layout(state))
-    if megvii and arch in SHUFFLENET_V2:
+    if megvii and arch.startswith("shufflenet_v2"):
         return _megvii(megvii_shufflenet_v2)
-    if megvii and arch in SHUFFLENET_V1:
+    if megvii and arch.startswith("shufflenet_v1"):
         return _megvii(megvii_shufflenet_v1)
     if source == "megengine":
         return _megengine_resnet
@@ -102,11 +106,15 @@ def unwrap_checkpoint(obj):
     return obj
 
 
-def convert_state_dict(state, arch, source="torchvision", num_classes=None, strict=True):
-    """Map `state` (from `source`) to `arch`'s names; check every name and shape.
+def convert_state_dict(state, arch, source="torchvision", num_classes=None, strict=True,
+                       spec=None):
+    """Map `state` (from `source`) to `arch`'s names; with a spec, check every name and shape.
 
-    Missing `num_batches_tracked` buffers (legacy torchvision files, MegEngine) are
-    filled with 0. `num_classes` defaults to what the file's classifier says.
+    `spec`: the target's {name: (shape, dtype)} (the zoo's model's, `spec_of(model)`); else
+    the one kept for `arch` if any (`known_archs()`, sized for `num_classes`, by default
+    what the file's classifier says). Missing `num_batches_tracked` buffers (legacy
+    torchvision files, MegEngine) are filled with 0. With a spec and `strict`, the result
+    is checked and in the spec's order.
     """
     state = unwrap_checkpoint(state)
     if arch in GAN_ARCHS:   # generator/discriminator files, any source (gan_maps.py)
@@ -114,9 +122,10 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     if is_detection_arch(arch):   # torchvision's names, v1 keys renamed (detection_maps.py)
         return convert_detection_state_dict(state, arch, source)
     mapped = name_map_for(source, arch, state)(state, arch)
-    if num_classes is None:
-        num_classes = _infer_num_classes(mapped)
-    spec = state_dict_spec(arch, num_classes)
+    if spec is None and arch in known_archs():
+        spec = state_dict_spec(arch, num_classes or infer_num_classes(mapped))
+    if spec is None:
+        return with_num_batches_tracked(mapped)
     out = OrderedDict()
     for name, value in mapped.items():
         if name in spec and isinstance(value, np.ndarray):
@@ -130,7 +139,39 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     return OrderedDict((k, out[k]) for k in spec if k in out) if strict else out
 
 
-def _infer_num_classes(state):
+def with_num_batches_tracked(state):
+    """`state` with a 0 `num_batches_tracked` after each BatchNorm's running_var that lacks
+    one (legacy torchvision files, MegEngine's), as torchvision's own loader fills it; one
+    stored as (1,) (a writer's np.ascontiguousarray) becomes the 0-d counter it is."""
+    out = OrderedDict()
+    for name, value in state.items():
+        if name.endswith("num_batches_tracked") and np.shape(value) == (1,):
+            value = np.asarray(value).reshape(())
+        out[name] = value
+        prefix = name[:-len("running_var")]
+        if name.endswith(".running_var") and prefix + "num_batches_tracked" not in state:
+            out[prefix + "num_batches_tracked"] = np.zeros((), np.int64)
+    return out
+
+
+def megengine_layout(state):
+    """MegEngine's array shapes as torch's: grouped conv weights (G, O/G, I/G, kh, kw) ->
+    (O, I/G, kh, kw); a BatchNorm's arrays and conv biases (1, C, 1, 1) -> (C,)."""
+    norms = {k[:-len("running_mean")] for k in state if k.endswith(".running_mean")}
+    out = OrderedDict()
+    for key, value in state.items():
+        if isinstance(value, np.ndarray) and value.ndim == 5:
+            value = value.reshape((-1,) + value.shape[2:])
+        elif (isinstance(value, np.ndarray) and value.ndim == 4 and value.shape[0] == 1
+              and value.shape[2:] == (1, 1)
+              and (key.endswith(".bias") or key.rpartition(".")[0] + "." in norms)):
+            value = value.reshape(-1)
+        out[key] = value
+    return out
+
+
+def infer_num_classes(state):
+    """The classifier's rows in a state dict in our names (`CLASSIFIER_KEYS`), else 1000."""
     for key in CLASSIFIER_KEYS:
         value = state.get(key)
         if value is not None and getattr(value, "ndim", 0) == 2:

@@ -23,4 +23,4 @@ from .detection import (AnchorGenerator, BoxCoder, FeaturePyramidNetwork, Matche
 from .gan import (GAN, FIDInception, Inception3, dcgan_cifar10, dcgan_cnn32_cifar10,
                   fid_inception_v3, inception_v3, wgan_cifar10, wgan_cnn32_cifar10)
 from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,
-                       list_models, model_card, register_model, unregister_model)
+                       list_models, model_card, model_spec, register_model, unregister_model)

@@ -135,10 +135,24 @@ def published(arch):
 
 
 def _count_params(name):
-    """Parameters of the default build; the framework's random stream is left as it was."""
+    return int(sum(p.size for p in _quiet_build(name).parameters()))
+
+
+def _quiet_build(name, **kwargs):
+    """get_model, leaving the framework's random stream as it was (a card or a spec lookup
+    must not change the weights a seeded run initialises next)."""
     state = ty_random.get_rng_state()
     try:
-        model = get_model(name)
+        return get_model(name, **kwargs)
     finally:
         ty_random.set_rng_state(state)
-    return int(sum(p.size for p in model.parameters()))
+
+
+def model_spec(name, num_classes=1000):
+    """{state-dict name: (shape, dtype name)} of classifier `name` built with `num_classes`
+    (what `tianyuan weights import` checks a file against); None for other models, whose
+    weights carry their own checks (gan_maps, inception_maps)."""
+    from ..weights import spec_of
+    if name not in _BUILDERS or _CARDS[name].get("task") != "classification":
+        return None
+    return spec_of(_quiet_build(name, num_classes=num_classes))

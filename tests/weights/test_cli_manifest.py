@@ -11,8 +11,9 @@ import pytest
 
 from pth_writer import contiguous, write_zip
 from tianyuan.trainers.cli import main
-from tianyuan.weights import (default_entry, get_entry, list_entries, load_weights,
-                              random_state_dict, register, unregister)
+from tianyuan.weights import (default_entry, get_entry, list_entries, load_weights, register,
+                              unregister)
+from zoo_specs import random_state
 
 
 def test_manifest_entries_are_complete():
@@ -52,7 +53,7 @@ def test_weights_never_import_zoo_or_torch():
 @pytest.fixture
 def served_entry(server, home, tmp_path):
     """A registered manifest entry whose file is a resnet18 .pth on the local server."""
-    state = random_state_dict("resnet18", seed=5)
+    state = random_state("resnet18", seed=5)
     path = tmp_path / "resnet18-test.pth"
     write_zip(path, {k: contiguous(str(i), v) for i, (k, v) in enumerate(state.items())})
     data = path.read_bytes()
@@ -121,7 +122,7 @@ def test_cli_offline_download_says_where(home, capsys, monkeypatch):
 
 def test_cli_import(tmp_path, capsys):
     import tianyuan
-    state = random_state_dict("mobilenet_v2", seed=2)
+    state = random_state("mobilenet_v2", seed=2)
     legacy = {k: contiguous(str(i), v) for i, (k, v) in enumerate(state.items())
               if not k.endswith("num_batches_tracked")}
     src = tmp_path / "mobilenet_v2-b0353104.pth"

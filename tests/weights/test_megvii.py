@@ -137,12 +137,14 @@ def test_megengine_quantization_resnet_names():
     assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("arch", ["shufflenet_v1_x1_0_g3", "shufflenet_v1_x0_5_g8"])
-def test_v1_spec_matches_the_zoo_model(arch):
-    state = zoo.get_model(arch).state_dict()
-    spec = weights.state_dict_spec(arch)
-    assert set(state) == set(spec)
-    assert all(state[k].shape == shape for k, (shape, _) in spec.items())
+@pytest.mark.parametrize("arch, group, size", [("shufflenet_v1_x0_5_g3", 3, "0.5x"),
+                                              ("shufflenet_v1_x1_0_g3", 3, "1.0x")])
+def test_v1_files_convert_to_the_zoo_models_names_and_shapes(arch, group, size):
+    """The converter reads the groups from the file; the built model is the spec."""
+    state = ref.v1_state(group, size, num_classes=1000)
+    spec = weights.spec_of(zoo.get_model(arch))
+    out = convert_state_dict(state, arch, "torchvision", spec=spec)
+    assert list(out) == list(spec)
 
 
 def test_manifest_megengine_shufflenet_entries():

@@ -5,6 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tianyuan.weights import load_pth, load_weights  # noqa: E402
+from zoo_specs import spec  # noqa: E402  (the built models, torchvision's names)
 
 
 def _tensors():
@@ -55,7 +56,7 @@ def test_torchvision_state_dicts_import(tmp_path, arch):
     model = getattr(torchvision.models, arch)()
     path = tmp_path / f"{arch}.pth"
     torch.save(model.state_dict(), path)
-    ours = load_weights(path, arch=arch)
+    ours = load_weights(path, arch=arch, spec=spec(arch))    # our built model's names, shapes
     theirs = model.state_dict()
     assert list(ours) == list(theirs)
     for name, value in theirs.items():

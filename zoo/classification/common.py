@@ -93,9 +93,9 @@ def load_into(model, arch, weights=None, pretrained=False):
         weights = default_entry(arch).name
     if weights is None:
         return model
-    from tianyuan.weights import known_archs, load_weights
-    # the file's own classifier size is kept (num_classes=None infers it)
-    state = load_weights(weights, arch=arch if arch in known_archs() else None)
+    from tianyuan.weights import load_weights
+    # the file's own classifier size is kept; the model's load_state_dict checks the rest
+    state = load_weights(weights, arch=arch)
     head = {f"{model.classifier_name}.weight", f"{model.classifier_name}.bias"}
     file_head = state.get(f"{model.classifier_name}.weight")
     if file_head is None or file_head.shape[0] == model.num_classes:
