@@ -7,7 +7,7 @@ import json
 import cv2
 import numpy as np
 import pytest
-from tr_helpers import assert_same_state
+from tr_helpers import Crash, CrashAt, assert_same_state, build_with_hooks
 
 import tianyuan as ty
 from tianyuan.trainers import cli, detect, train
@@ -50,36 +50,15 @@ def test_smoke_detection_trains_evaluates_and_writes_classes(shapes_det_root, tm
     assert "per_class" not in capsys.readouterr().out    # printed: scalars only
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    def __init__(self, k):
-        self.k, self.trainer = k, None
-
-    def after_step(self):
-        if self.trainer.iter == self.k:
-            raise _Crash
-
-
-def _trainer(cfg, *hooks):
-    trainer = train.build(cfg)
-    for hook in hooks:
-        hook.trainer = trainer
-        trainer.hooks.append(hook)
-    return trainer
-
-
 def test_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     # 6 iterations a pass, 8 in all: checkpoints at 3 and 6, killed at 7, resumed from 6
     extra = ["trainer.max_iters=8", "data.flip=0.5"]
-    reference = _trainer(det_cfg(shapes_det_root, tmp_path / "ref", *extra))
+    reference = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "ref", *extra))
     reference.train()
-    killed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra), _CrashAt(7))
-    with pytest.raises(_Crash):
+    killed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra), CrashAt(7))
+    with pytest.raises(Crash):
         killed.train()
-    resumed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra))
+    resumed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra))
     resumed.train(resume=True)
     assert resumed.iter == 8
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
@@ -94,7 +73,7 @@ def test_smoke_detection_retinanet_learns(shapes_det_root, tmp_path):
     # the zoo's RetinaNet from scratch, 20 iterations at 4 images: a clear learning signal on
     # a fixed batch (the box loss at least a quarter down; the recipe's full run is the AP50
     # gate, see smoke_detection.yaml); the evaluation runs and finds boxes
-    trainer = _trainer(det_cfg(shapes_det_root, tmp_path, "trainer.max_iters=20",
+    trainer = build_with_hooks(det_cfg(shapes_det_root, tmp_path, "trainer.max_iters=20",
                                "schedule.warmup_iters=3", "model.min_size=64",
                                "trainer.eval_every=0", *RETINANET[:1], *RETINANET[3:], model=()))
     batch = next(iter(trainer.loader))
@@ -117,13 +96,14 @@ def test_retinanet_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     # the zoo's model: batch norm statistics and the multi-scale draw (the framework's
     # generator) must come back too; 3 iterations, checkpoints at 2, killed at 3
     extra = ["trainer.max_iters=3", "trainer.checkpoint_every=2", *RETINANET]
-    reference = _trainer(det_cfg(shapes_det_root, tmp_path / "ref", *extra, model=()))
+    reference = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "ref", *extra, model=()))
     assert type(reference.model).__name__ == "RetinaNet"
     reference.train()
-    killed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()), _CrashAt(3))
-    with pytest.raises(_Crash):
+    killed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()),
+                              CrashAt(3))
+    with pytest.raises(Crash):
         killed.train()
-    resumed = _trainer(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()))
+    resumed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()))
     resumed.train(resume=True)
     assert resumed.iter == 3
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())

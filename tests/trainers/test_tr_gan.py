@@ -9,7 +9,7 @@ import types
 import cv2
 import numpy as np
 import pytest
-from tr_helpers import assert_same_state
+from tr_helpers import Crash, CrashAt, assert_same_state, build_with_hooks
 
 import tianyuan as ty
 from tianyuan.trainers import cli, gan, train
@@ -56,43 +56,22 @@ def test_smoke_gan_trains_and_writes_sample_grids(shapes_root, tmp_path):
     assert (tmp_path / "model_final.safetensors").exists()
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    def __init__(self, k):
-        self.k, self.trainer = k, None
-
-    def after_step(self):
-        if self.trainer.iter == self.k:
-            raise _Crash
-
-
-def _trainer(cfg, *hooks):
-    trainer = train.build(cfg)
-    for hook in hooks:
-        hook.trainer = trainer
-        trainer.hooks.append(hook)
-    return trainer
-
-
 def test_killed_and_resumed_bit_identical(shapes_root, tmp_path):
     # WGAN-WC with two critic steps an iteration and an averaged generator: 32 images an
     # iteration, 9 a pass; checkpoints at 2 and 4, killed at 3, resumed from 2 (mid-pass)
     extra = ["task.loss=wasserstein", "task.clip=0.05", "task.n_critic=2", "task.ema=0.9",
              "task.generator_batch=8", "trainer.checkpoint_every=2", "task.samples.every=0",
              "trainer.max_iters=4"]
-    reference = _trainer(gan_cfg(shapes_root, tmp_path / "ref", *extra))
+    reference = build_with_hooks(gan_cfg(shapes_root, tmp_path / "ref", *extra))
     reference.train()
     assert reference.iter == 4 and "generator_ema.l1.weight" in reference.model.state_dict()
     critic = [p.numpy() for p in reference.model.discriminator.parameters()]
     assert max(np.abs(p).max() for p in critic) == np.float32(0.05)   # clipped, and reached
 
-    crashing = _trainer(gan_cfg(shapes_root, tmp_path / "run", *extra), _CrashAt(3))
-    with pytest.raises(_Crash):
+    crashing = build_with_hooks(gan_cfg(shapes_root, tmp_path / "run", *extra), CrashAt(3))
+    with pytest.raises(Crash):
         crashing.train()
-    resumed = _trainer(gan_cfg(shapes_root, tmp_path / "run", *extra))
+    resumed = build_with_hooks(gan_cfg(shapes_root, tmp_path / "run", *extra))
     assert resumed.resume() is not None and resumed.iter == 2
     resumed.train()
     assert resumed.iter == 4

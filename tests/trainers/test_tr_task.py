@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from tr_helpers import assert_same_state
+from tr_helpers import Crash, CrashAt, assert_same_state
 
 import tianyuan as ty
 from tianyuan import nn
@@ -65,19 +65,6 @@ class ToyWGAN(Task):
         return logs
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAt:
-    def __init__(self, k):
-        self.k, self.trainer = k, None
-
-    def after_step(self):
-        if self.trainer.iter == self.k:
-            raise _Crash
-
-
 def _gan_trainer(out, *hooks):
     np.random.seed(0)
     ty.manual_seed(0)
@@ -101,8 +88,8 @@ def test_two_optimizers_train_log_both_losses_and_resume_bit_identical(tmp_path)
     assert [r["iter"] for r in steps] == [2, 4, 6, 8, 10]
     assert all(np.isfinite(r["loss_critic"]) and np.isfinite(r["loss_gen"]) for r in steps)
 
-    crashing = _gan_trainer(str(tmp_path / "run"), _CrashAt(7))       # in the third pass
-    with pytest.raises(_Crash):
+    crashing = _gan_trainer(str(tmp_path / "run"), CrashAt(7))       # in the third pass
+    with pytest.raises(Crash):
         crashing.train()
     assert [i for i, _ in list_checkpoints(str(tmp_path / "run" / "checkpoints"))] == [3, 4, 6]
     resumed = _gan_trainer(str(tmp_path / "run"))
