@@ -67,14 +67,12 @@ def load_backbone_weights(model, arch, weights=None, pretrained=False):
     """Load a classifier's weights (manifest name or file; `pretrained`: the arch's default
     entry) into backbone `model`, leaving out the head (`model.head_prefixes`); any other
     key that does not fit is an error naming it."""
-    if pretrained and weights is not None:
-        raise ValueError(f"{arch}: give weights=... or pretrained=True, not both")
-    if pretrained:
-        from tianyuan.weights import default_entry
-        weights = default_entry(arch).name
+    from tianyuan.weights import load_weights
+
+    from .classification.common import chosen_weights   # (classification imports this file)
+    weights = chosen_weights(arch, weights, pretrained)
     if weights is None:
         return model
-    from tianyuan.weights import load_weights
     state = load_weights(weights, arch=arch)
     model.load_state_dict({k: v for k, v in state.items()
                            if not k.startswith(model.head_prefixes)}, strict=True)

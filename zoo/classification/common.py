@@ -81,16 +81,23 @@ class Classifier(nn.Module):
         raise NotImplementedError(f"{type(self).__name__}: fuse_groups() is not implemented")
 
 
+def chosen_weights(arch, weights=None, pretrained=False):
+    """The weights to load: `weights` (manifest name or file), the arch's default manifest
+    entry with `pretrained`, or None."""
+    if pretrained and weights is not None:
+        raise ValueError(f"{arch}: give weights=... or pretrained=True, not both")
+    if pretrained:
+        from tianyuan.weights import default_entry
+        return default_entry(arch).name
+    return weights
+
+
 def load_into(model, arch, weights=None, pretrained=False):
     """Load `weights` (manifest name or file) or, with `pretrained`, the arch's default entry.
 
     A head of another size than the file's is left as initialised and said so (fine-tuning).
     """
-    if pretrained and weights is not None:
-        raise ValueError(f"{arch}: give weights=... or pretrained=True, not both")
-    if pretrained:
-        from tianyuan.weights import default_entry
-        weights = default_entry(arch).name
+    weights = chosen_weights(arch, weights, pretrained)
     if weights is None:
         return model
     from tianyuan.weights import load_weights
