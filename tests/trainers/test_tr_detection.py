@@ -70,19 +70,21 @@ def test_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
 
 
 def test_smoke_detection_retinanet_learns(shapes_det_root, tmp_path):
-    # the zoo's RetinaNet from scratch, 20 iterations at 4 images: a clear learning signal on
-    # a fixed batch (the box loss at least a quarter down; the recipe's full run is the AP50
-    # gate, see smoke_detection.yaml); the evaluation runs and finds boxes
-    trainer = build_with_hooks(det_cfg(shapes_det_root, tmp_path, "trainer.max_iters=20",
-                               "schedule.warmup_iters=3", "model.min_size=64",
-                               "trainer.eval_every=0", *RETINANET[:1], *RETINANET[3:], model=()))
+    # the zoo's RetinaNet from scratch with smoke_detection's optimizer, 200 iterations of 4
+    # images of 64 pixels: the losses on a fixed batch fall by a quarter and more, and AP50
+    # on the 16 validation images leaves 0 (an untrained head detects nothing). The
+    # AP50 >= 80 gate is the recipe's full run (1200 iterations at 96 pixels, README).
+    trainer = build_with_hooks(det_cfg(shapes_det_root, tmp_path, "trainer.max_iters=200",
+                                       "schedule.warmup_iters=10", "model.min_size=64",
+                                       "trainer.eval_every=0", "trainer.checkpoint_every=1000",
+                                       *RETINANET[:1], *RETINANET[3:], model=()))
     batch = next(iter(trainer.loader))
     before = _losses(trainer.model, batch)
     trainer.train()
     after = _losses(trainer.model, batch)
     assert after["loss_box_reg"] < 0.75 * before["loss_box_reg"], (before, after)
-    assert after["loss_cls"] < before["loss_cls"], (before, after)
-    assert 0 <= trainer.metrics["AP50"] <= 100 and trainer.metrics["images"] == 16
+    assert after["loss_cls"] < 0.75 * before["loss_cls"], (before, after)
+    assert trainer.metrics["AP50"] > 5 and trainer.metrics["images"] == 16
 
 
 def _losses(model, batch):
