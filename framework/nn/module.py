@@ -19,6 +19,7 @@ import numpy as np
 from .. import dtypes
 from ..tensor import Tensor
 from .parameter import Parameter
+from .state_checks import array_of, check_dtypes, load_error
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 _hook_ids = itertools.count()
@@ -45,34 +46,6 @@ def _check_name(module, name, kind):
     if not isinstance(name, str) or not name or "." in name:
         raise KeyError(f"{type(module).__name__}: {kind} name must be a non-empty string "
                        f"without '.', got {name!r}")
-
-
-def _array_of(value):
-    return value.data if isinstance(value, Tensor) else value
-
-
-def _dtype_fits(given, wanted):
-    """Whether an array of dtype `given` may be cast into a `wanted` one: float to float
-    (float16, bfloat16 files into float32 parameters), integer to integer, bool to bool;
-    never integer or bool into float, float into integer, complex or objects into any."""
-    kinds = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
-    return given.kind in kinds.get(wanted.kind, "")
-
-
-def _check_dtypes(state_dict, expected):
-    """Refuse a value whose dtype cannot be its parameter's or buffer's (a file edited from
-    F32 to I32 casts integers into float weights), naming the key. `expected`: {key: the
-    tensor, or None for state not shaped yet, which takes any float or integer array}."""
-    for key, tensor in expected.items():
-        if key not in state_dict:
-            continue
-        given = np.asarray(_array_of(state_dict[key])).dtype
-        wanted = np.dtype(tensor.dtype) if tensor is not None else None
-        if (given.kind not in "fiub" or
-                (wanted is not None and not _dtype_fits(given, wanted))):
-            raise RuntimeError(f"load_state_dict: {key} is {given} in the state dict, but the "
-                               f"model's is {wanted or 'float or integer'}: refusing to "
-                               "cast (a wrong or edited file?)")
 
 
 def _indent(text, spaces):
@@ -311,18 +284,18 @@ class Module:
         ignored = self._ignored_on_load()
         unexpected = [k for k in state_dict
                       if k not in expected and k not in lazy and k not in ignored]
-        given = {k: np.shape(_array_of(state_dict[k])) for k in expected if k in state_dict}
+        given = {k: np.shape(array_of(state_dict[k])) for k in expected if k in state_dict}
         mismatched = [(k, given[k], t.shape) for k, t in expected.items()
                       if k in given and given[k] != t.shape and k not in lazy]
         if mismatched or (strict and (missing or unexpected)):
-            raise RuntimeError(self._load_error(missing if strict else [],
-                                                unexpected if strict else [], mismatched))
-        _check_dtypes(state_dict, {**expected, **{k: None for k in lazy}})
+            raise RuntimeError(load_error(type(self).__name__, missing if strict else [],
+                                  unexpected if strict else [], mismatched))
+        check_dtypes(state_dict, {**expected, **{k: None for k in lazy}})
         for key, tensor in expected.items():
             if key in state_dict and key not in lazy:
-                np.copyto(tensor.data, np.asarray(_array_of(state_dict[key])), casting="unsafe")
+                np.copyto(tensor.data, np.asarray(array_of(state_dict[key])), casting="unsafe")
         for key, (module, name) in lazy.items():
-            array = np.array(_array_of(state_dict[key]), copy=True)
+            array = np.array(array_of(state_dict[key]), copy=True)
             if name in module._parameters:
                 module._parameters[name].data = array.astype(module._parameters[name].dtype)
             else:
@@ -342,17 +315,6 @@ class Module:
         """Called on every module after load_state_dict has copied the state in: a module
         that derives something from its parameters or buffers (packed int8 weights, cached
         requantization constants) rebuilds it here."""
-
-    def _load_error(self, missing, unexpected, mismatched):
-        lines = [f"load_state_dict: error(s) loading state_dict for {type(self).__name__}:"]
-        if missing:
-            lines.append(f"  missing key(s) ({len(missing)}): " + ", ".join(missing))
-        if unexpected:
-            lines.append(f"  unexpected key(s) ({len(unexpected)}): " + ", ".join(unexpected))
-        for key, given, wanted in mismatched:
-            lines.append(f"  size mismatch for {key}: checkpoint shape {tuple(given)}, "
-                         f"model shape {tuple(wanted)}")
-        return "\n".join(lines)
 
     # ------------------------------------------------------------ modes and utilities
     def train(self, mode=True):
