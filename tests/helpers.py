@@ -178,3 +178,25 @@ def bounded_run(args, timeout, poke=None):
             pass
     return subprocess.CompletedProcess(args, process.returncode, out, err), \
         time.monotonic() - started
+
+
+# -- FID tests (tests/evaluation/test_eval_gan*.py) -------------------------------------------
+
+def fid_stats(n, d, seed, scale=1.0):
+    """(mu, sigma) of n random d-dimensional features, correlated by a random mix."""
+    import numpy as np
+
+    from tianyuan.evaluation import gan
+    rng = np.random.default_rng(seed)
+    mix = rng.standard_normal((d, d)) * scale / np.sqrt(d)
+    return gan.statistics(rng.standard_normal((n, d)) @ mix + rng.standard_normal(d))
+
+
+def quiet_fid(fn, *args, **kwargs):
+    """fn(*args, **kwargs) with FIDWarning (fewer images than dimensions) silenced."""
+    import warnings
+
+    from tianyuan.evaluation.image_files import FIDWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FIDWarning)
+        return fn(*args, **kwargs)
