@@ -200,3 +200,23 @@ def quiet_fid(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FIDWarning)
         return fn(*args, **kwargs)
+
+
+class DiskFull:
+    """A file handle whose write stores half the bytes, then fails as a full disk does (a
+    stand-in for os.fdopen's result in tianyuan.save's tests)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def write(self, data):
+        import errno
+        import os
+        self.handle.write(data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -13,7 +13,6 @@ hand (the valid file from `fuzz_worker.build("png", "/tmp/base")`):
 
     python tests/fuzz_worker.py png 58 /tmp/base/image.png /tmp/work 123
 """
-import errno
 import json
 import os
 import queue
@@ -27,6 +26,7 @@ import numpy as np
 import pytest
 
 import fuzz_worker
+from helpers import DiskFull
 
 SEED = int(os.environ.get("TIANYUAN_FUZZ_SEED", 58))   # another seed: other mutations
 # trials per format: the size knob, set so the file runs in well under a minute on two cores
@@ -177,23 +177,6 @@ def test_weights_import_of_a_hostile_pickle(name, says, tmp_path, capsys, monkey
     assert "Traceback" not in err and not (tmp_path / "out.safetensors").exists()
 
 
-class _DiskFull:
-    """A file handle whose write stores half the bytes, then fails as a full disk does."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.close()
-
-    def write(self, data):
-        self.handle.write(data[:len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 def _full_for(name, monkeypatch):
     """Writes of files called `name` (tianyuan.save's temp files for them) fail: disk full."""
     from tianyuan.io import serialization
@@ -206,7 +189,7 @@ def _full_for(name, monkeypatch):
 
     def failing_fdopen(fd, mode):
         handle = fdopen(fd, mode)
-        return _DiskFull(handle) if temps.get(fd, "").startswith(f".{name}.") else handle
+        return DiskFull(handle) if temps.get(fd, "").startswith(f".{name}.") else handle
 
     monkeypatch.setattr(serialization.tempfile, "mkstemp", recording_mkstemp)
     monkeypatch.setattr(serialization.os, "fdopen", failing_fdopen)
