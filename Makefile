@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tianyuan-installed
-NATIVE := $(wildcard framework/csrc/*.cpp framework/csrc/*.h)
+NATIVE := $(shell find framework/csrc -name '*.cpp' -o -name '*.h')
 
 # AddressSanitizer: the native kernels' tests on a build instrumented with -fsanitize=address
 # (TIANYUAN_SANITIZE, setup.py), installed (not editable: the normal build's in-place

@@ -77,14 +77,15 @@ class BuildExt(build_ext):
 
 ParallelCompile("TIANYUAN_BUILD_JOBS", default=0).install()
 packages, package_dir = _packages()
-sources = sorted(glob.glob("framework/csrc/*.cpp"))
+# one folder per kernel family under framework/csrc (framework/csrc/README.md)
+sources = sorted(glob.glob("framework/csrc/**/*.cpp", recursive=True))
 ext = Pybind11Extension(
     "tianyuan._C",
     sources,
     include_dirs=["framework/csrc"],
     # a header change rebuilds the extension (without this an in-place build after editing
     # only a header kept the old .so)
-    depends=sorted(glob.glob("framework/csrc/*.h")),
+    depends=sorted(glob.glob("framework/csrc/**/*.h", recursive=True)),
     extra_compile_args=BASE_FLAGS + SANITIZE_FLAGS,
     extra_link_args=["-fopenmp"] + SANITIZE_FLAGS,
     define_macros=[("TIANYUAN_BUILD_FLAGS", '"' + " ".join(BASE_FLAGS + SANITIZE_FLAGS) + '"')],

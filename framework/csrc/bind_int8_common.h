@@ -5,8 +5,10 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "int8_cgemm.h"
 #include "int8_gemm.h"
 #include "int8_ops.h"
 
@@ -62,6 +64,18 @@ inline int8::Requant int8_requant(const Array<int32_t>& bias, const Array<int32_
     const int top = out_max < hi ? (out_max > floor ? out_max : floor) : hi;
     return {bias.data(), mult.data(), shift.data(), 1, zp, floor, top, out_signed};
 }
+
+// The int8 convolutions' weight checks (bind_int8_checks.cpp): the packed layout's sizes
+// (groups * OC/groups * Kp bytes, the sums), the narrow form (int8_split_narrow's arrays)
+// against the packed weights' size, OC and Kp, and K = C/groups x kh x kw of a weight shape
+// (OC, C/groups, kh, kw) in `groups` groups, at most 65793 so that the s32 sums cannot
+// overflow.
+void int8_check_conv_packed(const Array<int8_t>& packed, const Array<int32_t>& sums,
+                            int64_t groups, int64_t n, int64_t k);
+using NarrowArrays = std::tuple<Array<int8_t>, Array<int32_t>, Array<int32_t>>;
+int8::NarrowWeights int8_check_narrow(const NarrowArrays& n, int64_t packed_size, int64_t oc,
+                                      int64_t kp);
+int64_t int8_weights_k(Quad wshape, int64_t groups, const char* op);
 
 // The convolutions' bindings (bind_int8_conv.cpp), the AMX helpers' (bind_int8_tiles.cpp) and
 // fake quantization's for QAT (bind_fake_quant.cpp), added by bind_int8.

@@ -106,10 +106,16 @@ bool isa_runs(Isa isa) {
     return static_cast<int>(isa) <= static_cast<int>(best_isa());
 }
 
+std::atomic<uint64_t>& isa_generation() {
+    static std::atomic<uint64_t> generation{0};
+    return generation;
+}
+
 bool set_isa(Isa isa) {
     if (!isa_runs(isa)) return false;
     g_isa = isa;
     g_isa_set = true;
+    isa_generation().fetch_add(1, std::memory_order_acq_rel);  // dispatch tables refill
     return true;
 }
 
