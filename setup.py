@@ -75,7 +75,17 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-ParallelCompile("TIANYUAN_BUILD_JOBS", default=0).install()
+def _stale(obj, src):
+    """An object is rebuilt when its source or any header under framework/csrc is newer (a
+    kept build folder, `python setup.py build_ext --inplace`, then recompiles only what an
+    edit touched; pip's isolated builds start empty and compile everything)."""
+    built = os.stat(obj).st_mtime
+    return built < os.stat(src).st_mtime or built < _NEWEST_HEADER
+
+
+_NEWEST_HEADER = max(os.stat(h).st_mtime
+                     for h in glob.glob("framework/csrc/**/*.h", recursive=True))
+ParallelCompile("TIANYUAN_BUILD_JOBS", default=0, needs_recompile=_stale).install()
 packages, package_dir = _packages()
 # one folder per kernel family under framework/csrc (framework/csrc/README.md)
 sources = sorted(glob.glob("framework/csrc/**/*.cpp", recursive=True))
