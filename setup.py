@@ -74,6 +74,17 @@ class BuildExt(build_ext):
         self.compiler._compile = _compile
         super().build_extensions()
 
+    def copy_extensions_to_source(self):
+        """An in-place build unlinks the old library before writing the new one: a running
+        process keeps its mapping of the old file (overwriting it in place is a SIGBUS there)."""
+        for ext in self.extensions:
+            package = ".".join(ext.name.split(".")[:-1])
+            folder = self.get_finalized_command("build_py").get_package_dir(package)
+            target = os.path.join(folder, os.path.basename(self.get_ext_filename(ext.name)))
+            if os.path.exists(target):
+                os.unlink(target)
+        super().copy_extensions_to_source()
+
 
 def _stale(obj, src):
     """An object is rebuilt when its source or any header under framework/csrc is newer (a
