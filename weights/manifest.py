@@ -93,6 +93,26 @@ def _mge_q(name, arch, file, top1, parent=None, notes=""):
                 source=MGE_QUANT_README, notes=notes or _MGE_Q)
 
 
+# MegEngine Models' keypoints: cv2's BGR crops at 256x192 normalised by ImageNet's statistics
+# in the order its config lists them (R, G, B values applied to B, G, R: no channel swap in
+# its pipeline); heatmaps learnt at 0..255 ("0to255" in the names), divided out on load
+MGE_POSE = {"crop": [256, 192], "pixel_scale": 1.0, "mean": list(preprocessing.pixel_values(
+    preprocessing.IMAGENET_MEAN)), "std": list(preprocessing.pixel_values(
+        preprocessing.IMAGENET_STD)), "channels": "BGR", "heatmap_range": 255.0}
+_MGE_POSE_NOTES = ("MegEngine Models official/vision/keypoints; its test decodes with a 17x17 "
+                   "Gaussian blur and a 0.35-pixel shift toward the second maximum, and flips "
+                   "without the one-pixel shift, so our decoding may differ by a few tenths")
+
+
+def _mge_pose(arch, file, ap):
+    tag = file[:-len(".pkl")].rsplit("_", 1)[-1]
+    return WeightEntry(f"{arch}.coco_megengine", arch, (f"{MEGENGINE}keypoint_models/{file}",),
+                       None, "none", "megengine", "megengine", MGE_POSE, {"kp_map": ap},
+                       MGE_SOURCE, name_tag=tag if len(tag) == 6 else None,
+                       notes=_MGE_POSE_NOTES + ("; the file name's tag differs from the table"
+                                                if arch.startswith("simplebaseline") else ""))
+
+
 _LEGACY = "2017 legacy-format release of the V1 weights (a loader test vector)"
 _QUANT = "int8 weights; needs the int8 zoo model (loads as flattened integer arrays for now)"
 _MGE_SNET_WIDE = ("MegEngine/Megvii ShuffleNetV2: stage 2's first unit has branch_proj 24 -> 24 "
@@ -231,6 +251,15 @@ ENTRIES = [
                 notes="v1 keys (FPN and head convs renamed on load); trained with "
                       "FrozenBatchNorm2d at eps 0, which loading it sets; labels are COCO "
                       "category ids 1-90 of a 91-way head"),
+    # Pose (zoo/keypoints/; names: keypoint_maps.py): COCO val2017 keypoint AP at 256x192,
+    # person boxes of a 56.4 AP detector, flip test (REFERENCE.md, MegEngine Models' table)
+    _mge_pose("simplebaseline_res50", "simplebaseline_res50_256x192_0to255_71dot1_2c0de7.pkl",
+              71.2),
+    _mge_pose("simplebaseline_res101", "simplebaseline_res101_256x192_0to255_71dot8_df6304.pkl",
+              72.2),
+    _mge_pose("simplebaseline_res152", "simplebaseline_res152_256x192_0to255_72dot3_18ba8e.pkl",
+              72.4),
+    _mge_pose("mspn_4stage", "mspn_4stage_0_255_75_2.pkl", 75.2),
 ]
 
 _REGISTRY = {}

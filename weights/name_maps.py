@@ -25,6 +25,7 @@ import numpy as np
 
 from .detection_maps import convert_detection_state_dict, is_detection_arch
 from .gan_maps import GAN_ARCHS, convert_gan_state_dict
+from .keypoint_maps import convert_keypoint_state_dict, is_keypoint_arch
 from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
                           megvii_shufflenet_v2)
 from .specs import CLASSIFIER_KEYS, known_archs, state_dict_spec
@@ -121,6 +122,8 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
         return convert_gan_state_dict(state, arch, strict)
     if is_detection_arch(arch):   # torchvision's names, v1 keys renamed (detection_maps.py)
         return convert_detection_state_dict(state, arch, source)
+    if is_keypoint_arch(arch):   # official / MegEngine / MMPose pose files (keypoint_maps.py)
+        return convert_keypoint_state_dict(state, arch, source)
     mapped = name_map_for(source, arch, state)(state, arch)
     if spec is None and arch in known_archs():
         spec = state_dict_spec(arch, num_classes or infer_num_classes(mapped))

@@ -22,5 +22,8 @@ from .detection import (AnchorGenerator, BoxCoder, FeaturePyramidNetwork, Matche
                         retinanet_resnet18_fpn, retinanet_resnet50_fpn, retinanet_small)
 from .gan import (GAN, FIDInception, Inception3, dcgan_cifar10, dcgan_cnn32_cifar10,
                   fid_inception_v3, inception_v3, wgan_cifar10, wgan_cnn32_cifar10)
+from .keypoints import (MSPN, SimpleBaseline, mspn_2stage, mspn_4stage, mspn_small,
+                        simplebaseline_res18, simplebaseline_res50, simplebaseline_res101,
+                        simplebaseline_res152, simplebaseline_small)
 from .registry import (IMAGENET_PREPROCESSING, classification_card, get_builder, get_model,
                        list_models, model_card, model_spec, register_model, unregister_model)
