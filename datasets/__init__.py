@@ -12,12 +12,13 @@ from . import transforms
 from ._worker import WorkerInfo, get_worker_info
 from .base import CorruptImageError, VisionDataset, decode_image, set_max_image_pixels
 from .cifar import CIFAR10
-from .coco import (COCO, COCO_FLIP_PAIRS, COCO_PERSON_KEYPOINTS, CocoFormat, Objects365,
-                   flip_pairs_from_names, keypoints_to_coco)
+from .coco import (COCO, COCO_FLIP_PAIRS, COCO_LIMBS, COCO_PERSON_KEYPOINTS, CocoFormat,
+                   Objects365, flip_pairs_from_names, keypoints_to_coco)
 from .collate import default_collate, detection_collate, list_collate, pad_images
 from .dataloader import DataLoader, DataLoaderWorkerError
 from .folder import ImageFolder
 from .imagenet import ImageNet
+from .keypoints import TopDownKeypoints
 from .imagenet_meta import ImageNetMeta, load_imagenet_meta
 from .samplers import (BatchSampler, DistributedSampler, GroupedAspectRatioBatchSampler,
                        InfiniteSampler, RandomSampler, SequentialSampler)

@@ -28,6 +28,12 @@ COCO_PERSON_KEYPOINTS = (
     "right_hip", "left_knee", "right_knee", "left_ankle", "right_ankle")
 
 
+# COCO's 19 limbs ("skeleton" in person_keypoints_*.json, there 1-based), as joint index pairs
+COCO_LIMBS = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6),
+              (5, 7), (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5),
+              (4, 6))
+
+
 def flip_pairs_from_names(names):
     """[(i, j)] for every left_X / right_X pair of keypoint names."""
     index = {name: i for i, name in enumerate(names)}

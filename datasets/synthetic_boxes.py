@@ -87,30 +87,40 @@ def make_shape_boxes(num, size=128, num_classes=3, seed=0, **kwargs):
     return [draw_shape_boxes(rng, size, num_classes, **kwargs) for _ in range(num)]
 
 
-def write_coco_shapes(root, num, size=128, num_classes=3, seed=0, **kwargs):
-    """Write `root/images/<000000>.png` and `root/annotations.json` (COCO format, category
-    ids 1..C named after the shapes, image ids 1..num); returns the json's path."""
+def save_coco_folder(root, images, annotations, categories, description):
+    """Write each (H, W, 3) uint8 RGB image of `images` as `root/images/<000000>.png` (image
+    ids 1..n) and `root/annotations.json` with `annotations` (dicts without "id": numbered
+    1..) and `categories`; returns the json's path. The generated datasets' one writer."""
     images_dir = os.path.join(root, "images")
     os.makedirs(images_dir, exist_ok=True)
-    images, annotations = [], []
-    for index, (image, boxes, labels) in enumerate(
-            make_shape_boxes(num, size, num_classes, seed, **kwargs)):
+    entries = []
+    for index, image in enumerate(images):
         name = f"{index:06d}.png"
         path = os.path.join(images_dir, name)
         if not cv2.imwrite(path, cv2.cvtColor(image, cv2.COLOR_RGB2BGR)):
-            raise OSError(f"write_coco_shapes: could not write {path}")
-        images.append({"id": index + 1, "file_name": name, "height": size, "width": size})
+            raise OSError(f"save_coco_folder: could not write {path}")
+        entries.append({"id": index + 1, "file_name": name, "height": image.shape[0],
+                        "width": image.shape[1]})
+    annotations = [{"id": n + 1, **ann} for n, ann in enumerate(annotations)]
+    ann_file = os.path.join(root, "annotations.json")
+    with open(ann_file, "w") as handle:
+        json.dump({"info": {"description": description}, "licenses": [], "images": entries,
+                   "annotations": annotations, "categories": categories}, handle)
+    return ann_file
+
+
+def write_coco_shapes(root, num, size=128, num_classes=3, seed=0, **kwargs):
+    """Write `root/images/<000000>.png` and `root/annotations.json` (COCO format, category
+    ids 1..C named after the shapes, image ids 1..num); returns the json's path."""
+    samples = make_shape_boxes(num, size, num_classes, seed, **kwargs)
+    annotations = []
+    for index, (_, boxes, labels) in enumerate(samples):
         for box, label in zip(boxes.tolist(), labels.tolist()):
             width, height = box[2] - box[0], box[3] - box[1]
-            annotations.append({"id": len(annotations) + 1, "image_id": index + 1,
-                                "category_id": label + 1, "iscrowd": 0,
+            annotations.append({"image_id": index + 1, "category_id": label + 1, "iscrowd": 0,
                                 "bbox": [box[0], box[1], width, height],
                                 "area": width * height})
     categories = [{"id": k + 1, "name": SHAPE_NAMES[k], "supercategory": "shape"}
                   for k in range(num_classes)]
-    ann_file = os.path.join(root, "annotations.json")
-    with open(ann_file, "w") as handle:
-        json.dump({"info": {"description": "tianyuan synthetic shapes"}, "licenses": [],
-                   "images": images, "annotations": annotations, "categories": categories},
-                  handle)
-    return ann_file
+    return save_coco_folder(root, [image for image, _, _ in samples], annotations, categories,
+                            "tianyuan synthetic shapes")
