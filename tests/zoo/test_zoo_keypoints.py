@@ -13,6 +13,7 @@ import tianyuan as ty
 from tianyuan import quantization, weights, zoo
 from tianyuan.zoo.keypoints import (coarse_to_fine_targets, joints_mse_loss, mspn_loss,
                                     ohkm_loss)
+from tianyuan.zoo.keypoints.losses import scale_targets
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "weights"))
 import pth_writer  # noqa: E402  (torch-free .pth files)
@@ -203,3 +204,13 @@ def test_fused_and_traced_equal_eager(name):
     np.testing.assert_allclose(traced(x).numpy(), eager, atol=1e-5)
     fused = quantization.fuse(model, model.fuse_groups())
     np.testing.assert_allclose(fused(x).numpy(), eager, atol=1e-4)
+
+
+def test_mspn_takes_the_datas_own_kernels():
+    target, weight = targets()
+    five = np.stack(coarse_to_fine_targets(target, weight, (5, 4, 3, 2, 1)), axis=1)
+    stages = scale_targets(five, weight, None, num_stages=2)
+    assert [t[0].max() for t in stages] and np.array_equal(stages[0][0], five[:, 0])
+    assert np.array_equal(stages[1][0], five[:, 1]) and np.array_equal(stages[1][3], five[:, 4])
+    with pytest.raises(ValueError, match="S = 4 or 5"):
+        scale_targets(five[:, :3], weight, None, num_stages=2)

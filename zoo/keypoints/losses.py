@@ -9,7 +9,8 @@ their own.
 - `coarse_to_fine_targets`: MSPN's per-scale Gaussian kernels (Li et al. 2019, sec. 3.3:
   larger kernels for the coarser scales) re-rendered at the peaks of the data's target.
 - `mspn_loss`: per stage, the three coarse scales' MSE / 4 and OHKM on the finest (the
-  official MSPN's `_calculate_loss`), summed over the stages.
+  official MSPN's `_calculate_loss`), summed over the stages; the data may render the
+  kernels itself ((N, S, K, h, w) targets).
 
 >>> import tianyuan as ty
 >>> pred, target = ty.zeros(2, 17, 16, 12), ty.ones(2, 17, 16, 12)
@@ -89,18 +90,33 @@ def coarse_to_fine_targets(target, target_weight, sigmas):
     return [np.exp(-dist / (2.0 * float(s) ** 2)).astype(np.float32) * scale for s in sigmas]
 
 
+def scale_targets(target, target_weight, sigmas, num_stages):
+    """Per stage, the four scales' targets (coarse to fine). `target` (N, K, h, w): the
+    `sigmas` rendered at its peaks (None: the target itself at every scale); (N, S, K, h, w)
+    (the data rendered S kernels): S = 4 one per scale; S = 5 the official MSPN's
+    coarse-to-fine, the last stage taking kernels 1-4 and the others 0-3."""
+    if np.ndim(target) == 5:
+        array = target.numpy() if isinstance(target, Tensor) else np.asarray(target)
+        if array.shape[1] not in (4, 5):
+            raise ValueError(f"mspn_loss: a (N, S, K, h, w) target needs S = 4 or 5 kernels, "
+                             f"got {array.shape}")
+        maps = [array[:, s] for s in range(array.shape[1])]
+        last = maps[-4:]
+        return [maps[:4]] * (num_stages - 1) + [last]
+    with no_grad():
+        maps = coarse_to_fine_targets(target, target_weight, sigmas) if sigmas else [target] * 4
+    if len(maps) != 4:
+        raise ValueError(f"mspn_loss: give four sigmas (one per scale), got {sigmas!r}")
+    return [maps] * num_stages
+
+
 def mspn_loss(stage_outputs, target, target_weight, sigmas=None, topk=8):
     """{"loss_coarse", "loss_ohkm"} of MSPN's outputs: `stage_outputs` a list per stage of
-    four (N, K, h, w) heatmaps, coarse to fine, each at the target's size. `sigmas`: four
-    Gaussian kernels for the four scales (coarse to fine), rendered at the target's peaks;
-    None: every scale learns the target as given."""
-    with no_grad():
-        targets = (coarse_to_fine_targets(target, target_weight, sigmas) if sigmas
-                   else [target] * 4)
-    if len(targets) != 4:
-        raise ValueError(f"mspn_loss: give four sigmas (one per scale), got {sigmas!r}")
+    four (N, K, h, w) heatmaps, coarse to fine, each at the target's size; the targets per
+    stage and scale as `scale_targets` gives them."""
+    per_stage = scale_targets(target, target_weight, sigmas, len(stage_outputs))
     coarse, hard = 0.0, 0.0
-    for outputs in stage_outputs:
+    for outputs, targets in zip(stage_outputs, per_stage):
         if len(outputs) != 4:
             raise ValueError(f"mspn_loss: each stage gives four heatmaps, got {len(outputs)}")
         for j in range(3):
