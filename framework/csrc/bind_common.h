@@ -60,6 +60,7 @@ void bind_optim(py::module_& m);
 void bind_winograd(py::module_& m);
 void bind_conv_gemm(py::module_& m);
 void bind_int8(py::module_& m);
+void bind_int8_deconv(py::module_& m);  // int8_deconv/bind_int8_deconv.cpp
 
 }  // namespace bind
 }  // namespace tianyuan

@@ -15,4 +15,5 @@ PYBIND11_MODULE(_C, m) {
     bind_winograd(m);
     bind_conv_gemm(m);
     bind_int8(m);
+    bind_int8_deconv(m);
 }

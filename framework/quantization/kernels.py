@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import _C
 from .layout import as_nhwc, channels_last_wins, is_channels_last, to_channels_last  # noqa: F401
-from .packing import PackedWeight, pack_weights, split_narrow  # noqa: F401
+from .packing import (PackedDeconvWeight, PackedWeight, pack_deconv_weights,  # noqa: F401
+                      pack_weights, split_narrow)
 from .peaks import amx_peak, avx2_peak, avxvnni_peak, vnni_peak  # noqa: F401
 from .reference import _pair, _quad, qrange
 
@@ -221,6 +222,45 @@ def conv2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, rel
                         padding, dilation, out_max, algorithm)
     x = np.asarray(x)
     return conv(x if is_channels_last(x) else _input(x), x_zero_point)
+
+
+class PreparedDeconv:
+    """An int8 transposed conv (framework/csrc/int8_deconv/) with everything but the input
+    fixed once: `PreparedDeconv(packed, ...)(x, x_zero_point)`; `packed` a PackedDeconvWeight.
+    padding: (ph, pw) cropped on both sides, or (top, bottom, left, right); out_max: an
+    extra upper clamp (ReLU6)."""
+
+    def __init__(self, packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride=1,
+                 padding=0, output_padding=0, dilation=1, out_max=None):
+        if not isinstance(packed, PackedDeconvWeight):
+            raise ValueError("conv_transpose2d: weights must be a PackedDeconvWeight "
+                             f"(pack_deconv_weights), got {type(packed).__name__}")
+        self._args = (packed, bias, multiplier, shift, out_zero_point, relu, dtype, stride,
+                      padding, output_padding, dilation, out_max)
+        b, m, s = _params(packed.out_channels, bias, multiplier, shift)
+        top = qrange(dtype)[1] if out_max is None else int(out_max)
+        self.run = _C.Int8Deconv(packed.packed, packed.row_sums, packed.shape, packed.groups,
+                                 _pair(stride), _quad(padding), _pair(output_padding),
+                                 _pair(dilation), b, m, s, int(out_zero_point), bool(relu),
+                                 _signed(dtype), top)
+
+    def __call__(self, x, x_zero_point):
+        """x u8/s8 (N, C, H, W) -> (N, OC, OH, OW) NCHW (a channels-last x is copied)."""
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        return self.run(x, int(x_zero_point))
+
+    def __reduce__(self):
+        return (PreparedDeconv, self._args)
+
+
+def conv_transpose2d(x, x_zero_point, packed, bias, multiplier, shift, out_zero_point, relu,
+                     dtype, stride=1, padding=0, output_padding=0, dilation=1, out_max=None):
+    """x u8/s8 (N, C, H, W), packed W (C, OC/groups, kh, kw) -> dtype (N, OC, OH, OW), as
+    reference.qconv_transpose2d (then np.minimum with out_max)."""
+    deconv = PreparedDeconv(packed, bias, multiplier, shift, out_zero_point, relu, dtype,
+                            stride, padding, output_padding, dilation, out_max)
+    return deconv(_input(x), x_zero_point)
 
 
 def quantize(x, scale, zero_point, dtype):

@@ -135,3 +135,31 @@ def split_narrow(packed):
 def pack_weights(w, groups=1):
     """int8 (N, K) or (OC, C/groups, kh, kw) -> PackedWeight (packed buffer + row sums)."""
     return PackedWeight(w, groups)
+
+
+class PackedDeconvWeight:
+    """int8 ConvTranspose2d weights (C, OC/groups, kh, kw) packed once for the native
+    transposed conv (layout in framework/csrc/int8_deconv/int8_deconv.h: per group, W^T with
+    rows (kh, kw, OC/groups) in the GEMM's panels, and their row sums)."""
+
+    def __init__(self, w, groups=1):
+        w = np.asarray(w)
+        if w.dtype != np.int8 or w.ndim != 4 or w.shape[0] % groups:
+            raise ValueError("pack_deconv_weights: w must be int8 (C, OC/groups, kh, kw) with C "
+                             f"divisible by groups={groups}, got {w.dtype} {w.shape}")
+        self.shape, self.groups = tuple(w.shape), int(groups)
+        packed, self.row_sums = _C.int8_pack_deconv_weights(np.ascontiguousarray(w), groups)
+        self.packed = _aligned(packed)
+
+    @property
+    def out_channels(self):
+        return self.shape[1] * self.groups
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.packed = _aligned(self.packed)   # a copy gets numpy's alignment: align again
+
+
+def pack_deconv_weights(w, groups=1):
+    """int8 (C, OC/groups, kh, kw) -> PackedDeconvWeight."""
+    return PackedDeconvWeight(w, groups)

@@ -217,6 +217,55 @@ def qconv2d(x, x_zero_point, w, bias, multiplier, shift, out_zero_point, relu, d
     return requantize(acc, bias, multiplier, shift, out_zero_point, relu, dtype, axis=1)
 
 
+def conv_transpose_out_size(size, kernel, stride, pad_lo, pad_hi, dilation, output_padding):
+    """Output length of one spatial axis of a transposed conv (F.conv_transpose2d's)."""
+    return (size - 1) * stride - pad_lo - pad_hi + dilation * (kernel - 1) + output_padding + 1
+
+
+def conv_transpose2d(x, x_zero_point, w, stride=1, padding=0, output_padding=0, dilation=1,
+                     groups=1):
+    """x u8/s8 (N, C, H, W), w s8 (C, OC/groups, kh, kw) -> int32 acc (N, OC, OH, OW).
+
+    The transpose of conv2d (ConvTranspose2d's weight layout): every input pixel scatters
+    (x - x_zero_point) * w into the output at (y * stride + i * dilation - top, ...); padding
+    crops the output, output_padding adds rows/columns at the bottom/right.
+    """
+    c, ocg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (oph, opw) = _pair(stride), _pair(dilation), _pair(output_padding)
+    top, bottom, left, right = _quad(padding)
+    n, _, h, wd = x.shape
+    if groups < 1 or x.shape[1] != c or c % groups:
+        raise ValueError(f"conv_transpose2d: input {x.shape}, weight {w.shape}, groups "
+                         f"{groups} mismatch")
+    if oph >= max(sh, dh) or opw >= max(sw, dw):
+        raise ValueError(f"conv_transpose2d: output_padding {(oph, opw)} must be smaller than "
+                         f"stride {(sh, sw)} or dilation {(dh, dw)}")
+    oh = conv_transpose_out_size(h, kh, sh, top, bottom, dh, oph)
+    ow = conv_transpose_out_size(wd, kw, sw, left, right, dw, opw)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"conv_transpose2d: output size {(oh, ow)} is not positive")
+    cg = c // groups
+    xs = (x.astype(np.int64) - int(x_zero_point)).reshape(n, groups, cg, h, wd)
+    wg = w.astype(np.int64).reshape(groups, cg, ocg, kh, kw)
+    cols = np.einsum("ngchw,gcoij->ngoijhw", xs, wg)          # (N, G, OC/G, kh, kw, H, W)
+    full = np.zeros((n, groups, ocg, max(top + oh, (h - 1) * sh + dh * (kh - 1) + 1),
+                     max(left + ow, (wd - 1) * sw + dw * (kw - 1) + 1)), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            full[..., i * dh: i * dh + sh * (h - 1) + 1: sh,
+                 j * dw: j * dw + sw * (wd - 1) + 1: sw] += cols[:, :, :, i, j]
+    acc = full[..., top: top + oh, left: left + ow].reshape(n, groups * ocg, oh, ow)
+    return _to_int32(acc, "conv_transpose2d")
+
+
+def qconv_transpose2d(x, x_zero_point, w, bias, multiplier, shift, out_zero_point, relu, dtype,
+                      stride=1, padding=0, output_padding=0, dilation=1, groups=1):
+    """Quantized transposed conv: conv_transpose2d then requantize per output channel."""
+    acc = conv_transpose2d(x, x_zero_point, w, stride, padding, output_padding, dilation,
+                           groups)
+    return requantize(acc, bias, multiplier, shift, out_zero_point, relu, dtype, axis=1)
+
+
 def add_multipliers(scale_a, scale_b, scale_out):
     """(m_a, m_b, shift) for add: both real multipliers s_i / s_out share one shift."""
     real = np.array([scale_a / scale_out, scale_b / scale_out], np.float64)
