@@ -16,8 +16,8 @@ from ..ops import conv as C
 from ..tensor import Tensor, as_tensor
 from .container import Sequential
 
-SHORT_NAMES = {"Conv2d": "Conv", "BatchNorm2d": "Bn", "ReLU": "ReLU", "ReLU6": "ReLU6",
-               "Linear": "Linear"}
+SHORT_NAMES = {"Conv2d": "Conv", "ConvTranspose2d": "ConvTranspose", "BatchNorm2d": "Bn",
+               "ReLU": "ReLU", "ReLU6": "ReLU6", "Linear": "Linear"}
 
 
 def part_name(module):
@@ -33,7 +33,7 @@ def fused_name(names):
         return names[0]
     if any(n not in SHORT_NAMES for n in names):
         raise ValueError(f"fuse: cannot fuse {names}; fusible parts are {sorted(SHORT_NAMES)}")
-    suffix = "2d" if names[0] == "Conv2d" else ""
+    suffix = "2d" if names[0] in ("Conv2d", "ConvTranspose2d") else ""
     return "".join(SHORT_NAMES[n] for n in names) + suffix
 
 
@@ -144,3 +144,7 @@ ConvBnReLU62d = _fused_class("Conv2d", "BatchNorm2d", "ReLU6")
 ConvReLU2d = _fused_class("Conv2d", "ReLU")
 ConvReLU62d = _fused_class("Conv2d", "ReLU6")
 LinearReLU = _fused_class("Linear", "ReLU")
+# the generators' upsampling (zoo/gan/cnn32.py): run as their parts in turn, in float
+ConvTransposeBn2d = _fused_class("ConvTranspose2d", "BatchNorm2d")
+ConvTransposeBnReLU2d = _fused_class("ConvTranspose2d", "BatchNorm2d", "ReLU")
+ConvTransposeReLU2d = _fused_class("ConvTranspose2d", "ReLU")

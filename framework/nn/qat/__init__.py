@@ -4,6 +4,8 @@ Built by `tianyuan.quantization.quantize_qat`; each class has `from_float`.
 """
 from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d,
                    ConvReLU62d)
+from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
+                     ConvTransposeReLU2d)
 from .linear import Linear, LinearReLU
 from .module import QATModule
 from .pooling import AdaptiveAvgPool2d, AvgPool2d

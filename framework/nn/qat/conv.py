@@ -42,9 +42,13 @@ class Conv2d(float_conv.Conv2d, QATModule):
     def conv(self, x, w, b):
         return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
 
+    def conv_weight(self):
+        """The weight as (OC, C/groups, kh, kw): the layout quantized per output channel."""
+        return self.weight
+
     def folded(self):
         """(weight, bias) Tensors the int8 model quantizes (eval-mode values)."""
-        return self.weight, self.bias
+        return self.conv_weight(), self.bias
 
     def forward(self, x):
         w, b = self.folded()
@@ -60,7 +64,10 @@ class ConvReLU62d(Conv2d):
     activation = "relu6"
 
 
-class ConvBn2d(Conv2d):
+class BnFolding:
+    """The BN folding of the module docstring, for a conv class after it in the bases (its
+    weight in the conv layout (OC, C/groups, kh, kw) from `conv_weight`)."""
+
     def attach_fused(self, parts):
         if len(parts) < 1 or part_name(parts[0]) != "BatchNorm2d":
             raise TypeError(f"{type(self).__name__}: expected a BatchNorm2d after the conv")
@@ -77,7 +84,7 @@ class ConvBn2d(Conv2d):
         """W * f per output channel: W as (1, OC, rest) through ChannelAffine, whose forward
         and backward run on the batch-norm kernels in parallel (numpy's broadcast multiply and
         its two gradients had been 10 of a 300 ms ResNet-18 QAT step, now 4), the same values."""
-        w = self.weight
+        w = self.conv_weight()
         zero = Tensor(np.zeros(w.shape[0], w.dtype))
         flat = N.ChannelAffine.apply(F.reshape(w, (1, w.shape[0], -1)), f, zero)
         return F.reshape(flat, w.shape)
@@ -120,6 +127,10 @@ class ConvBn2d(Conv2d):
         if ste is None:
             return self.fake_quant_act(self.bn.forward(y, **kwargs))
         return self.fake_quantized(self.bn.forward(y, ste=ste, **kwargs), ste)
+
+
+class ConvBn2d(BnFolding, Conv2d):
+    pass
 
 
 class ConvBnReLU2d(ConvBn2d):

@@ -6,6 +6,8 @@ for the pass-through layers).
 """
 from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d, ConvReLU62d,
                    Linear, LinearReLU)
+from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
+                     ConvTransposeReLU2d)
 from .module import QuantizedModule
 from .passthrough import AdaptiveAvgPool2d, AvgPool2d, Dropout, MaxPool2d, ReLU, ReLU6
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

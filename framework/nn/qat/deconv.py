@@ -1,0 +1,69 @@
+"""QAT transposed convolutions: ConvTranspose2d, ConvTransposeReLU2d and the BN-folding
+ConvTransposeBn2d, ConvTransposeBnReLU2d (the DCGAN generators' ConvTranspose-BN-ReLU).
+
+ConvTranspose2d keeps its weight as (C, OC/groups, kh, kw): output channel ``g * OC/groups +
+o`` is column o of group g's rows. Weights are fake-quantized per *output* channel, so the
+observer, the fake quantizer and the BN folding (qat/conv.py's module docstring) all see the
+weight in the conv layout (OC, C/groups, kh, kw) (`conv_layout`), and the transposed conv
+reads it back (`deconv_layout`): both are permutations, so the values are exactly the ones
+`nn.quantized.ConvTranspose2d` quantizes.
+"""
+from ... import functional as F
+from .. import conv as float_conv
+from .conv import BnFolding, activate
+from .module import QATModule
+
+
+def conv_layout(w, groups):
+    """(C, OC/groups, kh, kw) -> (OC, C/groups, kh, kw), a Tensor or numpy array."""
+    c, ocg, kh, kw = w.shape
+    cg = c // groups
+    grouped = w.reshape(groups, cg, ocg, kh, kw)
+    moved = (F.permute(grouped, 0, 2, 1, 3, 4) if hasattr(grouped, "requires_grad")
+             else grouped.transpose(0, 2, 1, 3, 4))
+    return moved.reshape(groups * ocg, cg, kh, kw)
+
+
+def deconv_layout(w, groups):
+    """(OC, C/groups, kh, kw) -> (C, OC/groups, kh, kw): conv_layout's inverse."""
+    oc, cg, kh, kw = w.shape
+    ocg = oc // groups
+    grouped = w.reshape(groups, ocg, cg, kh, kw)
+    moved = (F.permute(grouped, 0, 2, 1, 3, 4) if hasattr(grouped, "requires_grad")
+             else grouped.transpose(0, 2, 1, 3, 4))
+    return moved.reshape(groups * cg, ocg, kh, kw)
+
+
+class ConvTranspose2d(float_conv.ConvTranspose2d, QATModule):
+    activation = None
+
+    def conv(self, x, w, b):
+        """The transposed conv of x with w in the conv layout (OC, C/groups, kh, kw)."""
+        return F.conv_transpose2d(x, deconv_layout(w, self.groups), b, self.stride,
+                                  self.padding, self.output_padding, self.groups,
+                                  self.dilation)
+
+    def conv_weight(self):
+        """The weight in the conv layout (OC, C/groups, kh, kw), quantized per axis 0."""
+        return conv_layout(self.weight, self.groups)
+
+    def folded(self):
+        """(weight in the conv layout, bias) the int8 model quantizes (eval-mode values)."""
+        return self.conv_weight(), self.bias
+
+    def forward(self, x):
+        w, b = self.folded()
+        y = self.conv(x, self.fake_quant_weight(w), b)
+        return self.fake_quant_act(activate(y, self.activation))
+
+
+class ConvTransposeReLU2d(ConvTranspose2d):
+    activation = "relu"
+
+
+class ConvTransposeBn2d(BnFolding, ConvTranspose2d):
+    pass
+
+
+class ConvTransposeBnReLU2d(ConvTransposeBn2d):
+    activation = "relu"
