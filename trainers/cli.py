@@ -2,8 +2,8 @@
 
     tianyuan weights list | download NAME | verify | import FILE --arch A --out F
 
-Subcommands (weights, train, eval, quantize, bench, run, generate, fid, detect) are one row of
-SUBCOMMANDS; the module named there is imported only when its command runs.
+Subcommands (weights, train, eval, quantize, bench, run, generate, fid, detect, pose) are one
+row of SUBCOMMANDS; the module named there is imported only when its command runs.
 
 A mistake in the command line or the files it names (a missing file, a bad value, an
 unknown config) ends in one line, "tianyuan CMD: what is wrong", and exit status 2;
@@ -36,6 +36,9 @@ SUBCOMMANDS = {
     "detect": ("tianyuan.trainers.detect", "main",
                "boxes drawn on photos + COCO results: model=NAME weights=FILE input=IMG|DIR "
                "out=DIR"),
+    "pose": ("tianyuan.trainers.pose", "main",
+             "skeletons drawn on photos + COCO keypoint results: model=NAME weights=FILE "
+             "input=IMG|DIR out=DIR [boxes=FILE | detector=NAME]"),
 }
 
 

@@ -84,11 +84,13 @@ def fit_final_layer(model, state):
 
 def _simplebaseline(arch, backbone_arch, *, num_joints=17, weights=None, pretrained=False,
                     backbone_weights=None, deconv_channels=(256, 256, 256), final_kernel=1,
-                    heatmap_range=1.0):
+                    heatmap_range=1.0, layers=None):
     """`weights`/`pretrained`: a pose file or manifest entry; `backbone_weights`: ImageNet
     weights for the backbone alone (a manifest name or file, True: the default entry), the
-    paper's starting point for training."""
-    block, layers = ARCHS[backbone_arch]
+    paper's starting point for training. `layers`: blocks per stage other than the
+    backbone's (the smoke model's shallower ResNet)."""
+    block, depth = ARCHS[backbone_arch]
+    layers = list(layers or depth)
     model = SimpleBaseline(block, layers, num_joints, tuple(deconv_channels), final_kernel,
                            heatmap_range)
     load_backbone_into(model, backbone_arch, backbone_weights)
@@ -104,6 +106,7 @@ simplebaseline_res50 = _register("simplebaseline_res50", "resnet50")
 simplebaseline_res101 = _register("simplebaseline_res101", "resnet101")
 simplebaseline_res152 = _register("simplebaseline_res152", "resnet152")
 simplebaseline_res18 = _register("simplebaseline_res18", "resnet18")
-# the smoke model: ResNet-18 with 64-wide deconvolutions (a few minutes on 2 cores)
-simplebaseline_small = _register("simplebaseline_small", "resnet18",
+# the smoke model: a ResNet-18 of one block per stage ("ResNet-10"), 64-wide deconvolutions,
+# from scratch (a few minutes on 2 cores)
+simplebaseline_small = _register("simplebaseline_small", "resnet18", layers=(1, 1, 1, 1),
                                  deconv_channels=(64, 64, 64))
