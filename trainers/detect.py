@@ -16,7 +16,6 @@ Class names: `classes=` (a list, or a COCO-format json whose categories the mode
 trained on); else the `results.json` a training run wrote next to the weights; else COCO's
 for a 91-class head (torchvision's published weights: label = category id); else "class k".
 """
-import colorsys
 import json
 import os
 import sys
@@ -28,6 +27,8 @@ import tianyuan as ty
 from tianyuan.datasets import decode_image
 from tianyuan.datasets.coco_categories import coco91_names
 from tianyuan.datasets.transforms.detection import model_image
+from tianyuan.evaluation.drawing import box_colour, draw_detections  # noqa: F401 (detect.*)
+from tianyuan.evaluation.drawing import class_name as _name
 from tianyuan.evaluation.image_files import IMAGE_EXTENSIONS
 from tianyuan.evaluation.report import format_table, write_json
 from tianyuan.progress import progress
@@ -48,35 +49,6 @@ def input_files(path):
     if not files:
         raise ValueError(f"detect: no images ({', '.join(IMAGE_EXTENSIONS)}) in {path}")
     return files
-
-
-def box_colour(label):
-    """An RGB colour per class: hues spaced by the golden ratio, full saturation."""
-    red, green, blue = colorsys.hsv_to_rgb((label * 0.618033988749895) % 1.0, 0.9, 1.0)
-    return int(red * 255), int(green * 255), int(blue * 255)
-
-
-def draw_detections(image, boxes, scores, labels, names, thickness=2):
-    """A copy of `image` (H, W, 3) uint8 RGB with each box, its class name and score drawn;
-    a box covers pixel columns x1..x2-1 and rows y1..y2-1 of its xyxy coordinates."""
-    out = np.ascontiguousarray(image).copy()
-    scale = max(0.4, min(out.shape[:2]) / 800)
-    for box, score, label in zip(boxes, scores, labels):
-        colour = box_colour(int(label))
-        x1, y1, x2, y2 = (int(round(float(v))) for v in box)
-        cv2.rectangle(out, (x1, y1), (max(x1, x2 - 1), max(y1, y2 - 1)), colour, thickness)
-        text = f"{_name(names, int(label))} {float(score):.2f}"
-        (width, height), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
-        top = y1 - height - base if y1 - height - base >= 0 else y1 + thickness
-        cv2.rectangle(out, (x1, top), (x1 + width, top + height + base), colour, cv2.FILLED)
-        ink = (0, 0, 0) if sum(colour) > 380 else (255, 255, 255)
-        cv2.putText(out, text, (x1, top + height), cv2.FONT_HERSHEY_SIMPLEX, scale, ink, 1,
-                    cv2.LINE_AA)
-    return out
-
-
-def _name(names, label):
-    return names[label] if 0 <= label < len(names) else f"class {label}"
 
 
 def class_names(classes, weights, num_classes):
