@@ -6,7 +6,7 @@ noisy background: limbs as thick lines, the person's left side in warm colours, 
 in cool ones, the torso grey-white, a head disc with two eyes, a nose and two ears as dots.
 One to `max_people` figures an image, their boxes kept apart. The joints are known
 exactly, every one inside the image (visibility 2). Deterministic by seed and learnable
-in minutes at a 64x48 input: the `smoke_pose` experiment trains on it.
+in minutes at a 128x96 input: the `smoke_pose` experiment trains on it.
 
 >>> image, people = make_people(2, size=128, seed=0)[0]   # (128, 128, 3) uint8, (N, 17, 3)
 >>> ann_file = write_coco_people("data/people/val", 50)            # doctest: +SKIP

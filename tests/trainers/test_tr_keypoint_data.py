@@ -26,17 +26,17 @@ def test_people_through_the_config(tmp_path):
                                     "data.batch_size=4")
     assert cfg.task._target_.endswith("KeypointTask")
     batch = next(iter(train))
-    assert batch["image"].shape == (4, 3, 64, 48) and batch["target"].shape == (4, 17, 16, 12)
+    assert batch["image"].shape == (4, 3, 128, 96) and batch["target"].shape == (4, 17, 32, 24)
     assert batch["target_weight"].shape == (4, 17) and batch["center"].dtype == np.float32
     assert len(train) == len(train.dataset) // 4                    # whole batches only
     crops = sum(len(b["image_id"]) for b in val)
     assert crops == len(val.dataset) == len(meta["coco"].anns)      # every person, once
     assert meta["num_joints"] == 17 and [1, 2] in meta["flip_pairs"]
     assert len(meta["skeleton"]) == 19 and meta["skeleton"][0] == (15, 13)
-    assert meta["input_size"] == [64, 48] and meta["heatmap_size"] == [16, 12]
+    assert meta["input_size"] == [128, 96] and meta["heatmap_size"] == [32, 24]
     assert meta["ann_file"].endswith(os.path.join("val", "annotations.json"))
-    again = keypoint_data("people", str(tmp_path), batch_size=4, input_size=(64, 48),
-                          heatmap_size=(16, 12), sigma=1.0, scale_factor=0.25, rotation=30,
+    again = keypoint_data("people", str(tmp_path), batch_size=4, input_size=(128, 96),
+                          heatmap_size=(32, 24), sigma=1.5, scale_factor=0.25, rotation=30,
                           half_body=None, splits=("train",))[0]
     first = next(iter(again))
     assert np.array_equal(first["image"], batch["image"])           # same seed, same crops
