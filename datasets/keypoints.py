@@ -30,6 +30,12 @@ unlabelled or its Gaussian wholly off the heatmap), "image_id" int, "center" flo
 "scale" float32 (2,) (the crop window's w, h in pixels), "score" float (the box's), "area"
 float (the crop window's area, for OKS-NMS)}. default_collate stacks them all.
 
+Interface notes (issue 53's brief, as built): `scale` is in pixels, not the references'
+units of 200 pixels; the extra keywords are `rotation_prob`, `box_threshold`, `channels`,
+`mean`, `std` and `upper_body` (half-body's joint ids, COCO's for 17 joints, else none);
+input sides should be multiples of 32 for the zoo's stride-32 backbones (128x96 for smoke
+runs, not 64x48).
+
 Bad input is counted, never trained on silently: persons with no labelled joint, boxes
 with nothing inside their image, `num_keypoints` disagreeing with the keypoint array (the
 array wins) are left out or corrected and reported in one warning and in `self.skipped`.
