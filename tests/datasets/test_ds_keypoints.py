@@ -158,3 +158,32 @@ def test_person_boxes_file(tmp_path):
         TopDownKeypoints(base, person_boxes=str(path))
     with pytest.raises(ValueError, match="person_boxes .* is for evaluation"):
         TopDownKeypoints(base, person_boxes=str(path), train=True)
+
+
+def _reference_affine(center, scale, rot, out_w, out_h, inv=False):
+    """Xiao et al.'s get_affine_transform (scale in pixels), written out as the spec."""
+    import cv2
+    src_w, t = scale[0], np.pi * rot / 180
+    src_dir = np.array([-(-0.5 * src_w) * np.sin(t), (-0.5 * src_w) * np.cos(t)])
+    dst_dir = np.array([0, out_w * -0.5])
+    third = lambda a, b: b + np.array([-(a - b)[1], (a - b)[0]])
+    src = np.array([center, center + src_dir, third(center, center + src_dir)], np.float32)
+    dst_c = np.array([out_w * 0.5, out_h * 0.5])
+    dst = np.array([dst_c, dst_c + dst_dir, third(dst_c, dst_c + dst_dir)], np.float32)
+    return cv2.getAffineTransform(dst, src) if inv else cv2.getAffineTransform(src, dst)
+
+
+def test_crop_and_back_projection_match_the_reference_transform():
+    from tianyuan.datasets.keypoint_geometry import (affine_points, crop_affine,
+                                                     heatmap_to_image)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        center, rot = rng.uniform(50, 500, 2), rng.uniform(-90, 90)
+        scale = np.array([1.0, 4 / 3]) * rng.uniform(50, 400)
+        ours = crop_affine(center, scale, rot, 192, 256)
+        np.testing.assert_allclose(ours, _reference_affine(center, scale, rot, 192, 256),
+                                   rtol=1e-4, atol=1e-3)
+        coords = rng.uniform(0, 48, (1, 17, 2))
+        back = _reference_affine(center, scale, 0, 48, 64, inv=True)
+        np.testing.assert_allclose(heatmap_to_image(coords, center[None], scale[None], (48, 64)),
+                                   affine_points(back, coords), rtol=1e-5, atol=1e-3)
