@@ -34,18 +34,30 @@ def _bn_relu_up(in_ch, out_ch, bias):
 
 
 class DCGANGenerator32(nn.Module):
-    """z (N, nz) -> (N, 3, 32, 32): main.0 (nz -> 1024, 2x2), then 512, 256, 128, 3."""
+    """z (N, nz) -> (N, 3, 32, 32): main.0 (nz -> 1024, 2x2), then 512, 256, 128, 3.
+
+    QAT-ready: each transposed conv with the BN and ReLU after it is a fuse group
+    (ConvTransposeBnReLU2d), so the int8 generator is int8 from z to the last transposed conv;
+    the tanh after the DequantStub stays float (3 x 32 x 32 values an image)."""
 
     def __init__(self, nz=100):
         super().__init__()
         self.nz = nz
+        self.quant = nn.QuantStub()
         layers = [nn.ConvTranspose2d(nz, 1024, 2, 1, 0, bias=False)]        # (N, 1024, 2, 2)
         for in_ch, out_ch in ((1024, 512), (512, 256), (256, 128), (128, 3)):
             layers += _bn_relu_up(in_ch, out_ch, bias=False)                # x2 each
-        self.main = nn.Sequential(*layers, nn.Tanh())
+        self.main = nn.Sequential(*layers)
+        self.dequant = nn.DequantStub()
+        self.tanh = nn.Tanh()
+
+    def fuse_groups(self):
+        """[main.0, main.1, main.2], [main.3, main.4, main.5], ...: ConvTranspose-BN-ReLU."""
+        return [[f"main.{i}", f"main.{i + 1}", f"main.{i + 2}"] for i in range(0, 12, 3)]
 
     def forward(self, z):
-        return self.main(z.reshape(z.shape[0], self.nz, 1, 1))
+        x = self.quant(z.reshape(z.shape[0], self.nz, 1, 1))               # (N, nz, 1, 1)
+        return self.tanh(self.dequant(self.main(x)))
 
 
 class DCGANDiscriminator32(nn.Module):

@@ -1,0 +1,97 @@
+"""The int8 DCGAN generator (zoo/gan/cnn32.py, dcgan_cnn32_cifar10): quantize_qat fuses its
+ConvTranspose-BN-ReLU groups, calibration and quantize give an int8 generator whose transposed
+convs run the native int8 kernel on every ISA path, within one quantization step of the
+fake-quant generator layer by layer, the same bits on every ISA path."""
+import numpy as np
+import pytest
+from helpers import each_isa
+from qnets import float_inputs
+
+import tianyuan as ty
+from tianyuan import nn
+from tianyuan import quantization as Q
+from tianyuan import zoo
+from tianyuan.quantization.qarray import dequantize_tensor
+
+
+def _bn_statistics(generator, rng):
+    """Running statistics and affine of a trained generator's scale (N(0, 0.02) weights)."""
+    for m in generator.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.running_mean.shape[0]
+            m.running_mean.data[:] = rng.normal(0, 0.05, c)
+            m.running_var.data[:] = rng.uniform(0.5, 2.0, c) * 0.02
+            m.weight.data[:] = rng.uniform(0.8, 1.2, c)
+            m.bias.data[:] = rng.normal(0, 0.1, c)
+    return generator
+
+
+@pytest.fixture(scope="module")
+def generators():
+    ty.manual_seed(0)
+    rng = np.random.default_rng(0)
+    gan = zoo.get_model("dcgan_cnn32_cifar10")
+    for m in gan.generator.modules():
+        if isinstance(m, nn.ConvTranspose2d):
+            m.weight.data[:] = rng.normal(0, 0.02, m.weight.shape)
+    generator = _bn_statistics(gan.generator, rng).eval()
+    qat = Q.calibrate(Q.quantize_qat(generator),
+                      [rng.standard_normal((8, 100)).astype(np.float32) for _ in range(2)])
+    return generator, qat, Q.quantize(qat), rng.standard_normal((4, 100)).astype(np.float32)
+
+
+def test_generator_converts_every_transposed_conv(generators):
+    _, qat, int8, _ = generators
+    names = [type(m).__name__ for m in qat.main]
+    assert names.count("ConvTransposeBnReLU2d") == 4 and names[12] == "ConvTranspose2d"
+    deconvs = [m for m in int8.modules() if isinstance(m, nn.quantized.ConvTranspose2d)]
+    assert len(deconvs) == 5
+    assert not any(isinstance(m, (nn.BatchNorm2d, nn.ConvTranspose2d)) for m in int8.modules())
+    assert isinstance(int8.tanh, nn.Tanh)          # float after the DequantStub
+
+
+def test_int8_generator_matches_fake_quant(generators):
+    """The images are the same bits on every ISA path, and follow the fake-quant generator:
+    each int8 layer is within one step of its QAT twin on the same input (next test: the int32
+    sums are exact where the fake-quant conv sums in float32, so a value on a rounding boundary
+    may land a step apart), and such a step moves the next layers' values near a boundary too,
+    so the images agree in 90 % of their values (96 % here) and within 3 steps of the last
+    layer's output scale (2 here)."""
+    _, qat, int8, z = generators
+    with ty.no_grad():
+        want = qat(ty.tensor(z)).numpy()
+        step = int8.main[12].out_scale
+        first = None
+        for isa in each_isa():
+            got = int8(ty.tensor(z)).numpy()
+            if first is None:
+                first = got
+            np.testing.assert_array_equal(got, first, err_msg=isa)
+    assert first.shape == (4, 3, 32, 32) and first.dtype == np.float32
+    assert (first == want).mean() >= 0.9
+    pre_tanh = [np.arctanh(np.clip(v, -1 + 1e-6, 1 - 1e-6)) for v in (first, want)]
+    assert np.abs(pre_tanh[0] - pre_tanh[1]).max() <= 3 * step + 1e-4
+
+
+def test_int8_layers_within_one_step(generators):
+    _, qat, int8, z = generators
+    seen = {}
+    for name, m in int8.named_modules():
+        if isinstance(m, nn.quantized.ConvTranspose2d):
+            m.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, (a, o)))
+    with ty.no_grad():
+        int8(ty.tensor(z))
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
+            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
+            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
+            assert (steps > 0.5).mean() < 0.01, f"{name}: {(steps > 0.5).mean()} off by a step"
+    assert len(seen) == 5
+
+
+def test_float_generator_unchanged_by_the_stubs(generators):
+    generator, _, _, z = generators
+    with ty.no_grad():
+        out = generator(ty.tensor(z)).numpy()
+    assert out.shape == (4, 3, 32, 32) and np.abs(out).max() <= 1.0
+    assert sorted(k for k in generator.state_dict() if "main.12" in k) == ["main.12.weight"]
