@@ -33,7 +33,7 @@ def fused_name(names):
         return names[0]
     if any(n not in SHORT_NAMES for n in names):
         raise ValueError(f"fuse: cannot fuse {names}; fusible parts are {sorted(SHORT_NAMES)}")
-    suffix = "2d" if names[0] in ("Conv2d", "ConvTranspose2d") else ""
+    suffix = "2d" if names[0] in ("Conv2d", "ConvTranspose2d", "BatchNorm2d") else ""
     return "".join(SHORT_NAMES[n] for n in names) + suffix
 
 
@@ -148,3 +148,6 @@ LinearReLU = _fused_class("Linear", "ReLU")
 ConvTransposeBn2d = _fused_class("ConvTranspose2d", "BatchNorm2d")
 ConvTransposeBnReLU2d = _fused_class("ConvTranspose2d", "BatchNorm2d", "ReLU")
 ConvTransposeReLU2d = _fused_class("ConvTranspose2d", "ReLU")
+# a BN with no conv before it (the generators' BN-ReLU before an upsampling): int8 as a
+# depthwise 1x1 conv (nn/qat/norm.py)
+BnReLU2d = _fused_class("BatchNorm2d", "ReLU")

@@ -8,5 +8,6 @@ from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
                      ConvTransposeReLU2d)
 from .linear import Linear, LinearReLU
 from .module import QATModule
+from .norm import BatchNorm2d, BnReLU2d
 from .pooling import AdaptiveAvgPool2d, AvgPool2d
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub

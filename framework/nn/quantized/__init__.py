@@ -9,5 +9,6 @@ from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d, Co
 from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
                      ConvTransposeReLU2d)
 from .module import QuantizedModule
+from .norm import BatchNorm2d, BnReLU2d
 from .passthrough import AdaptiveAvgPool2d, AvgPool2d, Dropout, MaxPool2d, ReLU, ReLU6
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub
