@@ -86,21 +86,34 @@ def _normal_init(module):
 
 
 class WGANGenerator32(nn.Module):
-    """z (N, nz) -> linear 4x4x512 -> 256, 128, 64 (x2 each) -> conv3x3 to RGB, tanh."""
+    """z (N, nz) -> linear 4x4x512 -> 256, 128, 64 (x2 each) -> conv3x3 to RGB, tanh.
+
+    QAT-ready as DCGANGenerator32: the first BN-ReLU (after the linear layer, no conv to fold
+    into) is a BnReLU2d group, int8 as a depthwise 1x1 conv; then three ConvTranspose-BN-ReLU
+    groups and the 3x3 conv, int8; tanh float after the DequantStub."""
 
     def __init__(self, nz=100):
         super().__init__()
         self.nz = nz
+        self.quant = nn.QuantStub()
         self.linear = nn.Linear(nz, 4 * 4 * 512)
         layers = []
         for in_ch, out_ch in ((512, 256), (256, 128), (128, 64)):
             layers += _bn_relu_up(in_ch, out_ch, bias=True)
         self.main = nn.Sequential(*layers, nn.BatchNorm2d(64), nn.ReLU(),
-                                  nn.Conv2d(64, 3, 3, 1, 1), nn.Tanh())
+                                  nn.Conv2d(64, 3, 3, 1, 1))
+        self.dequant = nn.DequantStub()
+        self.tanh = nn.Tanh()
         _normal_init(self)
 
+    def fuse_groups(self):
+        """[main.0, main.1] (BN-ReLU), then ConvTranspose-BN-ReLU from main.2, .5, .8."""
+        return [["main.0", "main.1"]] + [[f"main.{i}", f"main.{i + 1}", f"main.{i + 2}"]
+                                         for i in (2, 5, 8)]
+
     def forward(self, z):
-        return self.main(self.linear(z).reshape(z.shape[0], 512, 4, 4))
+        x = self.linear(self.quant(z)).reshape(z.shape[0], 512, 4, 4)      # (N, 512, 4, 4)
+        return self.tanh(self.dequant(self.main(x)))
 
 
 class WGANDiscriminator32(nn.Module):
