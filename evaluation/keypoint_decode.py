@@ -123,3 +123,41 @@ def oks_nms(keypoints, scores, areas, threshold=0.9, sigmas=None, vis_threshold=
                           sigmas, vis_threshold)
         order = order[1:][overlap <= threshold]
     return keep
+
+
+def megengine_preds(heatmaps, center, scale, input_width, heat_range=1.0, border=10,
+                    kernel=17):
+    """(coords (N, K, 2) in image pixels, scores (N, K, 1)) as MegEngine Models'
+    official/vision/keypoints/test.py decodes (what its published SimpleBaseline and MSPN
+    numbers use): each heatmap padded by `border` and blurred (`kernel`), the argmax moved
+    towards the next maxima ("second_value_aug", kept as written there: its first zeroing
+    lands `border` pixels off, so the 0.35 step falls on the peak itself and only the 0.15
+    and 0.05 steps move), heatmap pixel u -> input pixel (u + 0.5) * stride - 0.5; the score
+    is the heatmap / heat_range + 1 at the rounded position (the zoo's models already divide
+    their output by the file's heat range of 255: heat_range 1 here)."""
+    import cv2
+    heatmaps = as_heatmaps(heatmaps)
+    n, k, height, width = heatmaps.shape
+    stride = input_width / width
+    coords = np.zeros((n, k, 2), np.float64)
+    scores = np.zeros((n, k, 1), np.float64)
+    for i in range(n):
+        for j in range(k):
+            padded = np.zeros((height + 2 * border, width + 2 * border), np.float32)
+            padded[border:-border, border:-border] = heatmaps[i, j]
+            padded = cv2.GaussianBlur(padded, (kernel, kernel), 0)
+            y, x = np.unravel_index(padded.argmax(), padded.shape)
+            y, x = float(y - border), float(x - border)
+            padded[int(y), int(x)] = 0
+            for delta in (0.35, 0.15, 0.05):
+                py, px = np.unravel_index(padded.argmax(), padded.shape)
+                padded[py, px] = 0
+                dy, dx = py - border - y, px - border - x
+                length = (dx ** 2 + dy ** 2) ** 0.5
+                if length > 1e-3:
+                    x, y = x + delta * dx / length, y + delta * dy / length
+            x, y = min(max(x, 0.0), width - 1.0), min(max(y, 0.0), height - 1.0)
+            scores[i, j, 0] = heatmaps[i, j, int(round(y)), int(round(x))] / heat_range + 1
+            coords[i, j] = ((x + 0.5) * stride - 0.5) / stride, ((y + 0.5) * stride - 0.5) / stride
+    preds = heatmap_to_image(coords, center, scale, (width, height))
+    return preds.astype(np.float32), scores.astype(np.float32)

@@ -34,12 +34,15 @@ from tianyuan.datasets.coco_check import load_checked
 from .detection import _percent, _write_results
 from .evaluator import Evaluator
 from .keypoint_decode import (COCO_SIGMAS, as_heatmaps, flip_back, flip_test, get_final_preds,
-                              get_max_preds, oks_iou, oks_nms, rescore)
+                              get_max_preds, megengine_preds, oks_iou, oks_nms, rescore)
+
+DECODERS = ("xiao", "megengine")
 
 STATS = ("AP", "AP50", "AP75", "APm", "APl", "AR", "AR50", "AR75", "ARm", "ARl")
 
-__all__ = ["COCO_SIGMAS", "KeypointEvaluator", "STATS", "check_num_joints", "flip_back",
-           "flip_test", "get_final_preds", "get_max_preds", "oks_iou", "oks_nms", "rescore"]
+__all__ = ["COCO_SIGMAS", "DECODERS", "KeypointEvaluator", "STATS", "check_num_joints",
+           "flip_back", "flip_test", "get_final_preds", "get_max_preds", "megengine_preds",
+           "oks_iou", "oks_nms", "rescore"]
 
 
 def check_num_joints(model_joints, data_joints, where):
@@ -90,14 +93,21 @@ class KeypointEvaluator(Evaluator):
     names; `flip`: run the flip test in `forward`; `in_vis_thre` and `oks_thre`: the
     rescoring and OKS-NMS thresholds; `sigmas`: OKS constants (COCO's for 17 joints);
     `image_ids`: "all" images of the file (the references') or "records" (those seen);
-    `results_file`: where evaluate() writes the COCO keypoint results."""
+    `results_file`: where evaluate() writes the COCO keypoint results. `decode`: "xiao"
+    (Xiao et al.'s, above) or "megengine" (MegEngine Models' test.py, for its published
+    .pkl numbers: blurred peaks moved toward the next maxima, no flip shift, score = mean
+    joint score x box score, no OKS-NMS; give its crops data.padding=1.1)."""
 
     name = "keypoints"
 
     def __init__(self, coco_gt, flip_pairs=None, flip=True, shift_heatmap=True,
                  in_vis_thre=0.2, oks_thre=0.9, sigmas=None, results_file=None,
-                 image_ids="all", post_process=True):
+                 image_ids="all", post_process=True, decode="xiao"):
         super().__init__()
+        if decode not in DECODERS:
+            raise ValueError(f"KeypointEvaluator: decode must be one of {DECODERS}, "
+                             f"got {decode!r}")
+        self.decode = decode
         is_path = isinstance(coco_gt, (str, os.PathLike))
         self.where = os.fspath(coco_gt) if is_path else "the ground truth"
         self.gt = load_checked(os.fspath(coco_gt), "KeypointEvaluator") if is_path else coco_gt
@@ -126,14 +136,19 @@ class KeypointEvaluator(Evaluator):
         """Heatmaps (N, K, h, w) of batch["image"], flip-tested unless `flip` is off."""
         run = lambda images: model(ty.tensor(images))
         if self.flip:
-            return flip_test(run, batch["image"], self.flip_pairs, self.shift_heatmap)
+            shift = self.shift_heatmap and self.decode == "xiao"
+            return flip_test(run, batch["image"], self.flip_pairs, shift)
         return as_heatmaps(run(np.asarray(batch["image"])))
 
     def process(self, batch, outputs):
         heatmaps = as_heatmaps(outputs)
         check_num_joints(heatmaps.shape[1], self.num_joints, f"KeypointEvaluator: {self.where}")
-        coords, maxvals = get_final_preds(heatmaps, batch["center"], batch["scale"],
-                                          self.post_process)
+        if self.decode == "megengine":
+            coords, maxvals = megengine_preds(heatmaps, batch["center"], batch["scale"],
+                                              np.shape(batch["image"])[-1])
+        else:
+            coords, maxvals = get_final_preds(heatmaps, batch["center"], batch["scale"],
+                                              self.post_process)
         points = np.concatenate([coords, maxvals], 2).astype(np.float64)     # (N, K, 3)
         for n, image_id in enumerate(np.asarray(batch["image_id"]).tolist()):
             self.records.append({"image_id": int(image_id),
@@ -153,9 +168,14 @@ class KeypointEvaluator(Evaluator):
         for image_id in sorted(by_image):
             people = by_image[image_id]
             points = np.array([p["keypoints"] for p in people]).reshape(len(people), -1, 3)
-            scores = [rescore(k, p["score"], self.in_vis_thre) for k, p in zip(points, people)]
-            keep = oks_nms(points, scores, [p["area"] for p in people], self.oks_thre,
-                           self.sigmas)
+            if self.decode == "megengine":
+                scores = [float(k[:, 2].mean()) * p["score"] for k, p in zip(points, people)]
+                keep = range(len(people))
+            else:
+                scores = [rescore(k, p["score"], self.in_vis_thre)
+                          for k, p in zip(points, people)]
+                keep = oks_nms(points, scores, [p["area"] for p in people], self.oks_thre,
+                               self.sigmas)
             out += [{"image_id": image_id, "category_id": self.category_id,
                      "keypoints": people[i]["keypoints"], "score": scores[i]} for i in keep]
         return out

@@ -167,3 +167,35 @@ def test_inference_drives_the_evaluator(people):
     metrics = inference(_Oracle(plain), DataLoader(plain, batch_size=5), evaluator,
                         progress=False)
     assert metrics["AP"] >= 99.0 and metrics["persons"] == len(plain)
+
+
+def test_megengine_decoding_steps_toward_the_next_maxima():
+    from tianyuan.evaluation.keypoint_decode import megengine_preds
+    ys, xs = np.mgrid[0:64, 0:48]
+    heatmap = np.exp(-((xs - 10.3) ** 2 + (ys - 7.2) ** 2) / 8).astype(np.float32)
+    center, scale = np.array([[100.0, 200.0]]), np.array([[96.0, 128.0]])
+    coords, scores = megengine_preds(heatmap[None, None], center, scale, input_width=192)
+    # peak (10, 7); its 0.35 step stays (MegEngine zeroes a pixel `border` off), 0.15 toward
+    # the second maximum (11, 7), 0.05 toward the third (10, 8)
+    x, y = 10.15, 7.0
+    length = np.hypot(10 - x, 1)
+    x, y = x + 0.05 * (10 - x) / length, y + 0.05 / length
+    u, v = x + 0.375, y + 0.375                          # ((u + 0.5) * 4 - 0.5) / 4
+    np.testing.assert_allclose(coords[0, 0], [100 + (u - 24) * 2, 200 + (v - 32) * 2],
+                               atol=1e-4)
+    assert scores[0, 0, 0] == pytest.approx(1 + heatmap[7, 10])
+
+
+def test_megengine_decoding_through_the_evaluator(people):
+    base, ann_file = people
+    plain = TopDownKeypoints(base, padding=1.1)
+    outputs = [b["target"] for b in _batches(plain)]
+    metrics, evaluator = _evaluate(plain, ann_file, outputs, decode="megengine")
+    assert metrics["AP"] >= 95.0, evaluator.summary
+    twice = KeypointEvaluator(ann_file, decode="megengine")
+    batch = _batches(plain)[0]
+    twice.process(batch, batch["target"])
+    twice.process(batch, batch["target"])
+    assert len(twice.results()) == 2 * len(batch["image_id"])       # no OKS-NMS
+    with pytest.raises(ValueError, match="decode must be one of"):
+        KeypointEvaluator(ann_file, decode="udp")
