@@ -16,4 +16,6 @@ PYBIND11_MODULE(_C, m) {
     bind_conv_gemm(m);
     bind_int8(m);
     bind_int8_deconv(m);
+    bind_roi_align(m);
+    bind_nms(m);
 }

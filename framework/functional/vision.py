@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ops import boxes as B
+from ..ops import nms as native
 from ..ops import resize as R
 from ..ops import shape as S
 from ..tensor import Tensor, as_tensor
@@ -101,7 +102,8 @@ def concat_shuffle(tensors):
     return S.ConcatShuffle.apply(*[as_tensor(t) for t in tensors])
 
 
-# ---------------------------------------------------------------- boxes (ops/boxes.py)
+# ---------------------------------------------------------------- boxes (ops/boxes.py; NMS
+# native: ops/nms.py, equal to its numpy twin)
 # Boxes are (N, 4) x1, y1, x2, y2 float tensors or arrays; results are Tensors (no gradient:
 # these act on anchors, targets and detached detections).
 
@@ -137,8 +139,8 @@ def nms(boxes, scores, iou_threshold):
     """Greedy NMS (torchvision.ops.nms): int64 indices of the kept boxes, by decreasing
     score; a box goes when its IoU with a kept one exceeds `iou_threshold`."""
     data = _boxes(boxes, "nms")
-    return Tensor(B.nms(data, _per_box(scores, data.shape[0], "nms", "scores"),
-                        float(iou_threshold)))
+    return Tensor(native.nms(data, _per_box(scores, data.shape[0], "nms", "scores"),
+                             float(iou_threshold)))
 
 
 def batched_nms(boxes, scores, idxs, iou_threshold):
@@ -150,8 +152,8 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
     idxs = _per_box(idxs, n, op, "idxs")
     if dtypes.is_floating(idxs.dtype):
         raise TypeError(f"{op}: idxs must be integer categories, got dtype {idxs.dtype}")
-    return Tensor(B.batched_nms(data, _per_box(scores, n, op, "scores"), idxs,
-                                float(iou_threshold)))
+    return Tensor(native.batched_nms(data, _per_box(scores, n, op, "scores"), idxs,
+                                     float(iou_threshold)))
 
 
 def clip_boxes(boxes, size):

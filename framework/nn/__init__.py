@@ -19,6 +19,7 @@ from .norm import (BatchNorm1d, BatchNorm2d, FrozenBatchNorm2d, SyncBatchNorm2d,
                    batch_norm_act, convert_frozen_batchnorm, convert_sync_batchnorm)
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .poolers import MultiScaleRoIAlign, RoIAlign
 from .quant_points import Add, AddReLU, Concat, DequantStub, QuantStub
 from .fused import (ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d, ConvReLU62d,
                     LinearReLU)
