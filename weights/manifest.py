@@ -251,6 +251,13 @@ ENTRIES = [
                 notes="v1 keys (FPN and head convs renamed on load); trained with "
                       "FrozenBatchNorm2d at eps 0, which loading it sets; labels are COCO "
                       "category ids 1-90 of a 91-way head"),
+    WeightEntry("fasterrcnn_resnet50_fpn.coco_torchvision", "fasterrcnn_resnet50_fpn",
+                (f"{TORCHVISION}fasterrcnn_resnet50_fpn_coco-258fb6c6.pth",), "258fb6c6",
+                "prefix", "torchvision", "torchvision", preprocessing.TORCHVISION_DETECTION,
+                {"box_map": 37.0}, "torchvision 0.29.1 model docs (REFERENCE.md 1c)",
+                notes="v1 keys (FPN and RPN head convs renamed on load); trained with "
+                      "FrozenBatchNorm2d at eps 0, which loading it sets; a 91-way head whose "
+                      "column 0 is the background and whose labels are COCO category ids"),
     # Pose (zoo/keypoints/; names: keypoint_maps.py): COCO val2017 keypoint AP at 256x192,
     # person boxes of a 56.4 AP detector, flip test (REFERENCE.md, MegEngine Models' table)
     _mge_pose("simplebaseline_res50", "simplebaseline_res50_256x192_0to255_71dot1_2c0de7.pkl",

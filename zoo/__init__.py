@@ -18,8 +18,10 @@ from .classification import (BasicBlock, Bottleneck, Classifier, InvertedResidua
                              shufflenet_v1_x1_0_g8, shufflenet_v1_x1_5_g3, shufflenet_v1_x1_5_g8,
                              shufflenet_v1_x2_0_g3, shufflenet_v1_x2_0_g8, shufflenet_v2_x0_5,
                              shufflenet_v2_x1_0, shufflenet_v2_x1_5, shufflenet_v2_x2_0)
-from .detection import (AnchorGenerator, BoxCoder, FeaturePyramidNetwork, Matcher, RetinaNet,
-                        retinanet_resnet18_fpn, retinanet_resnet50_fpn, retinanet_small)
+from .detection import (AnchorGenerator, BoxCoder, FasterRCNN, FeaturePyramidNetwork, Matcher,
+                        RetinaNet, fasterrcnn_resnet18_fpn, fasterrcnn_resnet50_fpn,
+                        fasterrcnn_small, retinanet_resnet18_fpn, retinanet_resnet50_fpn,
+                        retinanet_small)
 from .gan import (GAN, FIDInception, Inception3, dcgan_cifar10, dcgan_cnn32_cifar10,
                   fid_inception_v3, inception_v3, wgan_cifar10, wgan_cnn32_cifar10)
 from .keypoints import (MSPN, SimpleBaseline, mspn_2stage, mspn_4stage, mspn_small,

@@ -172,8 +172,9 @@ def test_state_dict_names_are_torchvisions():
     card = zoo.model_card("retinanet_resnet50_fpn")
     assert card["task"] == "detection" and card["metrics"]["torchvision"] == {"box_map": 36.4}
     assert card["preprocessing"]["min_size"] == 800 and card["num_classes"] == 91
-    assert zoo.list_models(task="detection") == ["retinanet_resnet18_fpn",
-                                                 "retinanet_resnet50_fpn", "retinanet_small"]
+    assert zoo.list_models(task="detection") == [
+        "fasterrcnn_resnet18_fpn", "fasterrcnn_resnet50_fpn", "fasterrcnn_small",
+        "retinanet_resnet18_fpn", "retinanet_resnet50_fpn", "retinanet_small"]
     small = zoo.model_card("retinanet_small")
     assert small["preprocessing"]["min_size"] == 128 and small["backbone"] == "resnet18"
     ty.manual_seed(0)

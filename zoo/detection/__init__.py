@@ -4,13 +4,18 @@ core ops (tianyuan.functional, framework/ops/boxes.py).
 
 >>> from tianyuan.zoo import list_models
 >>> list_models(task="detection")
-['retinanet_resnet18_fpn', 'retinanet_resnet50_fpn', 'retinanet_small']
+['fasterrcnn_resnet18_fpn', 'fasterrcnn_resnet50_fpn', 'fasterrcnn_small', 'retinanet_resnet18_fpn',
+ 'retinanet_resnet50_fpn', 'retinanet_small']
 """
 from .anchors import AnchorGenerator, cell_anchors, grid_anchors, retinanet_anchor_generator
 from .box_coder import BoxCoder
 from .common import detection_card, load_detection_weights
-from .fpn import BackboneWithFPN, FeaturePyramidNetwork, LastLevelP6P7
+from .faster_rcnn import (FasterRCNN, fasterrcnn_resnet18_fpn, fasterrcnn_resnet50_fpn,
+                          fasterrcnn_small, rpn_anchor_generator)
+from .fpn import BackboneWithFPN, FeaturePyramidNetwork, LastLevelMaxPool, LastLevelP6P7
 from .matcher import Matcher
+from .roi_heads import FastRCNNPredictor, RoIHeads, TwoMLPHead
+from .rpn import RegionProposalNetwork, RPNHead
 from .retinanet import (RetinaNet, RetinaNetClassificationHead, RetinaNetHead,
                         RetinaNetRegressionHead, retinanet_resnet18_fpn, retinanet_resnet50_fpn,
                         retinanet_small)

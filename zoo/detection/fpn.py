@@ -74,6 +74,14 @@ class LastLevelP6P7(nn.Module):
         return results + [p6, self.p7(self.relu(p6))]
 
 
+class LastLevelMaxPool(nn.Module):
+    """P6 = max_pool(P5, kernel 1, stride 2) (Faster R-CNN's extra level: the RPN's 512
+    anchors; the RoI pooler leaves it out)."""
+
+    def forward(self, results, features):
+        return results + [F.max_pool2d(results[-1], 1, 2, 0)]
+
+
 class BackboneWithFPN(nn.Module):
     """`body` (a zoo Backbone) and `fpn` over its `returned` stage features (torchvision's
     names: `backbone.body.*`, `backbone.fpn.*`). forward: image batch -> pyramid levels."""
