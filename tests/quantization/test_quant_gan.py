@@ -1,5 +1,7 @@
-"""The int8 CNN32 generators (zoo/gan/cnn32.py, dcgan_cnn32_cifar10 and wgan_cnn32_cifar10):
-quantize_qat fuses their ConvTranspose-BN-ReLU (and WGAN's leading BN-ReLU) groups,
+"""The int8 generators: the CNN32 ones (zoo/gan/cnn32.py, dcgan_cnn32_cifar10 and
+wgan_cnn32_cifar10) and the ResNet one (zoo/gan/resnet_gan.py, dcgan_cifar10 at ngf 16, its
+bilinear upsampling float between stubs): quantize_qat fuses their ConvTranspose-BN-ReLU and
+BN-ReLU groups,
 calibration and quantize give an int8 generator whose transposed convs run the native int8
 kernel, within one quantization step of the fake-quant generator layer by layer, the same bits
 on every ISA path."""
@@ -27,22 +29,25 @@ def _bn_statistics(generator, rng):
     return generator
 
 
-# name -> (int8 modules of the generator, first layer's int8 class)
-ARCHS = {"dcgan_cnn32_cifar10": (5, "ConvTransposeBnReLU2d"), "wgan_cnn32_cifar10": (6, "Linear")}
+# name -> (int8 modules of the generator, first layer's int8 class, builder arguments)
+ARCHS = {"dcgan_cnn32_cifar10": (5, "ConvTransposeBnReLU2d", {}),
+         "wgan_cnn32_cifar10": (6, "Linear", {}),
+         "dcgan_cifar10": (18, "Linear", {"ngf": 16, "ndf": 16})}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
 def generators(request):
     ty.manual_seed(0)
     rng = np.random.default_rng(0)
-    gan = zoo.get_model(request.param)
+    gan = zoo.get_model(request.param, **ARCHS[request.param][2])
     for m in gan.generator.modules():
         if isinstance(m, nn.ConvTranspose2d):
             m.weight.data[:] = rng.normal(0, 0.02, m.weight.shape)
     generator = _bn_statistics(gan.generator, rng).eval()
     qat = Q.calibrate(Q.quantize_qat(generator),
-                      [rng.standard_normal((8, 100)).astype(np.float32) for _ in range(2)])
-    z = rng.standard_normal((4, 100)).astype(np.float32)
+                      [rng.standard_normal((8, generator.nz)).astype(np.float32)
+                       for _ in range(2)])
+    z = rng.standard_normal((4, generator.nz)).astype(np.float32)
     return generator, qat, Q.quantize(qat), z, request.param
 
 
@@ -53,12 +58,13 @@ def _int8_layers(model):
 
 def test_generator_is_int8_up_to_the_tanh(generators):
     _, qat, int8, _, arch = generators
-    count, first = ARCHS[arch]
+    count, first, _ = ARCHS[arch]
     assert len(_int8_layers(int8)) == count
     assert type(_int8_layers(int8)[0][1]).__name__ == first
     float_layers = (nn.BatchNorm2d, nn.ConvTranspose2d, nn.Conv2d, nn.Linear)
     assert not any(isinstance(m, float_layers) for m in int8.modules())
-    assert isinstance(int8.tanh, nn.Tanh)          # float after the DequantStub
+    last = int8.out if arch == "dcgan_cifar10" else int8.tanh
+    assert isinstance(last, (nn.Tanh, nn.Sigmoid))      # float after the DequantStub
 
 
 def test_int8_generator_matches_fake_quant(generators):
@@ -67,7 +73,7 @@ def test_int8_generator_matches_fake_quant(generators):
     sums are exact where the fake-quant conv sums in float32, so a value on a rounding boundary
     may land a step apart), and such a step moves the next layers' values near a boundary too,
     so the images agree exactly in most values (96 % for DCGAN's 5 layers, 78 % for WGAN's 6
-    with its coarser output scale, here) and within 3 steps of the last layer's output scale
+    with its coarser output scale, 99 % for the ResNet generator, here) and within 3 steps of the last layer's output scale
     (2 here)."""
     _, qat, int8, z, _ = generators
     with ty.no_grad():

@@ -58,7 +58,11 @@ class SampleNorm(nn.Module):
 
 
 class GBlock(nn.Module):
-    """Residual up-block: BN-ReLU-up-conv3x3, BN-ReLU-conv3x3; shortcut up + conv1x1."""
+    """Residual up-block: BN-ReLU-up-conv3x3, BN-ReLU-conv3x3; shortcut up + conv1x1.
+
+    Quantized, the BN-ReLU pairs are BnReLU2d groups (`fuse_groups`) and the bilinear
+    upsampling stays float between a DequantStub and a QuantStub (`up_*` for the residual
+    branch, `sc_*` for the shortcut): no int8 bilinear kernel exists."""
 
     def __init__(self, in_ch, out_ch, upsample=True):
         super().__init__()
@@ -70,14 +74,21 @@ class GBlock(nn.Module):
         self.learnable_sc = in_ch != out_ch or upsample
         if self.learnable_sc:
             self.c_sc = _xavier(nn.Conv2d(in_ch, out_ch, 1, 1, 0), 1.0)
+        if upsample:
+            self.up_dequant, self.up_quant = nn.DequantStub(), nn.QuantStub()
+            self.sc_dequant, self.sc_quant = nn.DequantStub(), nn.QuantStub()
         self.add = nn.Add()
+
+    def fuse_groups(self, prefix):
+        return [[f"{prefix}.b1", f"{prefix}.act1"], [f"{prefix}.b2", f"{prefix}.act2"]]
 
     def forward(self, x):
         h = self.act1(self.b1(x))
-        h = self.c1(_up(h) if self.upsample else h)
-        h = self.c2(self.act2(self.b2(h)))
+        if self.upsample:
+            h = self.up_quant(_up(self.up_dequant(h)))
+        h = self.c2(self.act2(self.b2(self.c1(h))))
         if self.learnable_sc:
-            x = self.c_sc(_up(x) if self.upsample else x)
+            x = self.c_sc(self.sc_quant(_up(self.sc_dequant(x))) if self.upsample else x)
         return self.add(h, x)
 
 
@@ -147,13 +158,20 @@ class ResNetGenerator32(nn.Module):
         self.block4 = GBlock(ngf, ngf, upsample=True)                   # 32 x 32
         self.b5, self.act5 = nn.BatchNorm2d(ngf), nn.ReLU()
         self.c5 = _xavier(nn.Conv2d(ngf, 3, 3, 1, 1), 1.0)
+        self.quant, self.dequant = nn.QuantStub(), nn.DequantStub()
         self.out = nn.Tanh() if output == "tanh" else nn.Sigmoid()
+
+    def fuse_groups(self):
+        """The blocks' BN-ReLU pairs and b5-act5 (BnReLU2d: int8 as depthwise 1x1 convs)."""
+        groups = [g for name in ("block2", "block3", "block4")
+                  for g in getattr(self, name).fuse_groups(name)]
+        return groups + [["b5", "act5"]]
 
     def forward(self, z):
         w = self.bottom_width
-        h = self.l1(z).reshape(z.shape[0], self.ngf, w, w)            # (N, ngf, 4, 4)
+        h = self.l1(self.quant(z)).reshape(z.shape[0], self.ngf, w, w)  # (N, ngf, 4, 4)
         h = self.block4(self.block3(self.block2(h)))
-        x = self.out(self.c5(self.act5(self.b5(h))))
+        x = self.out(self.dequant(self.c5(self.act5(self.b5(h)))))       # float tanh/sigmoid
         return x if self.output == "tanh" else x * 2.0 - 1.0          # [0, 1] -> [-1, 1]
 
 
