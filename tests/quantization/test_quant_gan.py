@@ -1,10 +1,9 @@
 """The int8 generators: the CNN32 ones (zoo/gan/cnn32.py, dcgan_cnn32_cifar10 and
 wgan_cnn32_cifar10) and the ResNet one (zoo/gan/resnet_gan.py, dcgan_cifar10 at ngf 16, its
-bilinear upsampling float between stubs): quantize_qat fuses their ConvTranspose-BN-ReLU and
-BN-ReLU groups,
-calibration and quantize give an int8 generator whose transposed convs run the native int8
-kernel, within one quantization step of the fake-quant generator layer by layer, the same bits
-on every ISA path."""
+bilinear upsampling float between stubs). quantize_qat fuses their ConvTranspose-BN-ReLU and
+BN-ReLU groups; calibration and quantize give an int8 generator whose transposed convs run the
+native int8 kernel, within one quantization step of the fake-quant generator layer by layer,
+the same bits on every ISA path."""
 import numpy as np
 import pytest
 from helpers import each_isa

@@ -70,7 +70,7 @@ void gather_rows(const QIn& x, const DeconvGeom& g, const Plan& p, int64_t n0, i
                  uint8_t* a) {
     const uint8_t flip = flip_of(x);
     const int64_t rows = cnt * p.hw;
-#pragma omp parallel for schedule(static) if (rows * g.c > (1 << 16))
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * g.c > (1 << 16))
     for (int64_t t = 0; t < g.groups * cnt; ++t) {
         const int64_t grp = t / cnt, img = t % cnt;
         uint8_t* dst = a + (grp * rows + img * p.hw) * p.kp;
@@ -91,7 +91,8 @@ void gemm_cols(const DeconvKernels& k, const Plan& p, int64_t groups, const uint
     const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
     const int64_t col_tiles = (panels + kTilePanels - 1) / kTilePanels;
     const int64_t tiles = row_tiles * col_tiles;
-#pragma omp parallel for schedule(static) if (rows * p.np * p.kp * groups > (1 << 18))
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && \
+                                                 rows * p.np * p.kp * groups > (1 << 18))
     for (int64_t t = 0; t < groups * tiles; ++t) {
         const int64_t grp = t / tiles, rt = t % tiles;
         const int64_t i0 = (rt % row_tiles) * kTileRows;
@@ -133,27 +134,69 @@ void col2im_row(const DeconvKernels& k, const DeconvGeom& g, const Plan& p, cons
     }
 }
 
+// One output row's accumulators acc (ow, OC) requantized into dst (OC planes `plane` apart):
+// along the channels, a pixel at a time, where there are more channels than pixels (then a
+// byte transpose), else along the row, a channel at a time (the last layer of a generator:
+// 3 channels, 32 pixels), through the transposed accumulators `tr`.
+void requant_row(const DeconvKernels& k, const DeconvGeom& g, const int32_t* acc,
+                 const Requant& r, int64_t plane, int32_t* tr, uint8_t* bytes, uint8_t* dst) {
+    if (g.ow > g.oc) {
+        for (int64_t o = 0; o < g.oc; ++o) {
+            for (int64_t ox = 0; ox < g.ow; ++ox) tr[o * g.ow + ox] = acc[ox * g.oc + o];
+            Requant ro = r;   // channel o's parameters for every lane
+            ro.bias += o * r.step;
+            ro.multiplier += o * r.step;
+            ro.shift += o * r.step;
+            ro.step = 0;
+            k.requant_row(tr + o * g.ow, g.ow, ro, dst + o * plane);
+        }
+        return;
+    }
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+        k.requant_row(acc + ox * g.oc, g.oc, r, bytes + ox * g.oc);
+    }
+    for (int64_t o = 0; o < g.oc; ++o) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) dst[o * plane + ox] = bytes[ox * g.oc + o];
+    }
+}
+
 // Images [n0, n0 + cnt): col2im and requantization per output row, rows in parallel.
 void output_rows(const DeconvKernels& k, const DeconvGeom& g, const Plan& p,
                  const int32_t* cols, const int32_t* fix, const Requant& r, int64_t n0,
                  int64_t cnt, uint8_t* out) {
     const int64_t rows = cnt * p.hw, plane = g.oh * g.ow;
-#pragma omp parallel if (cnt * plane * g.oc > (1 << 14))
+#pragma omp parallel if (!omp_in_parallel() && cnt * plane * g.oc > (1 << 14))
     {
-        std::vector<int32_t> acc(static_cast<size_t>(g.ow * g.oc));
-        std::vector<uint8_t> bytes(static_cast<size_t>(g.ow * g.oc));
+        const size_t size = static_cast<size_t>(g.ow * g.oc);
+        std::vector<int32_t> acc(size), tr(size);
+        std::vector<uint8_t> bytes(size);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < cnt * g.oh; ++t) {
             const int64_t img = t / g.oh, oy = t % g.oh;
             col2im_row(k, g, p, cols, rows, fix, img, oy, acc.data());
-            for (int64_t ox = 0; ox < g.ow; ++ox) {
-                k.requant_row(acc.data() + ox * g.oc, g.oc, r, bytes.data() + ox * g.oc);
-            }
-            uint8_t* dst = out + (n0 + img) * g.oc * plane + oy * g.ow;  // (OC, oh, ow)
-            for (int64_t o = 0; o < g.oc; ++o) {
-                for (int64_t ox = 0; ox < g.ow; ++ox) dst[o * plane + ox] = bytes[ox * g.oc + o];
-            }
+            requant_row(k, g, acc.data(), r, plane, tr.data(), bytes.data(),
+                        out + (n0 + img) * g.oc * plane + oy * g.ow);  // (OC, oh, ow)
         }
+    }
+}
+
+// Images [n0, n1) in chunks whose int32 columns fit kChunkBytes: gather, GEMM, col2im and
+// requantization per chunk; each step threaded unless called from a parallel region (nested
+// teams are not wanted: libgomp may grant them, and their spinning threads had made a 0.4 ms
+// layer take 12 ms on 2 threads).
+void images(const DeconvKernels& k, const QIn& x, const DeconvGeom& g, const Plan& p,
+            const int8_t* packed, const int32_t* fix, const Requant& r, int64_t n0, int64_t n1,
+            uint8_t* out) {
+    const int64_t per_image = std::max<int64_t>(1, p.hw * p.np * 4 * g.groups);
+    const int64_t chunk = std::max<int64_t>(1, std::min(n1 - n0, kChunkBytes / per_image));
+    std::unique_ptr<uint8_t[]> a(new uint8_t[static_cast<size_t>(g.groups * chunk * p.hw * p.kp)]);
+    std::unique_ptr<int32_t[]> cols(
+        new int32_t[static_cast<size_t>(g.groups * chunk * p.hw * p.np)]);
+    for (int64_t i = n0; i < n1; i += chunk) {
+        const int64_t cnt = std::min(chunk, n1 - i);
+        gather_rows(x, g, p, i, cnt, a.get());
+        gemm_cols(k, p, g.groups, a.get(), cnt * p.hw, packed, cols.get());
+        output_rows(k, g, p, cols.get(), fix, r, i, cnt, out);
     }
 }
 
@@ -189,16 +232,18 @@ void conv_transpose2d(const QIn& x, const DeconvGeom& g, const int8_t* packed,
     for (size_t q = 0; q < fix.size(); ++q) {
         fix[q] = static_cast<int32_t>(z * static_cast<uint32_t>(row_sums[q]));
     }
-    const int64_t per_image = std::max<int64_t>(1, p.hw * p.np * 4 * g.groups);
-    const int64_t chunk = std::max<int64_t>(1, std::min(g.n, kChunkBytes / per_image));
-    std::unique_ptr<uint8_t[]> a(new uint8_t[static_cast<size_t>(g.groups * chunk * p.hw * p.kp)]);
-    std::unique_ptr<int32_t[]> cols(
-        new int32_t[static_cast<size_t>(g.groups * chunk * p.hw * p.np)]);
-    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-        const int64_t cnt = std::min(chunk, g.n - n0);
-        gather_rows(x, g, p, n0, cnt, a.get());
-        gemm_cols(k, p, g.groups, a.get(), cnt * p.hw, packed, cols.get());
-        output_rows(k, g, p, cols.get(), fix.data(), r, n0, cnt, out);
+    const int64_t threads = omp_get_max_threads();
+    const bool big = static_cast<double>(g.n) * p.hw * p.np * p.kp * g.groups > (1 << 18);
+    if (threads < 2 || g.n < threads || !big || omp_in_parallel()) {
+        images(k, x, g, p, packed, fix.data(), r, 0, g.n, out);   // each step threaded
+        return;
+    }
+    // a batch of at least one image a thread: each thread its own images, no barrier between
+    // the steps (on a busy machine, waiting threads had taken a third of a 2-thread call)
+#pragma omp parallel num_threads(static_cast<int>(threads))
+    {
+        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        images(k, x, g, p, packed, fix.data(), r, g.n * t / nt, g.n * (t + 1) / nt, out);
     }
 }
 
