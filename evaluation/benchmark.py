@@ -63,26 +63,29 @@ def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, se
 
 
 def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, rounds=5,
-                    seed=0):
+                    seed=0, forward=None):
     """Median latency in ms of each of `models` ({name: model}) at one batch size, in eval
     mode under no_grad: after `warmup` runs of each, `rounds` alternating rounds of about
     repeats / rounds runs of each, so that a slow spell of a shared machine hits every model
-    alike instead of the one timed when it came. Returns {name: median ms}."""
+    alike instead of the one timed when it came. `forward(model, x)`: what is timed (default
+    model(x); a detector's network without its box decoding, a GAN's generator). Returns
+    {name: median ms}."""
     if batch < 1 or repeats < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"compare_latency: need batch >= 1, repeats >= 1, warmup >= 0, "
                          f"rounds >= 1; got {batch}, {repeats}, {warmup}, {rounds}")
     x = example_input(batch, input_size, seed)
+    run = forward or (lambda model, x: model(x))
     times = {name: [] for name in models}
     per_round = max(1, -(-repeats // rounds))
     with ty.no_grad():
         for model in models.values():
             model.eval()
             for _ in range(warmup):
-                model(x)
+                run(model, x)
         for _ in range(rounds):
             for name, model in models.items():
                 for _ in range(per_round):
                     start = time.perf_counter()
-                    model(x)
+                    run(model, x)
                     times[name].append(time.perf_counter() - start)
     return {name: round(1000.0 * float(np.median(t)), 3) for name, t in times.items()}

@@ -56,12 +56,26 @@ def _record(model, names, quantized_only):
     return store, handles
 
 
-def _run(model, example, names, quantized_only=False):
+def _flat(out):
+    """A model's output (a tensor, or lists/dicts of them: a detector's per-level maps) as
+    one float array."""
+    if isinstance(out, dict):
+        out = [out[k] for k in sorted(out)]
+    if isinstance(out, (list, tuple)):
+        return np.concatenate([_flat(o).ravel() for o in out]) if out else np.zeros(0)
+    return np.asarray(Q.dequantize_tensor(out).numpy())
+
+
+def _call(model, x):
+    return model(x)
+
+
+def _run(model, example, names, quantized_only=False, forward=_call):
     store, handles = _record(model, names, quantized_only)
     try:
         model.eval()
         with ty.no_grad():
-            out = Q.dequantize_tensor(model(example)).numpy()
+            out = _flat(forward(model, example))
     finally:
         for handle in handles:
             handle.remove()
@@ -83,11 +97,12 @@ def layer_pairs(float_model, int8_model, groups=None):
     return pairs
 
 
-def sensitivity(float_model, int8_model, example, groups=None):
-    """(output SQNR dB, [{"layer", "float_layer", "sqnr_db"}] sorted worst first)."""
+def sensitivity(float_model, int8_model, example, groups=None, forward=_call):
+    """(output SQNR dB, [{"layer", "float_layer", "sqnr_db"}] sorted worst first);
+    `forward(model, example)`: what runs the models (default model(example))."""
     pairs = layer_pairs(float_model, int8_model, groups)
-    ref_out, ref = _run(float_model, example, set(pairs.values()))
-    out, got = _run(int8_model, example, set(pairs), quantized_only=True)
+    ref_out, ref = _run(float_model, example, set(pairs.values()), forward=forward)
+    out, got = _run(int8_model, example, set(pairs), quantized_only=True, forward=forward)
     layers = []
     for name, twin in pairs.items():
         a, b = got.get(name), ref.get(twin)
@@ -105,8 +120,10 @@ def _db(value):
 
 
 class QuantReport:
-    """`rows`: one dict per model (float first) with top-k, drop (top-1 points), median
-    latency per batch size, size; `sensitivity`: {int8 name: layers, worst first}."""
+    """`rows`: one dict per model (float first) with its metrics, drop (points of the
+    report's metric lost: float - int8 where higher is better, int8 - float where lower is,
+    as FID), median latency per batch size, size; `sensitivity`: {int8 name: layers, worst
+    first}."""
 
     def __init__(self, rows, sensitivity=None, info=None, worst=5):
         self.rows, self.sensitivity = list(rows), dict(sensitivity or {})
@@ -114,33 +131,45 @@ class QuantReport:
 
     @classmethod
     def measure(cls, float_model, int8_models, evaluate, example, batches=(1, 16), repeats=20,
-                warmup=3, worst=5, groups=None, info=None, show_progress=True):
+                warmup=3, worst=5, groups=None, info=None, show_progress=True, metric="top1",
+                mode="max", forward=None):
         """Evaluate and time `float_model` and each of `int8_models` ({name: int8 model});
-        `evaluate(model) -> {"top1": %, ...}`; `example` (N, C, H, W) images for the
-        per-layer comparison (its C, H, W also size the timing input); `show_progress`: a
-        bar (or log lines) per phase."""
+        `evaluate(model) -> {metric: value, ...}` (the drop is of `metric`, `mode` "max" or
+        "min" saying which way is better); `example`: a batch of what `forward(model, x)`
+        takes (default model(x): images (N, C, H, W)) for the per-layer comparison, its
+        shape past the batch also sizing the timing input; `show_progress`: a bar (or log
+        lines) per phase."""
+        if mode not in ("max", "min"):
+            raise ValueError(f"QuantReport: mode must be 'max' or 'min', got {mode!r}")
+        forward = forward or _call
         example = ty.as_tensor(example)
         input_size = tuple(example.shape[1:])
         models = [("float", "fp32", float_model)]
         models += [(name, "int8", model) for name, model in int8_models.items()]
         # timed in alternating rounds: a slow spell of a shared machine hits them all alike
         latency = {batch: compare_latency({name: model for name, _, model in models}, batch,
-                                          input_size, repeats, warmup)
+                                          input_size, repeats, warmup, forward=forward)
                    for batch in progress(batches, "time float and int8", unit="batch size",
                                          disable=not show_progress)}
         rows, layers = [], {}
+        sign = 1.0 if mode == "max" else -1.0
         for name, precision, model in progress(models, "evaluate, per-layer SQNR",
                                                unit="model", disable=not show_progress):
             row = {"model": name, "precision": precision, **evaluate(model)}
-            row["drop"] = rows[0]["top1"] - row["top1"] if rows else 0.0
+            if metric not in row:
+                raise KeyError(f"QuantReport: the evaluation gave {sorted(row)[2:]}, not the "
+                               f"report's metric {metric!r}")
+            row["drop"] = round(sign * (rows[0][metric] - row[metric]), 4) if rows else 0.0
             for batch in batches:
                 row[f"ms_batch{batch}"] = latency[batch][name]
             row["size_kb"] = round(state_kb(model), 1)
             if precision == "int8":
-                row["output_sqnr_db"], layers[name] = sensitivity(float_model, model, example,
-                                                                  groups)
+                row["output_sqnr_db"], layers[name] = sensitivity(
+                    float_model, model, example, groups, forward)
             rows.append(row)
-        return cls(rows, layers, {**dict(info or {}), "input_size": list(input_size)}, worst)
+        info = {**dict(info or {}), "input_size": list(input_size), "metric": metric,
+                "better": "higher" if mode == "max" else "lower"}
+        return cls(rows, layers, info, worst)
 
     def worst_layers(self):
         """[{"model", "layer", "float_layer", "sqnr_db"}]: the `worst` lowest-SQNR layers of
@@ -150,15 +179,15 @@ class QuantReport:
 
     def table(self):
         first = self.rows[0]
-        columns = (["model", "precision"] + [c for c in first if c.startswith("top")] +
-                   ["drop"] + [c for c in first if c.startswith("ms_batch")] + ["size_kb"] +
+        scores = list(first)[2:list(first).index("drop")]    # evaluate's metrics, in order
+        columns = (["model", "precision"] + scores + ["drop"] + [c for c in first if c.startswith("ms_batch")] + ["size_kb"] +
                    (["output_sqnr_db"] if self.sensitivity else []))
         text = format_table(self.rows, columns, title="\nquantization report")
         if "input_size" in self.info:
             pre = self.info.get("preprocessing") or {}
             used = ", ".join(f"{k} {v}" for k, v in pre.items() if k != "source")
             text += (f"\ninput {' x '.join(map(str, self.info['input_size']))}"
-                     + (f"; preprocessing ({pre.get('source', 'given')}): {used}" if pre else ""))
+                     + (f"; preprocessing ({pre.get('source', 'given')}): {used}" if used else ""))
         if self.sensitivity:
             text += "\n" + format_table(self.worst_layers(), title=(
                 f"\nper-layer sensitivity: the {self.worst} lowest-SQNR int8 layers "

@@ -149,6 +149,9 @@ class ClassificationTask(Task):
 
     name, metric, mode = "classification", "top1", "max"
 
+    def report_metrics(self, metrics):
+        return {k: v for k, v in metrics.items() if k.startswith("top")}
+
     def __init__(self, label_smoothing=0.0, topk=(1, 5), finetune=None):
         self.label_smoothing, self.topk = float(label_smoothing), tuple(int(k) for k in topk)
         self.finetune = {"weights": None, "new_head": False, "freeze_backbone": False,

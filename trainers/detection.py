@@ -252,3 +252,22 @@ class DetectionTask(Task):
     def results(self, trainer):
         """The classes in label order (read by `tianyuan detect` for the weights' names)."""
         return {key: self.meta[key] for key in ("classes", "category_ids") if key in self.meta}
+
+    # ------------------------------------------------------------ tianyuan quantize
+    def quant_inputs(self, model, loader, count):
+        """The first `count` validation images as the detector's network takes them:
+        resized, normalised and padded into one batch (model.transform)."""
+        images = []
+        for batch in loader:
+            images += model_images(batch["image"])
+            if len(images) >= count:
+                break
+        return model.transform(images[:count])[0]
+
+    def quant_forward(self, model, x):
+        """The network (backbone, FPN, heads: what int8 runs) on a normalised padded batch;
+        box decoding and NMS are float and the same in both."""
+        return model.run_network(x)
+
+    def report_metrics(self, metrics):
+        return {k: metrics[k] for k in ("AP", "AP50", "AP75") if k in metrics}

@@ -31,17 +31,18 @@ from tianyuan.evaluation import QuantReport, inference
 from tianyuan.progress import progress
 
 from .classification import prepare_qat
-from .commands import _card, build_data, build_model, choose_preprocessing
+from .commands import _card, build_model, choose_preprocessing
 from .config import compose, usage, use_threads
 from .train import GROUPS, build
 
 METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
 
 
-def ptq(model, batches, qconfig="calibration", keep_float=()):
-    """Post-training quantization: calibrate the observers on `batches`, then int8;
-    `keep_float`: submodules left float (as in `prepare_qat`)."""
-    return Q.quantize(Q.calibrate(prepare_qat(model, qconfig, keep_float), batches))
+def ptq(model, batches, qconfig="calibration", keep_float=(), forward=None):
+    """Post-training quantization: calibrate the observers on `batches` (each run by
+    `forward(model, batch)`, default model(batch)), then int8; `keep_float`: submodules left
+    float (as in `prepare_qat`)."""
+    return Q.quantize(Q.calibrate(prepare_qat(model, qconfig, keep_float), batches, forward))
 
 
 def qat(cfg, model):
@@ -51,8 +52,9 @@ def qat(cfg, model):
     with open_dict(cfg):
         cfg.trainer.max_epochs, cfg.trainer.max_iters = cfg.qat.epochs, cfg.qat.iters
         cfg.quant.method = "qat"
-        cfg.task.finetune.weights = None          # the model has its weights and head
-        cfg.task.finetune.new_head = False
+        if "finetune" in cfg.task:                # the model has its weights and head
+            cfg.task.finetune.weights = None
+            cfg.task.finetune.new_head = False
     trainer = build(cfg, model=copy.deepcopy(model))
     trainer.train(resume=cfg.trainer.resume)
     if trainer.stop_requested:
@@ -60,27 +62,22 @@ def qat(cfg, model):
     return Q.quantize(trainer.model), trainer.iter
 
 
-def _loaders(cfg, pre):
-    """(calibration loader over the shuffled training split, validation loader), both with
-    the evaluation preprocessing, through the data config (commands.build_data)."""
-    calib, val, _ = build_data(cfg, pre, splits=("train", "val"), augment="eval")
+def _loaders(cfg, task, pre):
+    """(calibration loader, validation loader, meta) of the task (Task.quant_data: for most,
+    the data config's shuffled training split with the evaluation preprocessing, and its
+    validation split)."""
+    calib, val, meta = task.quant_data(cfg, pre)
     if calib is None or val is None:
         raise ValueError(f"quantize: the data config ({cfg.data._target_}) must give a "
                          "training loader (calibration, QAT) and a validation loader")
-    return calib, val
-
-
-def _first_images(loader, n):
-    images = []
-    for batch in loader:
-        images.append(batch["image"])
-        if sum(len(x) for x in images) >= n:
-            break
-    return np.concatenate(images)[:n]
+    return calib, val, meta
 
 
 def run(cfg):
     """Quantize as configured; returns the QuantReport (also printed and written to cfg.out)."""
+    if cfg.export.dir and cfg.task._target_.rsplit(".", 1)[-1] != "ClassificationTask":
+        raise ValueError("quantize: export.dir traces classifiers only for now (a detector's "
+                         "or generator's graph needs its post-processing as runtime steps)")
     if cfg.method not in METHODS:
         raise ValueError(f"quantize: method must be one of {sorted(METHODS)}, "
                          f"got {cfg.method!r}")
@@ -88,8 +85,13 @@ def run(cfg):
         raise ValueError("quantize: runs in one process; for data-parallel QAT use "
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
     use_threads(cfg.num_threads)
+    task = instantiate(cfg.task)
     pre, source = choose_preprocessing(cfg, _card(cfg.model), "quantize")
-    calib, val = _loaders(cfg, pre)
+    calib, val, meta = _loaders(cfg, task, pre)
+    evaluator = task.evaluator(cfg, meta)
+    if evaluator is None:
+        raise ValueError(f"quantize: the {task.name} task gives no evaluation for this "
+                         "config (a GAN's needs task.fid.stats=the real images' statistics)")
     model = build_model(cfg.model, cfg.weights, command="quantize").eval()
     int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
                       "weights": cfg.weights, "method": cfg.method,
@@ -98,13 +100,13 @@ def run(cfg):
     keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
     if keep_float:
         info["keep_float"] = keep_float
+    keep_float += task.quant_keep_float(model)
     if "ptq" in METHODS[cfg.method]:
         started = time.perf_counter()
         count = min(cfg.calib_batches, len(calib))
-        batches = (batch["image"] for batch in progress(
-            itertools.islice(calib, count), "calibrate", total=count, unit="batch",
-            disable=not cfg.trainer.progress))
-        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig, keep_float)
+        batches = progress(itertools.islice(calib, count), "calibrate", total=count,
+                           unit="batch", disable=not cfg.trainer.progress)
+        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig, keep_float, evaluator.forward)
         info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
                        "seconds": round(time.perf_counter() - started, 1)}
     if "qat" in METHODS[cfg.method]:
@@ -114,15 +116,13 @@ def run(cfg):
                        "qconfig": cfg.quant.qconfig, "out_dir": cfg.out_dir,
                        "seconds": round(time.perf_counter() - started, 1)}
 
-    evaluator = instantiate(cfg.task).evaluator(cfg, None)
-
     def evaluate(m):
-        result = inference(m, val, evaluator, progress=cfg.trainer.progress)
-        return {k: v for k, v in result.items() if k.startswith("top")}
-    example = _first_images(val, cfg.report.sensitivity_images)
+        return task.report_metrics(inference(m, val, evaluator, progress=cfg.trainer.progress))
+    example = task.quant_inputs(model, val, cfg.report.sensitivity_images)
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
                                  cfg.report.repeats, worst=cfg.report.worst, info=info,
-                                 show_progress=cfg.trainer.progress)
+                                 show_progress=cfg.trainer.progress, metric=task.metric,
+                                 mode=task.mode, forward=task.quant_forward)
     report.save(cfg.out)
     print(report.table())
     print(f"written: {cfg.out}")

@@ -10,6 +10,7 @@ its own settings as constructor arguments; the methods below read the rest of th
 >>> task = instantiate(cfg.task)                  # ClassificationTask(label_smoothing=0.1)
 >>> train_loader, val_loader, meta = task.build_data(cfg)
 """
+import numpy as np
 from hydra.utils import instantiate
 
 
@@ -56,6 +57,38 @@ class Task:
     def results(self, trainer):
         """Task-specific entries of the run's results.json."""
         return {}
+
+    # ------------------------------------------------------------ tianyuan quantize
+    def quant_data(self, cfg, pre):
+        """(calibration loader, validation loader, meta) for `tianyuan quantize`: the data
+        config's training split, unaugmented with the evaluation preprocessing `pre`, and
+        its validation split."""
+        from .commands import build_data
+        return build_data(cfg, pre, splits=("train", "val"), augment="eval")
+
+    def quant_keep_float(self, model):
+        """Dotted names of submodules that stay float when `model` is quantized (besides
+        quant.keep_float): a GAN's discriminator."""
+        return []
+
+    def quant_inputs(self, model, loader, count):
+        """`count` inputs of `quant_forward`, for the QuantReport's timing and per-layer
+        SQNR: the first images of `loader`."""
+        images = []
+        for batch in loader:
+            images.append(np.asarray(batch["image"]))
+            if sum(len(x) for x in images) >= count:
+                break
+        return np.concatenate(images)[:count]
+
+    def quant_forward(self, model, x):
+        """What the QuantReport times and compares layer by layer: model(x)."""
+        return model(x)
+
+    def report_metrics(self, metrics):
+        """The evaluation's entries the QuantReport shows: its numbers, but the time."""
+        return {k: v for k, v in metrics.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "seconds"}
 
 
 class LossTask(Task):

@@ -35,7 +35,7 @@ def build(cfg, model=None):
     task = instantiate(cfg.task)
     train_loader, val_loader, meta = task.build_data(cfg)
     model = task.build_model(cfg, meta) if model is None else model
-    model = _prepare(cfg, model)
+    model = _prepare(cfg, model, task)
     optimizers = task.optimizers(cfg, model)
     epochs, per_epoch = cfg.trainer.max_epochs, len(train_loader)
     if epochs is None:   # counted in iterations: the schedule spans max_iters
@@ -54,15 +54,17 @@ def build(cfg, model=None):
                    log_every=cfg.trainer.log_every, progress=cfg.trainer.progress)
 
 
-def _prepare(cfg, model):
-    """Synchronised batch norm or QAT modules, as the config asks (any task's model)."""
+def _prepare(cfg, model, task):
+    """Synchronised batch norm or QAT modules, as the config asks (any task's model; the
+    task's own float parts, as a GAN's discriminator, stay float)."""
     if cfg.trainer.get("sync_bn"):
         if cfg.quant.method is not None:
             raise ValueError("train: trainer.sync_bn is for float training (QAT's fused "
                              "ConvBn2d keeps its own batch norm)")
         ty.nn.convert_sync_batchnorm(model)
     if cfg.quant.method == "qat":
-        return prepare_qat(model, cfg.quant.qconfig, list(cfg.quant.get("keep_float") or ()))
+        keep_float = list(cfg.quant.get("keep_float") or ()) + task.quant_keep_float(model)
+        return prepare_qat(model, cfg.quant.qconfig, keep_float)
     if cfg.quant.method is not None:
         raise ValueError(f"train: quant.method must be null or 'qat', got {cfg.quant.method!r}")
     return model

@@ -56,6 +56,8 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
     (align_corners False by default: src = (dst + 0.5) * in/out - 0.5, clamped at 0).
     """
     op = "interpolate"
+    if mode.startswith("nearest") and _quantized(x):
+        return _nearest_int8(x, size, scale_factor, mode, align_corners, op)
     image_tensor(x, op)
     if mode not in MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -70,6 +72,28 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
         index, weight = _taps(mode, n, o, s, align, x.dtype)
         x = R.AxisResample.apply(x, index=index, weight=weight, axis=axis)
     return x
+
+
+def _quantized(x):
+    from ..quantization.qarray import is_quantized   # quantization builds on functional
+    return is_quantized(x)
+
+
+def _nearest_int8(x, size, scale_factor, mode, align_corners, op):
+    """Nearest resize of an int8 activation (an FPN's top-down path): a gather of its values,
+    which keeps the scale and zero point exactly."""
+    from ..quantization.qarray import wrap
+    if align_corners is not None:
+        raise ValueError(f"{op}: align_corners can only be set with mode='bilinear', "
+                         f"got mode={mode!r}")
+    if x.ndim != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W), got shape {x.shape}")
+    out, scales = _sizes(x, size, scale_factor, op)
+    q = x.data
+    index = [_taps(mode, n, o, s, False, np.float32)[0].reshape(-1)
+             for n, o, s in zip(q.shape[2:], out, scales)]
+    values = q.view(np.ndarray)[:, :, index[0][:, None], index[1][None, :]]
+    return wrap(np.ascontiguousarray(values), q.scale, q.zero_point)
 
 
 def channel_shuffle(x, groups):

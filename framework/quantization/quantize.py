@@ -168,15 +168,20 @@ def disable_fake_quant(model):
     return enable_fake_quant(model, False)
 
 
-def calibrate(model, batches):
+def calibrate(model, batches, forward=None):
     """Post-training calibration: run `batches` (Tensors, arrays or (x, ...) tuples) through
     the eval-mode model with observers on and fake quant off; then observers go back to
-    'training only' and fake quant on, so the model simulates int8. Returns model."""
+    'training only' and fake quant on, so the model simulates int8. `forward(model, batch)`
+    runs one batch instead (a detector's list of images, a GAN's noise: an evaluator's
+    `forward`). Returns model."""
     model.eval()
     enable_observer(model, True)
     disable_fake_quant(model)
     with no_grad():
         for batch in batches:
+            if forward is not None:
+                forward(model, batch)
+                continue
             x = batch[0] if isinstance(batch, (tuple, list)) else batch
             model(as_tensor(x))
     enable_observer(model, None)

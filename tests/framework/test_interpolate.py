@@ -126,3 +126,19 @@ def test_concat_shuffle_is_channel_shuffle_of_concat(parts):
         F.concat_shuffle([ty.tensor(a), ty.tensor(b[:, :2])])
     with pytest.raises(ValueError, match="Concat: shuffle interleaves channels"):
         nn.Concat(axis=0, shuffle=True)
+
+
+@pytest.mark.parametrize("size, scale, mode", [((8, 10), None, "nearest"), (None, 2, "nearest"),
+                                               ((5, 7), None, "nearest-exact"),
+                                               ((3, 3), None, "nearest")])
+def test_nearest_on_int8_gathers_the_values_with_their_scale(size, scale, mode):
+    # an FPN's top-down path on int8: the same pixels as float, scale and zero point kept
+    from tianyuan import quantization as Q
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    q = Q.quantized_tensor(x, 0.05, 128, np.uint8)
+    got = F.interpolate(q, size=size, scale_factor=scale, mode=mode)
+    want = F.interpolate(Q.dequantize_tensor(q), size=size, scale_factor=scale, mode=mode)
+    assert Q.is_quantized(got) and got.data.scale == q.data.scale and got.data.zero_point == 128
+    np.testing.assert_array_equal(Q.dequantize_tensor(got).numpy(), want.numpy())
+    with pytest.raises(ValueError, match="align_corners can only be set with mode='bilinear'"):
+        F.interpolate(q, size=(8, 10), mode="nearest", align_corners=False)

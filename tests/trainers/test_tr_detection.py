@@ -19,13 +19,6 @@ RETINANET = ["model.fpn_channels=16", "model.min_size=[48,64]", "model.max_size=
              "data.batch_size=4"]
 
 
-@pytest.fixture(scope="session")
-def shapes_det_root(tmp_path_factory):
-    from tianyuan.trainers.detection import shapes_coco
-    root = str(tmp_path_factory.mktemp("data") / "shapes_det")
-    return shapes_coco(root, num_train=48, num_val=16, size=64, num_classes=3, seed=0)
-
-
 def det_cfg(root, out_dir, *overrides, model=STAND_IN):
     """smoke_detection on 48 generated 64-pixel images: 6 iterations a pass at batch 8."""
     return compose("train", ["experiment=smoke_detection", f"data.root={root}",

@@ -7,6 +7,8 @@ input scale and cached (as a `kernels.PreparedConv` or `kernels.PreparedLinear`,
 call is one native call). ReLU clamps at the zero point inside the kernel; ReLU6 also at
 ``zp + round(6 / s_out)`` (the same as fake-quantizing relu6: rounding is monotone).
 """
+import warnings
+
 import numpy as np
 
 from ...quantization import kernels as K
@@ -21,7 +23,14 @@ BIAS_LIMIT = 2 ** 30   # |bias_q| bound: acc + bias stays inside int32
 def requant_params(s_in, w_scale, bias, s_out):
     """(bias int32 (OC,), m int32 (OC,), shift int32 (OC,)) for an input scale s_in."""
     acc_scale = np.float64(s_in) * w_scale.astype(np.float64)          # (OC,)
-    bias_q = np.clip(np.rint(bias.astype(np.float64) / acc_scale), -BIAS_LIMIT, BIAS_LIMIT)
+    bias_q = np.rint(bias.astype(np.float64) / acc_scale)
+    over = int(np.count_nonzero(np.abs(bias_q) > BIAS_LIMIT))
+    if over:
+        warnings.warn(f"int8: the bias of {over} of {len(bias_q)} output channels exceeds the "
+                      f"int32 accumulator's range at input scale {s_in:.3g} (an input of "
+                      "near-zero activations, as in an untrained model): clipped, so the int8 "
+                      "output differs from the fake-quant model's", RuntimeWarning, stacklevel=3)
+    bias_q = np.clip(bias_q, -BIAS_LIMIT, BIAS_LIMIT)
     m, shift = R.quantize_multiplier(acc_scale / np.float64(s_out))
     return bias_q.astype(np.int32), m, shift
 
