@@ -266,6 +266,31 @@ class GANTask(Task):
         hook = next((h for h in trainer.hooks if isinstance(h, SampleHook)), None)
         return {"samples": hook.path} if hook is not None and hook.path else {}
 
+    # ------------------------------------------------------------ tianyuan quantize
+    def quant_data(self, cfg, pre):
+        """Noise batches: for calibration (seeded apart from the evaluation's) and for FID/IS
+        of the generator's samples, which need `fid.stats`."""
+        _, noise, meta = self.build_data(cfg)
+        if noise is None:
+            raise ValueError("quantize: a generator is scored by FID/IS against the real "
+                             "images' statistics: give task.fid.stats=FILE.npz (tianyuan fid "
+                             "--save-stats)")
+        count = int(cfg.get("calib_batches", 32)) * noise.batch_size
+        return NoiseBatches(count, noise.batch_size, noise.seed + 1), noise, meta
+
+    def quant_keep_float(self, model):
+        return ["discriminator"]       # int8 is for the generator; the critic trains QAT
+
+    def quant_inputs(self, model, loader, count):
+        rng = np.random.default_rng(self.fid["seed"])
+        return rng.standard_normal((int(count), model.nz)).astype(np.float32)
+
+    def quant_forward(self, model, x):
+        return model.sampler()(x)
+
+    def report_metrics(self, metrics):
+        return {k: metrics[k] for k in ("fid", "is_mean") if k in metrics}
+
     # ------------------------------------------------------------ one iteration
     def run_step(self, trainer, batch):
         model = trainer.model

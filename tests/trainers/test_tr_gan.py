@@ -104,13 +104,18 @@ class _ImagesEvaluator:
                 "is_std": 0.0}
 
 
-def test_fid_every_n_iterations_keeps_the_lowest(shapes_root, tmp_path, monkeypatch):
+def fake_fid(monkeypatch):
+    """evaluation/gan.py replaced by the stand-in evaluator (no Inception network)."""
     fake = types.ModuleType("tianyuan.evaluation.gan")
     fake.GANEvaluator = _ImagesEvaluator
     fake.load_statistics = lambda path: (0.0, None)
     import tianyuan.evaluation
     monkeypatch.setitem(sys.modules, "tianyuan.evaluation.gan", fake)
     monkeypatch.setattr(tianyuan.evaluation, "gan", fake, raising=False)
+
+
+def test_fid_every_n_iterations_keeps_the_lowest(shapes_root, tmp_path, monkeypatch):
+    fake_fid(monkeypatch)
     result = train.run(gan_cfg(shapes_root, tmp_path, "task.fid.stats=real.npz",
                                "task.fid.samples=30", "task.fid.batch=16",
                                "trainer.eval_every_iters=3", "trainer.max_iters=4"))

@@ -73,3 +73,27 @@ def test_int8_retinanet_network_equals_its_fake_quant_model():
         # class): each head's maps within a few steps and 30 dB of fake quant
         assert np.abs(a - b).max() <= 3.01 * step and sqnr_db(a, b) > 30, (
             np.abs(a - b).max() / step, sqnr_db(a, b))
+
+
+def test_quantize_a_gan_reports_fid_of_the_int8_generator(shapes_root, tmp_path, monkeypatch,
+                                                          capsys):
+    from test_tr_gan import fake_fid
+    fake_fid(monkeypatch)
+    out = tmp_path / "quant.json"
+    assert cli.main(["quantize", "experiment=smoke_gan", f"data.root={shapes_root}",
+                     "model.ngf=8", "model.ndf=8", "data.batch_size=16", "method=both",
+                     "calib_batches=2", "qat.iters=2", "task.fid.stats=real.npz",
+                     "task.fid.samples=32", "task.fid.batch=16", "trainer.progress=false",
+                     f"out_dir={tmp_path}/qat", "report.repeats=1", "report.batches=[1]",
+                     "report.sensitivity_images=4", f"out={out}"]) == 0
+    assert "fid" in capsys.readouterr().out
+    report = json.load(open(out))
+    assert report["metric"] == "fid" and report["better"] == "lower"
+    assert report["input_size"] == [128]                      # noise vectors
+    rows = report["rows"]
+    assert [r["model"] for r in rows] == ["float", "ptq", "qat"]
+    for row in rows:
+        assert row["drop"] == round(row["fid"] - rows[0]["fid"], 4)    # FID's rise
+    assert rows[1]["size_kb"] < rows[0]["size_kb"]
+    assert report["sensitivity"]["ptq"]               # the generator's int8 layers
+    assert all(r["layer"].startswith("generator.") for r in report["sensitivity"]["ptq"])
