@@ -32,6 +32,10 @@ class KeypointTask(Task):
 
     name, metric, mode = "keypoints", "AP", "max"
 
+    def report_metrics(self, metrics):
+        """The QuantReport's columns: OKS AP, AP50, AP75."""
+        return {k: metrics[k] for k in ("AP", "AP50", "AP75") if k in metrics}
+
     def __init__(self, flip_test=True, results_file=None, **evaluator_args):
         self.flip_test, self.results_file = bool(flip_test), results_file
         self.evaluator_args = dict(evaluator_args)

@@ -12,13 +12,6 @@ from tianyuan.trainers import train
 from tianyuan.trainers.config import compose
 
 
-@pytest.fixture(scope="session")
-def people_root(tmp_path_factory):
-    from tianyuan.trainers.keypoint_data import people_coco
-    return people_coco(str(tmp_path_factory.mktemp("data") / "people"), num_train=24,
-                       num_val=4, size=96, seed=0)
-
-
 def pose_cfg(root, out_dir, *overrides):
     """smoke_pose on 24 generated images (about 48 people): batch 8, checkpoints every 3."""
     return compose("train", ["experiment=smoke_pose", f"data.root={root}",

@@ -97,3 +97,18 @@ def test_quantize_a_gan_reports_fid_of_the_int8_generator(shapes_root, tmp_path,
     assert rows[1]["size_kb"] < rows[0]["size_kb"]
     assert report["sensitivity"]["ptq"]               # the generator's int8 layers
     assert all(r["layer"].startswith("generator.") for r in report["sensitivity"]["ptq"])
+
+
+def test_quantize_a_pose_model_reports_oks_ap(people_root, tmp_path, capsys):
+    out = tmp_path / "quant.json"
+    assert cli.main(["quantize", "experiment=smoke_pose", f"data.root={people_root}",
+                     "data.batch_size=8", "method=ptq", "calib_batches=2",
+                     "trainer.progress=false", "trainer.num_threads=1", "report.repeats=1",
+                     "report.batches=[1]", "report.sensitivity_images=4", f"out={out}"]) == 0
+    assert "AP50" in capsys.readouterr().out
+    report = json.load(open(out))
+    assert report["metric"] == "AP" and report["input_size"] == [3, 64, 64]
+    assert [r["model"] for r in report["rows"]] == ["float", "ptq"]
+    layers = {r["layer"] for r in report["sensitivity"]["ptq"]}
+    assert any(name.startswith("deconv_layers") for name in layers)     # int8 ConvTranspose2d
+    assert report["rows"][1]["size_kb"] < report["rows"][0]["size_kb"] / 3
