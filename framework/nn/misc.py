@@ -1,4 +1,4 @@
-"""Dropout, Identity, Flatten, ChannelShuffle."""
+"""Dropout, Identity, Flatten, ChannelShuffle, Upsample."""
 from .. import functional as F
 from ..ops.shape import shuffled
 from .module import Module
@@ -71,3 +71,23 @@ class ChannelShuffle(Module):
 
     def extra_repr(self):
         return f"groups={self.groups}"
+
+
+class Upsample(Module):
+    """F.interpolate as a module (so that jit.trace sees it): by `scale_factor` or to `size`.
+
+    >>> import tianyuan as ty
+    >>> Upsample(scale_factor=2, mode="bilinear", align_corners=False)(ty.randn(1, 3, 4, 4)).shape
+    (1, 3, 8, 8)
+    """
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        super().__init__()
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, x):
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self):
+        return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"

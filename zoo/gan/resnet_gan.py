@@ -36,9 +36,9 @@ from .common import GAN, gan_card, load_into
 MEGENGINE_GAN = "MegEngine Models official/vision/gan/README.md (REFERENCE.md)"
 
 
-def _up(x):
+def _up():
     """x2 bilinear, align_corners False (mimicry: torchvision's segmentation upsampling)."""
-    return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+    return nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
 
 
 def _xavier(conv, gain):
@@ -61,8 +61,8 @@ class GBlock(nn.Module):
     """Residual up-block: BN-ReLU-up-conv3x3, BN-ReLU-conv3x3; shortcut up + conv1x1.
 
     Quantized, the BN-ReLU pairs are BnReLU2d groups (`fuse_groups`) and the bilinear
-    upsampling stays float between a DequantStub and a QuantStub (`up_*` for the residual
-    branch, `sc_*` for the shortcut): no int8 bilinear kernel exists."""
+    upsamplings (`up`, `up_sc`) stay float between a DequantStub and a QuantStub (`up_*` for
+    the residual branch, `sc_*` for the shortcut): no int8 bilinear kernel exists."""
 
     def __init__(self, in_ch, out_ch, upsample=True):
         super().__init__()
@@ -75,8 +75,8 @@ class GBlock(nn.Module):
         if self.learnable_sc:
             self.c_sc = _xavier(nn.Conv2d(in_ch, out_ch, 1, 1, 0), 1.0)
         if upsample:
-            self.up_dequant, self.up_quant = nn.DequantStub(), nn.QuantStub()
-            self.sc_dequant, self.sc_quant = nn.DequantStub(), nn.QuantStub()
+            self.up_dequant, self.up, self.up_quant = nn.DequantStub(), _up(), nn.QuantStub()
+            self.sc_dequant, self.up_sc, self.sc_quant = nn.DequantStub(), _up(), nn.QuantStub()
         self.add = nn.Add()
 
     def fuse_groups(self, prefix):
@@ -85,10 +85,10 @@ class GBlock(nn.Module):
     def forward(self, x):
         h = self.act1(self.b1(x))
         if self.upsample:
-            h = self.up_quant(_up(self.up_dequant(h)))
+            h = self.up_quant(self.up(self.up_dequant(h)))
         h = self.c2(self.act2(self.b2(self.c1(h))))
         if self.learnable_sc:
-            x = self.c_sc(self.sc_quant(_up(self.sc_dequant(x))) if self.upsample else x)
+            x = self.c_sc(self.sc_quant(self.up_sc(self.sc_dequant(x))) if self.upsample else x)
         return self.add(h, x)
 
 
