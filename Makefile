@@ -20,7 +20,8 @@ ASAN_TESTS := tests/framework/test_native_geometry.py tests/framework/test_pool.
               tests/quantization/test_quant_conv.py tests/quantization/test_quant_conv_amx.py \
               tests/quantization/test_quant_conv_narrow.py \
               tests/quantization/test_quant_conv_nhwc.py \
-              tests/quantization/test_quant_channels_last.py tests/quantization/test_fake_quant.py
+              tests/quantization/test_quant_channels_last.py tests/quantization/test_fake_quant.py \
+              tests/quantization/test_quant_deconv.py
 
 .PHONY: install demo test bench info clean asan-test
 

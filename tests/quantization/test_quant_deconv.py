@@ -132,3 +132,39 @@ def test_argument_errors():
                          False, 255)
     empty = deconv(np.zeros((0, 4, 3, 3), np.uint8), 0)
     assert empty.shape == (0, 3, 5, 5)
+
+
+def _random_case(rng):
+    """A small random geometry whose output is non-empty: any stride, dilation, 4-sided padding
+    (cropping past whole taps too), output_padding below max(stride, dilation), groups."""
+    while True:
+        groups = int(rng.choice([1, 1, 2, 3]))
+        c, oc = groups * int(rng.integers(1, 6)), groups * int(rng.integers(1, 20))
+        kh, kw, sh, sw, dh, dw = (int(v) for v in rng.integers(1, [5, 5, 4, 4, 3, 3]))
+        pad = tuple(int(v) for v in rng.integers(0, 4, 4))
+        op = (int(rng.integers(0, max(sh, dh))), int(rng.integers(0, max(sw, dw))))
+        h, w = (int(v) for v in rng.integers(1, 7, 2))
+        oh = R.conv_transpose_out_size(h, kh, sh, pad[0], pad[1], dh, op[0])
+        ow = R.conv_transpose_out_size(w, kw, sw, pad[2], pad[3], dw, op[1])
+        if oh >= 1 and ow >= 1:
+            return (int(rng.integers(1, 4)), c, h, w, oc, kh, kw, (sh, sw), pad, op, (dh, dw),
+                    groups)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_geometries(seed):
+    """The reference against the float op, the kernel against the reference."""
+    rng = np.random.default_rng(1000 + seed)
+    case = _random_case(rng)
+    in_dtype, in_zp = [(np.uint8, 131), (np.int8, -9)][seed % 2]
+    x, wt, bias, mult, shift, geom, groups = deconv_case(rng, case, in_dtype)
+    acc = R.conv_transpose2d(x, in_zp, wt, groups=groups, **geom)
+    want = F.conv_transpose2d(ty.tensor(x.astype(np.float64) - in_zp), ty.tensor(wt.astype(
+        np.float64)), None, geom["stride"], geom["padding"], geom["output_padding"], groups,
+        geom["dilation"]).numpy()
+    np.testing.assert_array_equal(acc, want, err_msg=str(case))
+    packed = K.pack_deconv_weights(wt, groups)
+    args = (bias, mult, shift, 17, seed % 3 == 0, np.uint8)
+    check_quant(lambda: K.conv_transpose2d(x, in_zp, packed, *args, **geom),
+                lambda: R.qconv_transpose2d(x, in_zp, wt, *args, groups=groups, **geom),
+                what=str(case))
