@@ -95,8 +95,10 @@ class Function:
         self.freed_name = name
 
 
-def _topological_order(root):
-    order, seen, stack = [], set(), [(root, False)]
+def _topological_order(root, roots=()):
+    """Nodes reachable from `root` (and `roots`) through tensors that require grad, each
+    after its parents."""
+    order, seen, stack = [], set(), [(r, False) for r in reversed((root,) + tuple(roots))]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -114,11 +116,14 @@ def _topological_order(root):
     return order
 
 
-def _run_hooks(tensor, grad):
+def _run_hooks(tensor, grad, as_tensor=False):
+    """Each hook of `tensor` on its gradient (a numpy array; a Tensor with `as_tensor`)."""
     Tensor = _tensor_class()
     for hook in tensor._hooks.values():
-        result = hook(Tensor(grad))
-        if result is not None:
+        result = hook(grad if as_tensor else Tensor(grad))
+        if result is not None and as_tensor:
+            grad = result if isinstance(result, Tensor) else Tensor(np.asarray(result))
+        elif result is not None:
             grad = result.data if isinstance(result, Tensor) else np.asarray(result)
     return grad
 
@@ -185,3 +190,162 @@ def backward(root, grad=None, retain_graph=False):
             if node._ctx is not None:
                 _propagate(node, g, grads, retain_graph)
 
+
+
+# ---------------------------------------------------------------- autograd.grad
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None,
+         allow_unused=False):
+    """Gradients of `outputs` with respect to `inputs`, returned as a tuple of Tensors (None
+    for an unused input with `allow_unused`); no `.grad` of any tensor changes.
+
+    `grad_outputs`: one per output (None: ones, for a single-element output). With
+    `create_graph` the gradients carry a graph of their own, so a function of them (WGAN-GP's
+    penalty) back-propagates; each op on the way must have a graph-building backward
+    (tianyuan.functional.double_backward). `retain_graph` defaults to `create_graph`.
+
+    >>> x = ty.tensor([3.0], requires_grad=True)
+    >>> (dx,) = grad((x ** 3).sum(), x, create_graph=True)   # 3 x^2 = 27
+    >>> grad(dx.sum(), x)[0].numpy()                           # 6 x
+    array([18.], dtype=float32)
+    """
+    Tensor = _tensor_class()
+    outputs = _as_tuple(outputs, "outputs")
+    inputs = _as_tuple(inputs, "inputs")
+    seeds = _seed_grads(outputs, grad_outputs, create_graph)
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"autograd.grad: input {i} (shape {t.shape}) does not require "
+                               "grad; call requires_grad_() on it before the forward pass")
+    retain = create_graph if retain_graph is None else retain_graph
+    wanted = {id(t): i for i, t in enumerate(inputs)}
+    order = _topological_order(outputs[0], outputs[1:])
+    needed = _leads_to(order, wanted)
+    found = [None] * len(inputs)
+    grads = {}
+    for out, seed in zip(outputs, seeds):
+        previous = grads.get(id(out))
+        grads[id(out)] = seed if previous is None else previous + seed
+    with (enable_grad() if create_graph else no_grad()):
+        for node in reversed(order):
+            g = grads.pop(id(node), None)
+            if g is None or not needed.get(id(node)):
+                continue
+            if node._hooks:
+                g = _run_hooks(node, g, create_graph)
+            if id(node) in wanted:
+                found[wanted[id(node)]] = g
+            if node._ctx is not None:
+                _propagate_masked(node, g, grads, retain, create_graph, needed)
+    return tuple(_result(g, t, i, allow_unused, Tensor)
+                 for i, (g, t) in enumerate(zip(found, inputs)))
+
+
+def _as_tuple(tensors, what):
+    Tensor = _tensor_class()
+    if isinstance(tensors, Tensor):
+        return (tensors,)
+    tensors = tuple(tensors)
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError(f"autograd.grad: {what} must be a Tensor or a non-empty sequence of "
+                        f"Tensors, got {[type(t).__name__ for t in tensors]}")
+    return tensors
+
+
+def _seed_grads(outputs, grad_outputs, create_graph):
+    """The gradient each output starts with: numpy arrays, or Tensors under create_graph."""
+    Tensor = _tensor_class()
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = (grad_outputs,) * (1 if isinstance(grad_outputs, Tensor) else
+                                          len(outputs))
+    grad_outputs = tuple(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"autograd.grad: {len(grad_outputs)} grad_outputs for {len(outputs)} "
+                         "outputs")
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if not out.requires_grad:
+            raise RuntimeError(f"autograd.grad: output {i} (shape {out.shape}) does not require "
+                               "grad and has no graph; was it computed under no_grad() or "
+                               "detach()ed?")
+        if g is None:
+            if out.data.size != 1:
+                raise RuntimeError("autograd.grad: a gradient can be created implicitly only "
+                                   f"for a single-element output; output {i} has shape "
+                                   f"{out.shape}: pass grad_outputs")
+            g = np.ones_like(out.data)
+        else:
+            g = getattr(g, "data", g) if not create_graph else g
+            if np.shape(getattr(g, "data", g)) != out.shape:
+                raise ValueError(f"autograd.grad: grad_outputs[{i}] has shape "
+                                 f"{np.shape(getattr(g, 'data', g))}, output {i} has shape "
+                                 f"{out.shape}")
+        if create_graph:
+            seeds.append(g if isinstance(g, Tensor) else Tensor(np.asarray(g, out.data.dtype)))
+        else:
+            seeds.append(np.asarray(g, dtype=out.data.dtype))
+    return seeds
+
+
+def _leads_to(order, wanted):
+    """{id(node): True} for the nodes on a path to one of the `wanted` inputs (order: parents
+    first), so the walk computes no gradient nobody asked for."""
+    needed = {}
+    for node in order:
+        ctx = node._ctx
+        # a freed op's parents are unknown: walked into, it raises the second-pass error
+        hit = id(node) in wanted or (ctx is not None and (ctx.freed or any(
+            needed.get(id(p), False) for p in ctx.parents)))
+        if hit:
+            needed[id(node)] = True
+    return needed
+
+
+def _propagate_masked(node, g, grads, retain_graph, create_graph, needed):
+    """_propagate with the op asked only for the gradients of `needed` parents; under
+    create_graph the op's graph-building backward runs on Tensors."""
+    ctx = node._ctx
+    if ctx.freed:
+        raise RuntimeError(
+            f"autograd.grad: trying to go through the graph of '{ctx.freed_name}' a second "
+            "time; its saved arrays were freed by the first pass. Pass retain_graph=True (or "
+            "backward(retain_graph=True)) the first time.")
+    mask = tuple(needed.get(id(p), False) for p in ctx.parents)
+    if not any(mask):
+        return
+    original = ctx.needs_input_grad
+    ctx.needs_input_grad = tuple(n and m for n, m in zip(original, mask))
+    try:
+        if create_graph:
+            _propagate_graph(node, g, grads)
+        else:
+            _propagate(node, g if type(g) is np.ndarray else np.asarray(g), grads, True)
+    finally:
+        ctx.needs_input_grad = original
+    if not retain_graph:
+        ctx.free()
+
+
+def _propagate_graph(node, g, grads):
+    ctx = node._ctx
+    from .functional.double_backward import graph_backward
+    parent_grads = graph_backward(ctx, g)
+    for parent, pgrad, needed in zip(ctx.parents, parent_grads, ctx.needs_input_grad):
+        if not needed or pgrad is None:
+            continue
+        if pgrad.shape != parent.shape:
+            raise RuntimeError(f"{ctx.name}'s graph backward returned a gradient of shape "
+                               f"{pgrad.shape} for an input of shape {parent.shape}")
+        previous = grads.get(id(parent))
+        grads[id(parent)] = pgrad if previous is None else previous + pgrad
+
+
+def _result(g, tensor, index, allow_unused, Tensor):
+    if g is None:
+        if allow_unused:
+            return None
+        raise RuntimeError(f"autograd.grad: input {index} (shape {tensor.shape}) was not used "
+                           "to compute the outputs; pass allow_unused=True to get None for it")
+    if isinstance(g, Tensor):
+        return g
+    return Tensor._make(np.array(g, dtype=tensor.data.dtype, copy=True), False, None)

@@ -1,7 +1,8 @@
 """One helper per concern, so a test is one line.
 
 `check_op(fn, ref, shapes)`: forward against a numpy reference, then every input's
-gradient against central finite differences in float64.
+gradient against central finite differences in float64. `gradgradcheck(fn, arrays)`: the
+gradients of the gradients (autograd.grad with create_graph) the same way.
 """
 import numpy as np
 
@@ -50,6 +51,58 @@ def gradcheck(fn, inputs, atol=1e-6, rtol=1e-4, seed=0):
         assert t.grad is not None, f"input {i} got no gradient"
         np.testing.assert_allclose(t.grad.numpy(), expected, atol=atol, rtol=rtol,
                                    err_msg=f"gradient of input {i} (shape {a.shape})")
+
+
+def gradgradcheck(fn, inputs, atol=1e-6, rtol=1e-4, seed=0):
+    """Double backward of `fn(*tensors)` against finite differences in float64.
+
+    The first gradients come from `autograd.grad(out, inputs, grad_outputs=u,
+    create_graph=True)` (and must equal the numpy backward's); then the scalar
+    S = sum_i <grad_i, v_i> (u, v_i fixed random) is differentiated by autograd with respect
+    to every float input and to u, and by central differences of S computed the first-order
+    way. `inputs` are numpy arrays; float ones are differentiated.
+    """
+    arrays = [np.array(a, dtype=np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating)
+              else np.asarray(a) for a in inputs]
+    floats = [i for i, a in enumerate(arrays) if np.issubdtype(a.dtype, np.floating)]
+    rng = np.random.default_rng(seed)
+    with ty.no_grad():
+        out_shape = fn(*[ty.tensor(a) for a in arrays]).shape
+    u = rng.standard_normal(out_shape)
+    vs = [rng.standard_normal(arrays[i].shape) for i in floats]
+
+    def first_grads(arrs, create_graph):
+        tensors = [ty.tensor(a, requires_grad=i in floats) for i, a in enumerate(arrs[:-1])]
+        weights = ty.tensor(arrs[-1], requires_grad=create_graph)
+        grads = ty.autograd.grad(fn(*tensors), [tensors[i] for i in floats], weights,
+                                 create_graph=create_graph, allow_unused=True)
+        return tensors, weights, grads
+
+    def scalar(*arrs):
+        _, _, grads = first_grads(arrs, False)
+        return float(sum((g.numpy() * v).sum() for g, v in zip(grads, vs) if g is not None))
+
+    everything = arrays + [u]
+    tensors, weights, grads = first_grads(everything, True)
+    _, _, plain = first_grads(everything, False)
+    for i, g, p in zip(floats, grads, plain):
+        assert (g is None) == (p is None), f"input {i}: used in one pass but not the other"
+        if g is not None:
+            np.testing.assert_allclose(g.numpy(), p.numpy(), atol=1e-9, rtol=1e-7,
+                                       err_msg=f"create_graph gradient of input {i}")
+    total = sum((g * ty.tensor(v)).sum() for g, v in zip(grads, vs) if g is not None)
+    targets = [tensors[i] for i in floats] + [weights]
+    if not getattr(total, "requires_grad", False):
+        analytic = [None] * len(targets)
+    else:
+        analytic = ty.autograd.grad(total, targets, allow_unused=True)
+    for k, (index, got) in enumerate(zip(floats + [len(arrays)], analytic)):
+        expected = numeric_grad(scalar, everything, index)
+        got = np.zeros_like(expected) if got is None else got.numpy()
+        what = "grad_outputs" if index == len(arrays) else f"input {index}"
+        np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol,
+                                   err_msg=f"second derivative through {what} "
+                                           f"(shape {everything[index].shape})")
 
 
 def check_op(fn, ref, shapes, *, low=-2.0, high=2.0, seed=0, fwd_rtol=1e-5, fwd_atol=1e-6,

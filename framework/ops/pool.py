@@ -3,6 +3,8 @@ max with argmax, average, adaptive average, forward and backward. Arguments arri
 normalised by tianyuan.functional.pooling: pairs, and the output size (which already
 reflects ceil_mode). Numpy twins: pool_ref.py.
 """
+import numpy as np
+
 from .. import _C
 from ..autograd import Function, is_grad_enabled
 
@@ -46,3 +48,29 @@ class AdaptiveAvgPool2d(Function):
 
     def backward(self, g):
         return _C.adaptive_avg_pool2d_backward(g, self.shape)
+
+
+class AvgPool2dBackward(Function):
+    """AvgPool2d's input gradient as an op of its own (g (N, C, oh, ow) -> (N, C, H, W)), so
+    a gradient taken with create_graph is differentiable again: the op is linear in g, and its
+    gradient is the average pool itself (the adjoint's adjoint)."""
+
+    def forward(self, g, shape=None, args=None):
+        self.out_size, self.args = g.shape[2:], args
+        return _C.avg_pool2d_backward(np.ascontiguousarray(g), shape, *args)
+
+    def backward(self, gg):
+        kernel, stride, padding, count_include_pad = self.args
+        return _C.avg_pool2d(np.ascontiguousarray(gg), kernel, stride, padding, self.out_size,
+                             count_include_pad)
+
+
+class AdaptiveAvgPool2dBackward(Function):
+    """AdaptiveAvgPool2d's input gradient as an op (see AvgPool2dBackward)."""
+
+    def forward(self, g, shape=None):
+        self.out_size = g.shape[2:]
+        return _C.adaptive_avg_pool2d_backward(np.ascontiguousarray(g), shape)
+
+    def backward(self, gg):
+        return _C.adaptive_avg_pool2d(np.ascontiguousarray(gg), self.out_size)

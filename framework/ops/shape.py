@@ -81,6 +81,24 @@ class GetItem(Function):
         return grad
 
 
+class GetItemBackward(Function):
+    """GetItem's gradient as an op (g scattered into zeros of the input's shape), so a
+    gradient taken with create_graph is differentiable again; its own gradient is the
+    indexing."""
+
+    def forward(self, g, shape=None, index=None):
+        self.index = index
+        grad = np.zeros(shape, g.dtype)
+        if is_basic_index(index):
+            grad[index] = g
+        else:
+            np.add.at(grad, index, g)
+        return grad
+
+    def backward(self, gg):
+        return gg[self.index]
+
+
 class Concat(Function):
     def forward(self, *xs, axis=0):
         self.axis = axis
