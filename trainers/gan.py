@@ -12,7 +12,8 @@ which checkpoints hold, so a resumed run is bit-identical.
   discriminator minimises BCE(D(x), 1) + BCE(D(G(z)), 0), the generator BCE(D(G(z)), 1);
   "wasserstein" (Arjovsky et al. 2017): the critic minimises mean D(G(z)) - mean D(x),
   the generator -mean D(G(z)); with `clip` the critic's weights are clipped to
-  [-clip, clip] after each of its steps (WGAN-WC).
+  [-clip, clip] after each of its steps (WGAN-WC); "wgan-gp" (Gulrajani et al. 2017): the
+  Wasserstein losses plus `gp_weight` times the gradient penalty on the critic's steps.
 - `ema`: a decay (0.999) keeps `generator_ema`, the moving average of the generator's
   weights (its BN statistics copied), in the model: checkpoints hold it; samples and FID
   use it.
@@ -24,6 +25,7 @@ which checkpoints hold, so a resumed run is bit-identical.
   (lower is better). Without it training runs without FID.
 
 >>> task = GANTask(loss="wasserstein", n_critic=5, clip=0.03)
+>>> task = GANTask(loss="wgan-gp", n_critic=5, gp_weight=10.0)
 """
 import inspect
 import math
@@ -57,8 +59,28 @@ def wasserstein_generator(fake):
     return -fake.mean()
 
 
+def gradient_penalty(critic, real, fake, weight=10.0):
+    """WGAN-GP's penalty (Gulrajani et al. 2017, algorithm 1): weight * mean over the batch
+    of (||grad_x critic(x)||_2 - 1)^2 at x = t * real + (1 - t) * fake, t ~ U[0, 1) per
+    sample from the framework's seeded stream. The gradient is taken with create_graph, so
+    the penalty back-propagates into the critic's parameters.
+
+    >>> loss = wasserstein_discriminator(d_real, d_fake) + gradient_penalty(critic, x, y)
+    """
+    n = real.shape[0]
+    t = ty.rand(*((n,) + (1,) * (real.ndim - 1)), dtype=real.dtype)   # (N, 1, 1, 1)
+    with ty.no_grad():
+        x = t * real + (1.0 - t) * fake
+    x.requires_grad_()
+    score = critic(x)
+    (grad,) = ty.autograd.grad(score, x, ty.ones_like(score), create_graph=True)
+    norm = F.sqrt((grad * grad).reshape(n, -1).sum(axis=1))         # (N,)
+    return ((norm - 1.0) ** 2).mean() * weight
+
+
 LOSSES = {"ns": (ns_discriminator, ns_generator),
-          "wasserstein": (wasserstein_discriminator, wasserstein_generator)}
+          "wasserstein": (wasserstein_discriminator, wasserstein_generator),
+          "wgan-gp": (wasserstein_discriminator, wasserstein_generator)}
 
 
 def fixed_noise(count, nz, seed):
@@ -196,7 +218,7 @@ class GANTask(Task):
     name, metric, mode = "generation", "fid", "min"
 
     def __init__(self, loss="ns", n_critic=1, clip=None, generator_batch=None, ema=None,
-                 samples=None, fid=None):
+                 samples=None, fid=None, gp_weight=10.0):
         if loss not in LOSSES:
             raise ValueError(f"gan: task.loss must be one of {sorted(LOSSES)}, got {loss!r}")
         if int(n_critic) < 1:
@@ -204,6 +226,7 @@ class GANTask(Task):
         if ema is not None and not 0.0 < float(ema) < 1.0:
             raise ValueError(f"gan: task.ema must be null or a decay in (0, 1), got {ema}")
         self.loss, self.n_critic = loss, int(n_critic)
+        self.gp_weight = float(gp_weight)   # loss wgan-gp: the penalty's weight (lambda)
         self.clip = None if clip is None else float(clip)
         self.generator_batch = None if generator_batch is None else int(generator_batch)
         self.ema = None if ema is None else float(ema)
@@ -305,10 +328,14 @@ class GANTask(Task):
     def discriminator_step(self, trainer, model, real):
         with ty.no_grad():
             fake = model.generator(model.noise(len(real)))
-        d_real, d_fake = model.discriminator(ty.tensor(real)), model.discriminator(fake)
-        loss = LOSSES[self.loss][0](d_real, d_fake)
-        logs = trainer.optimize({"loss_d": loss, "d_real": d_real.mean().detach(),
-                                 "d_fake": d_fake.mean().detach()}, "discriminator")
+        real = ty.tensor(real)
+        d_real, d_fake = model.discriminator(real), model.discriminator(fake)
+        losses = {"loss_d": LOSSES[self.loss][0](d_real, d_fake),
+                  "d_real": d_real.mean().detach(), "d_fake": d_fake.mean().detach()}
+        if self.loss == "wgan-gp":
+            losses["loss_gp"] = gradient_penalty(model.discriminator, real, fake,
+                                                 self.gp_weight)
+        logs = trainer.optimize(losses, "discriminator")
         if self.clip is not None:
             for p in model.discriminator.parameters():
                 np.clip(p.data, -self.clip, self.clip, out=p.data)
