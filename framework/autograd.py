@@ -98,7 +98,8 @@ class Function:
 def _topological_order(root, roots=()):
     """Nodes reachable from `root` (and `roots`) through tensors that require grad, each
     after its parents."""
-    order, seen, stack = [], set(), [(r, False) for r in reversed((root,) + tuple(roots))]
+    order, seen = [], set()
+    stack = [(r, False) for r in reversed((root,) + tuple(roots))] if roots else [(root, False)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
