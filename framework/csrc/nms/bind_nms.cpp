@@ -1,5 +1,6 @@
 // pybind11 glue: greedy NMS and per-category NMS (nms/nms.h). Shapes are checked here; the
 // kernels read boxes (n, 4), scores (n,) and idxs (n,) only.
+#include <cstdint>
 #include <string>
 
 #include "nms/nms.h"
@@ -15,6 +16,9 @@ void check_boxes(const char* op, const Array<T>& boxes, const Array<T>& scores) 
     if (boxes.ndim() != 2 || boxes.shape(1) != 4)
         throw py::value_error(std::string(op) + ": boxes must be (N, 4) x1, y1, x2, y2, got " +
                               shape_str(boxes));
+    if (boxes.shape(0) > INT32_MAX)   // the float kernels keep ranks as int32 (nms.cpp)
+        throw py::value_error(std::string(op) + ": at most 2^31 - 1 boxes, got " +
+                              std::to_string(boxes.shape(0)));
     if (scores.ndim() != 1 || scores.shape(0) != boxes.shape(0))
         throw py::value_error(std::string(op) + ": scores must be (" +
                               std::to_string(boxes.shape(0)) + ",), one per box, got " +

@@ -57,23 +57,41 @@ void axis_taps(T start, T bin, int64_t grid, int64_t pooled, int64_t size,
     }
 }
 
+// A sample's four taps (plane offsets) and weights, torchvision's PreCalc: a sample outside
+// the map has weights 0 at offset 0.
 template <typename T>
-T bin_value(const T* plane, int64_t w, const Tap<T>* ys, const Tap<T>* xs, int64_t gh,
-            int64_t gw) {
-    T acc = 0;
-    for (int64_t iy = 0; iy < gh; ++iy) {
-        const Tap<T>& y = ys[iy];
-        if (!y.valid) continue;
-        const T* lo = plane + y.lo * w;
-        const T* hi = plane + y.hi * w;
-        for (int64_t ix = 0; ix < gw; ++ix) {
-            const Tap<T>& x = xs[ix];
-            if (!x.valid) continue;
-            acc += y.wl * x.wl * lo[x.lo] + y.wl * x.wh * lo[x.hi] + y.wh * x.wl * hi[x.lo] +
-                   y.wh * x.wh * hi[x.hi];
-        }
-    }
-    return acc;
+struct Sample {
+    int64_t p1, p2, p3, p4;
+    T w1, w2, w3, w4;
+};
+
+// Every sample of a RoI, bin-major (ph, pw, iy, ix), from its per-axis taps.
+template <typename T>
+void roi_samples(const std::vector<Tap<T>>& ys, const std::vector<Tap<T>>& xs, int64_t pooled_h,
+                 int64_t pooled_w, int64_t gh, int64_t gw, int64_t w,
+                 std::vector<Sample<T>>& out) {
+    out.resize(static_cast<size_t>(pooled_h * pooled_w * gh * gw));
+    size_t k = 0;
+    for (int64_t ph = 0; ph < pooled_h; ++ph)
+        for (int64_t pw = 0; pw < pooled_w; ++pw)
+            for (int64_t iy = 0; iy < gh; ++iy)
+                for (int64_t ix = 0; ix < gw; ++ix) {
+                    const Tap<T>& y = ys[ph * gh + iy];
+                    const Tap<T>& x = xs[pw * gw + ix];
+                    Sample<T>& s = out[k++];
+                    if (!y.valid || !x.valid) {
+                        s = Sample<T>{0, 0, 0, 0, 0, 0, 0, 0};
+                        continue;
+                    }
+                    s.p1 = y.lo * w + x.lo;
+                    s.p2 = y.lo * w + x.hi;
+                    s.p3 = y.hi * w + x.lo;
+                    s.p4 = y.hi * w + x.hi;
+                    s.w1 = y.wl * x.wl;
+                    s.w2 = y.wl * x.wh;
+                    s.w3 = y.wh * x.wl;
+                    s.w4 = y.wh * x.wh;
+                }
 }
 
 template <typename T>
@@ -129,21 +147,26 @@ void roi_align_forward(const T* x, const T* rois, const RoiAlignGeometry& g, T* 
 #pragma omp parallel if (g.rois * g.c * bins >= kParallelMin)
     {
         std::vector<Tap<T>> ys, xs;
+        std::vector<Sample<T>> samples;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t r = 0; r < g.rois; ++r) {
             const RoiBins<T> b = roi_bins(rois + r * 5, g);
             axis_taps(b.start_h, b.bin_h, b.grid_h, g.pooled_h, g.h, ys);
             axis_taps(b.start_w, b.bin_w, b.grid_w, g.pooled_w, g.w, xs);
-            const int64_t gh = std::max<int64_t>(b.grid_h, 0);
-            const int64_t gw = std::max<int64_t>(b.grid_w, 0);
+            const int64_t per_bin = std::max<int64_t>(b.grid_h, 0) * std::max<int64_t>(b.grid_w, 0);
+            roi_samples(ys, xs, g.pooled_h, g.pooled_w, std::max<int64_t>(b.grid_h, 0),
+                        std::max<int64_t>(b.grid_w, 0), g.w, samples);
             for (int64_t c = 0; c < g.c; ++c) {
                 const T* plane = x + (b.batch * g.c + c) * g.h * g.w;
                 T* o = out + (r * g.c + c) * bins;
-                for (int64_t ph = 0; ph < g.pooled_h; ++ph)
-                    for (int64_t pw = 0; pw < g.pooled_w; ++pw)
-                        o[ph * g.pooled_w + pw] =
-                            bin_value(plane, g.w, ys.data() + ph * gh, xs.data() + pw * gw,
-                                      gh, gw) / b.count;
+                const Sample<T>* s = samples.data();
+                for (int64_t bin = 0; bin < bins; ++bin) {
+                    T acc = 0;
+                    for (int64_t k = 0; k < per_bin; ++k, ++s)
+                        acc += s->w1 * plane[s->p1] + s->w2 * plane[s->p2] +
+                               s->w3 * plane[s->p3] + s->w4 * plane[s->p4];
+                    o[bin] = acc / b.count;
+                }
             }
         }
     }
