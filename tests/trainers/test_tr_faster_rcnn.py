@@ -6,7 +6,6 @@ import json
 import cv2
 import numpy as np
 import pytest
-from test_tr_detection import shapes_det_root  # noqa: F401  (the session's generated data)
 
 from tianyuan.trainers import cli, train
 from tianyuan.trainers.config import compose, to_dict
@@ -23,7 +22,7 @@ def frcnn_cfg(root, out_dir, *overrides):
                              "trainer.eval_every_iters=null", *overrides])
 
 
-def test_smoke_fasterrcnn_trains_evaluates_and_detect_draws(shapes_det_root, tmp_path):  # noqa
+def test_smoke_fasterrcnn_trains_evaluates_and_detect_draws(shapes_det_root, tmp_path):
     result = train.run(frcnn_cfg(shapes_det_root, tmp_path / "run", "trainer.log_every=1"))
     assert result["task"] == "detection" and result["iterations"] == 3
     assert 0 <= result["val_AP50"] <= 100 and result["val_detections"] > 0
