@@ -62,21 +62,38 @@ def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, se
             "isa": ty.current_isa()}
 
 
+NOISY_SPREAD = 0.25   # rounds' medians further apart than this (of the median): "noisy"
+
+
 def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, rounds=5,
-                    seed=0, forward=None):
+                    seed=0, forward=None, spread=False):
     """Median latency in ms of each of `models` ({name: model}) at one batch size, in eval
     mode under no_grad: after `warmup` runs of each, `rounds` alternating rounds of about
     repeats / rounds runs of each, so that a slow spell of a shared machine hits every model
     alike instead of the one timed when it came. `forward(model, x)`: what is timed (default
     model(x); a detector's network without its box decoding, a GAN's generator). Returns
-    {name: median ms}."""
+    {name: median ms}; with `spread`, {name: {"ms": median, "spread": s, "noisy": bool}}
+    where s = (slowest round's median - fastest round's) / median: above NOISY_SPREAD (0.25)
+    the machine was busy with something else while timing, and the figure (and the ratio
+    of two) should not be trusted; rerun on a quiet machine."""
     if batch < 1 or repeats < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"compare_latency: need batch >= 1, repeats >= 1, warmup >= 0, "
                          f"rounds >= 1; got {batch}, {repeats}, {warmup}, {rounds}")
-    x = example_input(batch, input_size, seed)
-    run = forward or (lambda model, x: model(x))
+    times = _rounds(models, example_input(batch, input_size, seed),
+                    forward or (lambda model, x: model(x)), warmup, rounds,
+                    max(1, -(-repeats // rounds)))
+    result = {}
+    for name, per_round in times.items():
+        median = float(np.median(np.concatenate(per_round)))
+        result[name] = round(1000.0 * median, 3)
+        if spread:
+            result[name] = _spread(per_round, median, result[name])
+    return result
+
+
+def _rounds(models, x, run, warmup, rounds, per_round):
+    """{name: [seconds of each run, one array per round]}, the models taking turns."""
     times = {name: [] for name in models}
-    per_round = max(1, -(-repeats // rounds))
     with ty.no_grad():
         for model in models.values():
             model.eval()
@@ -84,8 +101,16 @@ def compare_latency(models, batch=1, input_size=(3, 224, 224), repeats=20, warmu
                 run(model, x)
         for _ in range(rounds):
             for name, model in models.items():
+                runs = []
                 for _ in range(per_round):
                     start = time.perf_counter()
                     run(model, x)
-                    times[name].append(time.perf_counter() - start)
-    return {name: round(1000.0 * float(np.median(t)), 3) for name, t in times.items()}
+                    runs.append(time.perf_counter() - start)
+                times[name].append(np.array(runs))
+    return times
+
+
+def _spread(per_round, median, ms):
+    medians = [float(np.median(r)) for r in per_round]
+    spread = (max(medians) - min(medians)) / median if median > 0 else 0.0
+    return {"ms": ms, "spread": round(spread, 3), "noisy": bool(spread > NOISY_SPREAD)}

@@ -20,7 +20,7 @@ import tianyuan as ty
 from tianyuan import quantization as Q
 from tianyuan.progress import progress
 
-from .benchmark import compare_latency
+from .benchmark import NOISY_SPREAD, compare_latency
 from .report import format_table, write_json
 
 MAX_DB = 200.0
@@ -119,11 +119,24 @@ def _db(value):
     return round(min(value, MAX_DB), 2)
 
 
+def _flag_noisy(rows):
+    """The rows for printing: a noisy time as "12.300 ±41% noisy"."""
+    shown = []
+    for row in rows:
+        row = dict(row)
+        for column in row.get("noisy", []):
+            row[column] = f"{row[column]:.3f} ±{row[column + '_spread']:.0%} noisy"
+        shown.append(row)
+    return shown
+
+
 class QuantReport:
     """`rows`: one dict per model (float first) with its metrics, drop (points of the
     report's metric lost: float - int8 where higher is better, int8 - float where lower is,
-    as FID), median latency per batch size, size; `sensitivity`: {int8 name: layers, worst
-    first}."""
+    as FID), median latency per batch size (`ms_batch16`) with the spread of its timing
+    rounds (`ms_batch16_spread`, a fraction of the median; `noisy` lists the times whose
+    spread passed compare_latency's NOISY_SPREAD, shown "±41% noisy" in the table), size;
+    `sensitivity`: {int8 name: layers, worst first}."""
 
     def __init__(self, rows, sensitivity=None, info=None, worst=5):
         self.rows, self.sensitivity = list(rows), dict(sensitivity or {})
@@ -148,7 +161,8 @@ class QuantReport:
         models += [(name, "int8", model) for name, model in int8_models.items()]
         # timed in alternating rounds: a slow spell of a shared machine hits them all alike
         latency = {batch: compare_latency({name: model for name, _, model in models}, batch,
-                                          input_size, repeats, warmup, forward=forward)
+                                          input_size, repeats, warmup, forward=forward,
+                                          spread=True)
                    for batch in progress(batches, "time float and int8", unit="batch size",
                                          disable=not show_progress)}
         rows, layers = [], {}
@@ -161,7 +175,11 @@ class QuantReport:
                                f"report's metric {metric!r}")
             row["drop"] = round(sign * (rows[0][metric] - row[metric]), 4) if rows else 0.0
             for batch in batches:
-                row[f"ms_batch{batch}"] = latency[batch][name]
+                timed = latency[batch][name]
+                row[f"ms_batch{batch}"] = timed["ms"]
+                row[f"ms_batch{batch}_spread"] = timed["spread"]
+                if timed["noisy"]:
+                    row.setdefault("noisy", []).append(f"ms_batch{batch}")
             row["size_kb"] = round(state_kb(model), 1)
             if precision == "int8":
                 row["output_sqnr_db"], layers[name] = sensitivity(
@@ -180,9 +198,14 @@ class QuantReport:
     def table(self):
         first = self.rows[0]
         scores = list(first)[2:list(first).index("drop")]    # evaluate's metrics, in order
-        columns = (["model", "precision"] + scores + ["drop"] + [c for c in first if c.startswith("ms_batch")] + ["size_kb"] +
+        times = [c for c in first if c.startswith("ms_batch") and not c.endswith("_spread")]
+        columns = (["model", "precision"] + scores + ["drop"] + times + ["size_kb"] +
                    (["output_sqnr_db"] if self.sensitivity else []))
-        text = format_table(self.rows, columns, title="\nquantization report")
+        text = format_table(_flag_noisy(self.rows), columns, title="\nquantization report")
+        if any(row.get("noisy") for row in self.rows):
+            text += (f"\nnoisy: the timing rounds' medians differ by more than "
+                     f"{NOISY_SPREAD:.0%} (±: that spread): another process was using the "
+                     "CPU; rerun on a quiet machine before trusting the times or their ratio")
         if "input_size" in self.info:
             pre = self.info.get("preprocessing") or {}
             used = ", ".join(f"{k} {v}" for k, v in pre.items() if k != "source")
@@ -193,6 +216,11 @@ class QuantReport:
                 f"\nper-layer sensitivity: the {self.worst} lowest-SQNR int8 layers "
                 "(dB, vs the float model's same layer)"))
         return text
+
+    def noisy(self):
+        """[(model, column)] of the times whose rounds disagreed (compare_latency's
+        NOISY_SPREAD)."""
+        return [(row["model"], column) for row in self.rows for column in row.get("noisy", [])]
 
     def to_dict(self):
         return {**self.info, "rows": self.rows, "worst_layers": self.worst_layers(),

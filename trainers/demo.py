@@ -69,7 +69,9 @@ def summary(result):
                           "points, median ms, KiB, dB)"),
              f"int8 (QAT) vs float: {float_['ms_batch1'] / qat['ms_batch1']:.2f}x at batch 1, "
              f"{float_['ms_batch16'] / qat['ms_batch16']:.2f}x at batch 16, "
-             f"{float_['size_kb'] / qat['size_kb']:.1f}x smaller",
+             f"{float_['size_kb'] / qat['size_kb']:.1f}x smaller"
+             + (" (timing noisy: another process was using the CPU)"
+                if float_.get("noisy") or qat.get("noisy") else ""),
              f"deployed: {result['deployed']['file']} (batch 1) "
              f"{result['deployed']['latency_ms']:.3f} ms, {result['deployed']['native']} of "
              f"{result['deployed']['steps']} steps native; module by module "

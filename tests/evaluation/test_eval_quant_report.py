@@ -57,3 +57,15 @@ def test_report_rows_sensitivity_and_json(tmp_path):
     saved = json.load(open(report.save(str(tmp_path / "q.json"))))
     assert {"model", "rows", "worst_layers", "sensitivity"} <= set(saved)
     assert len(saved["worst_layers"]) == 2
+
+
+def test_table_flags_noisy_times():
+    rows = [{"model": "float", "precision": "fp32", "top1": 90.0, "drop": 0.0,
+             "ms_batch1": 2.0, "ms_batch1_spread": 0.05, "size_kb": 10.0},
+            {"model": "ptq", "precision": "int8", "top1": 89.0, "drop": 1.0,
+             "ms_batch1": 1.0, "ms_batch1_spread": 0.6, "noisy": ["ms_batch1"], "size_kb": 3.0}]
+    report = QuantReport(rows)
+    text = report.table()
+    assert "1.000 ±60% noisy" in text and "2.000" in text and "_spread" not in text
+    assert "more than 25%" in text and report.noisy() == [("ptq", "ms_batch1")]
+    assert "noisy" not in QuantReport(rows[:1]).table()
