@@ -119,6 +119,22 @@ def _db(value):
     return round(min(value, MAX_DB), 2)
 
 
+def budget_table(budget, metric):
+    """The accuracy budget's steps (trainers/quant_budget.py) as a table and a verdict."""
+    batch = budget.get("batch", 1)
+    rows = [{"step": i, "kept float": ", ".join(step["keep_float"]) or "-",
+             metric: step[metric], "drop": step["drop"],
+             f"ms_batch{batch}": f"{step['ms']:.3f}" + (" noisy" if step["noisy"] else "")}
+            for i, step in enumerate(budget["steps"])]
+    kept = ", ".join(budget["keep_float"]) or "none"
+    verdict = (f"within budget with {len(budget['keep_float'])} layer(s) kept float: {kept}"
+               if budget["met"] else
+               f"not within budget even with every candidate layer float ({kept})")
+    return format_table(rows, title=f"\naccuracy budget: drop <= {budget['max_drop']:g} "
+                        f"({metric}), keeping the lowest-SQNR layers float one at a time "
+                        "(PTQ)") + "\n" + verdict
+
+
 def _flag_noisy(rows):
     """The rows for printing: a noisy time as "12.300 ±41% noisy"."""
     shown = []
@@ -211,6 +227,8 @@ class QuantReport:
             used = ", ".join(f"{k} {v}" for k, v in pre.items() if k != "source")
             text += (f"\ninput {' x '.join(map(str, self.info['input_size']))}"
                      + (f"; preprocessing ({pre.get('source', 'given')}): {used}" if used else ""))
+        if "budget" in self.info:
+            text += "\n" + budget_table(self.info["budget"], self.info["metric"])
         if self.sensitivity:
             text += "\n" + format_table(self.worst_layers(), title=(
                 f"\nper-layer sensitivity: the {self.worst} lowest-SQNR int8 layers "

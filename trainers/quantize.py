@@ -10,7 +10,9 @@ aware training (QAT), then the QuantReport (trainers/conf/quantize.yaml).
 PTQ: quantize_qat(calib_qconfig) + calibrate on `calib_batches` training batches (evaluation
 preprocessing, shuffled) + quantize. QAT: quantize_qat(quant.qconfig) + the shared trainer
 (train.build) for the QAT schedule + quantize. `quant.keep_float=[fc]` keeps the named
-submodules float in both (say, the layers the report's SQNR list puts last). Prints the
+submodules float in both (say, the layers the report's SQNR list puts last);
+`quant.max_drop=0.5` keeps the most sensitive layers float in PTQ, one at a time, until the
+drop is within 0.5 points (trainers/quant_budget.py). Prints the
 table, writes the JSON (`out=`). `export.dir=DIR` also saves each int8 model traced (for any
 batch size) as DIR/ptq.graph, DIR/qat.graph: what `tianyuan run` and
 `tianyuan.runtime.load` run without the model's code.
@@ -33,6 +35,7 @@ from tianyuan.progress import progress
 from .classification import prepare_qat
 from .commands import _card, build_model, choose_preprocessing
 from .config import compose, usage, use_threads
+from .quant_budget import within_budget
 from .train import GROUPS, build
 
 METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
@@ -81,6 +84,9 @@ def run(cfg):
     if cfg.method not in METHODS:
         raise ValueError(f"quantize: method must be one of {sorted(METHODS)}, "
                          f"got {cfg.method!r}")
+    if cfg.quant.get("max_drop") is not None and "ptq" not in METHODS[cfg.method]:
+        raise ValueError("quantize: quant.max_drop keeps layers float in PTQ: use method=ptq "
+                         "or method=both")
     if ty.distributed.world_size() > 1:
         raise ValueError("quantize: runs in one process; for data-parallel QAT use "
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
@@ -99,7 +105,7 @@ def run(cfg):
                       "preprocessing": {**(pre or {}), "source": source}}
     keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
     if keep_float:
-        info["keep_float"] = keep_float
+        info["keep_float"] = list(keep_float)
     keep_float += task.quant_keep_float(model)
     if "ptq" in METHODS[cfg.method]:
         started = time.perf_counter()
@@ -123,6 +129,14 @@ def run(cfg):
                                  cfg.report.repeats, worst=cfg.report.worst, info=info,
                                  show_progress=cfg.trainer.progress, metric=task.metric,
                                  mode=task.mode, forward=task.quant_forward)
+    if cfg.quant.get("max_drop") is not None:
+        def calibrate(marked):
+            count = min(cfg.calib_batches, len(calib))
+            return ptq(marked, itertools.islice(calib, count), cfg.calib_qconfig, keep_float,
+                       evaluator.forward)
+        report.info["budget"] = within_budget(cfg, report, model, int8.get("ptq"), calibrate,
+                                              evaluate, example, task.quant_forward,
+                                              keep_float, task.mode)
     report.save(cfg.out)
     print(report.table())
     print(f"written: {cfg.out}")
