@@ -1,11 +1,11 @@
-"""Detection models (float, QAT-ready) with torchvision's module names, and their parts:
+"""Detection models with torchvision's module names (RetinaNet float and QAT-ready, Faster
+R-CNN float: its int8 path is still to come), and their parts:
 FPN, anchors, box coder, matcher and the GeneralizedRCNN transform. Box ops (IoU, NMS) are
 core ops (tianyuan.functional, framework/ops/boxes.py).
 
 >>> from tianyuan.zoo import list_models
->>> list_models(task="detection")
-['fasterrcnn_resnet18_fpn', 'fasterrcnn_resnet50_fpn', 'fasterrcnn_small', 'retinanet_resnet18_fpn',
- 'retinanet_resnet50_fpn', 'retinanet_small']
+>>> [name for name in list_models(task="detection") if name.startswith("fasterrcnn")]
+['fasterrcnn_resnet18_fpn', 'fasterrcnn_resnet50_fpn', 'fasterrcnn_small']
 """
 from .anchors import AnchorGenerator, cell_anchors, grid_anchors, retinanet_anchor_generator
 from .box_coder import BoxCoder
