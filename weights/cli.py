@@ -18,7 +18,8 @@ def _parser():
     parser = argparse.ArgumentParser(prog="tianyuan weights",
                                      description="pretrained weights: list, fetch, check, convert")
     sub = parser.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("list", help="the manifest: name, arch, metric, size, cached?")
+    ls = sub.add_parser("list", help="the manifest: name, arch, metric, cached size, "
+                                     "checksum (--json: URLs and cache paths)")
     ls.add_argument("--arch", help="only entries for this architecture")
     dl = sub.add_parser("download", help="fetch and verify into $TIANYUAN_HOME")
     dl.add_argument("names", nargs="+", metavar="NAME")
@@ -37,12 +38,17 @@ def _parser():
 
 
 def table(rows, headers):
-    """Rows of strings as an aligned text table."""
+    """Rows of strings as an aligned text table; a cell of several lines (a download's
+    error, one line per source) shows its first line in the table and the rest indented
+    under its row, so one long cell does not widen the table."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    widths = [max([len(h)] + [len(r[i].split("\n")[0]) for r in cells])
+              for i, h in enumerate(headers)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    for r in cells:
+        out.append("  ".join(c.split("\n")[0].ljust(w) for c, w in zip(r, widths)).rstrip())
+        out += ["    " + more.strip() for c in r for more in c.split("\n")[1:]]
     return "\n".join(out)
 
 
@@ -54,17 +60,24 @@ def _emit(args, rows, headers):
                     headers))
 
 
-def _size(entry):
+def _cached_mb(entry):
     path = api.entry_path(entry)
-    return f"{os.path.getsize(path) / 1e6:.1f}MB" if os.path.exists(path) else None
+    return round(os.path.getsize(path) / 1e6, 1) if os.path.exists(path) else None
 
 
 def cmd_list(args):
-    rows = [{"name": e.name, "arch": e.arch, "top1": e.metrics.get("top1"),
-             "size": _size(e), "cached": api.is_cached(e),
-             "checksum": e.sha256_kind, "convert": e.converter or "download-only"}
-            for e in list_entries(args.arch)]
-    _emit(args, rows, ["name", "arch", "top1", "size", "cached", "checksum", "convert"])
+    """The table: name, arch, top-1, the cached file's size in MB ("-": not downloaded),
+    checksum kind, converter; --json adds each entry's URLs (primary first, then mirrors:
+    what to fetch by hand for an offline machine) and the path it is cached at."""
+    rows = []
+    for e in list_entries(args.arch):
+        row = {"name": e.name, "arch": e.arch, "top1": e.metrics.get("top1"),
+               "cached_mb": _cached_mb(e), "cached": api.is_cached(e), "checksum": e.sha256_kind,
+               "convert": e.converter or "download-only"}
+        if args.json:
+            row.update({"urls": list(e.urls), "sha256": e.sha256, "path": api.entry_path(e)})
+        rows.append(row)
+    _emit(args, rows, ["name", "arch", "top1", "cached_mb", "checksum", "convert"])
     return 0
 
 

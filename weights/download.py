@@ -3,9 +3,9 @@
 A file is fetched into `<dest>.partial` (resumed with HTTP Range requests after a
 dropped connection), its sha256 checked (full digest, or the prefix a publisher
 encodes in the file name), and only then moved into place with `os.replace`, so a
-file at `dest` is always complete. A lock file (`fcntl.flock` on `<dest>.lock`) makes
-two processes fetching the same file produce one good copy: the second waits, then
-finds the file done. `TIANYUAN_OFFLINE=1` never opens a socket.
+file at `dest` is always complete. A lock file (`fcntl.flock` on `<dest>.lock`, deleted
+when done) makes two processes fetching the same file produce one good copy: the second
+waits, then finds the file done. `TIANYUAN_OFFLINE=1` never opens a socket.
 
 >>> path = fetch(["https://download.pytorch.org/models/resnet18-f37072fd.pth"],
 ...              cache_path("torchvision/resnet18-f37072fd.pth"), "f37072fd", "prefix")
@@ -198,17 +198,31 @@ def _copy_body(response, partial, have, total, progress, label):
 
 
 class _FileLock:
-    """An exclusive `flock` held for the `with` block (released if the process dies)."""
+    """An exclusive `flock` on `path` held for the `with` block (released if the process
+    dies); the holder deletes the file on the way out, so no `.lock` stays behind. A waiter
+    that then gets the lock of the deleted file opens the path again (the inode check), so
+    two processes never hold locks on two different files of one name."""
 
     def __init__(self, path):
         self.path = path
         self.handle = None
 
     def __enter__(self):
-        self.handle = open(self.path, "a")
-        fcntl.flock(self.handle, fcntl.LOCK_EX)
-        return self
+        while True:
+            handle = open(self.path, "a")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    self.handle = handle
+                    return self
+            except FileNotFoundError:
+                pass
+            handle.close()          # deleted by the holder we waited for: lock the new one
 
     def __exit__(self, *exc):
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
         fcntl.flock(self.handle, fcntl.LOCK_UN)
         self.handle.close()

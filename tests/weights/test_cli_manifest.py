@@ -156,3 +156,39 @@ def test_console_script_runs():
     out = subprocess.run([exe, "weights", "list", "--arch", "resnet18"], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "resnet18.imagenet_torchvision" in out.stdout
+
+
+def test_cli_download_without_network_leaves_no_lock_and_a_narrow_table(home, capsys,
+                                                                        monkeypatch):
+    import urllib.error
+    import urllib.request
+
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)     # the retries' back-off
+    code, out = _run(capsys, "weights", "download", "resnet18.imagenet_torchvision")
+    lines = out.out.splitlines()
+    assert code == 1 and "failed after 5 tries" in out.out and "name resolution" in out.out
+    assert lines[2].split() == ["resnet18.imagenet_torchvision", "failed", "-", "could", "not",
+                                "fetch", "resnet18-f37072fd.pth:"]
+    assert max(len(line) for line in lines) < 150, lines      # the header is not padded
+    assert not [p for p in home.rglob("*") if p.suffix in (".lock", ".partial")]
+    code, out = _run(capsys, "weights", "download", "resnet18.imagenet_torchvision", "--json")
+    assert "\n" in json.loads(out.out)[0]["error"]             # the JSON keeps every line
+
+
+def test_cli_list_json_has_urls_and_the_table_cached_size(served_entry, capsys, home):
+    entry, _ = served_entry
+    code, out = _run(capsys, "weights", "list", "--json")
+    row = {r["name"]: r for r in json.loads(out.out)}[entry.name]
+    assert row["urls"] == list(entry.urls) and row["cached_mb"] is None
+    assert row["path"] == str(home / "weights" / "torchvision" / "resnet18-test.pth")
+    assert _run(capsys, "weights", "download", entry.name)[0] == 0
+    code, out = _run(capsys, "weights", "list", "--json")
+    row = {r["name"]: r for r in json.loads(out.out)}[entry.name]
+    assert row["cached"] and row["cached_mb"] == round(os.path.getsize(row["path"]) / 1e6, 1)
+    assert row["cached_mb"] > 0
+    text = _run(capsys, "weights", "list")[1].out
+    assert "cached_mb" in text.splitlines()[0] and "urls" not in text
