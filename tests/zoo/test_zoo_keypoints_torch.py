@@ -69,4 +69,6 @@ def test_same_heatmaps_as_a_pytorch_pose_resnet(tmp_path):
     import tianyuan as ty
     ours = ours_model(ty.tensor(x)).numpy()
     assert ours.shape == theirs.shape == (2, 17, 32, 24)
-    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+    # within 1e-4 of the heatmaps' scale (here ~50: float32's rounding over 50 layers)
+    scale = np.abs(theirs).max()
+    assert np.abs(ours - theirs).max() <= 1e-4 * scale, (np.abs(ours - theirs).max(), scale)
