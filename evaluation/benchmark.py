@@ -17,7 +17,8 @@ import numpy as np
 import tianyuan as ty
 
 
-def _peak_rss_mb():
+def peak_rss_mb():
+    """The process's peak resident set so far, in MiB (resource.getrusage)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0  # macOS: bytes
 
@@ -58,7 +59,7 @@ def benchmark(model, batch=1, input_size=(3, 224, 224), repeats=20, warmup=3, se
             "latency_min_ms": round(float(times.min()), 3),
             "images_per_s": round(1000.0 * batch / median, 2),
             "peak_traced_mb": round(traced_peak / 2 ** 20, 2),
-            "peak_rss_mb": round(_peak_rss_mb(), 1), "threads": ty.get_num_threads(),
+            "peak_rss_mb": round(peak_rss_mb(), 1), "threads": ty.get_num_threads(),
             "isa": ty.current_isa()}
 
 

@@ -30,6 +30,7 @@ from omegaconf import open_dict
 import tianyuan as ty
 from tianyuan import quantization as Q
 from tianyuan.evaluation import QuantReport, inference
+from tianyuan.evaluation.benchmark import peak_rss_mb
 from tianyuan.progress import progress
 
 from .classification import prepare_qat
@@ -137,6 +138,7 @@ def run(cfg):
         report.info["budget"] = within_budget(cfg, report, model, int8.get("ptq"), calibrate,
                                               evaluate, example, task.quant_forward,
                                               keep_float, task.mode)
+    report.info["peak_rss_mb"] = round(peak_rss_mb(), 1)      # the whole run's, to here
     report.save(cfg.out)
     print(report.table())
     print(f"written: {cfg.out}")

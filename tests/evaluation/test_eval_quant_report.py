@@ -9,7 +9,7 @@ import tianyuan as ty
 from tianyuan import nn
 from tianyuan import quantization as Q
 from tianyuan.evaluation import QuantReport, sqnr_db
-from tianyuan.evaluation.quant_report import layer_pairs
+from tianyuan.evaluation.quant_report import layer_pairs, sensitivity
 
 
 class Net(nn.Module):
@@ -69,3 +69,15 @@ def test_table_flags_noisy_times():
     assert "1.000 ±60% noisy" in text and "2.000" in text and "_spread" not in text
     assert "more than 25%" in text and report.noisy() == [("ptq", "ms_batch1")]
     assert "noisy" not in QuantReport(rows[:1]).table()
+
+
+def test_sensitivity_in_chunks_equals_one_pass():
+    ty.manual_seed(0)
+    model = Net().eval()
+    x = ty.tensor(np.random.default_rng(1).standard_normal((10, 3, 8, 8)).astype(np.float32))
+    int8 = Q.quantize(Q.calibrate(Q.quantize_qat(model, Q.calibration_qconfig), [x]))
+    whole, chunked = sensitivity(model, int8, x, chunk=10), sensitivity(model, int8, x, chunk=3)
+    assert whole[0] == pytest.approx(chunked[0], abs=0.01)
+    assert {r["layer"]: r["sqnr_db"] for r in whole[1]} == pytest.approx(
+        {r["layer"]: r["sqnr_db"] for r in chunked[1]}, abs=0.01)
+    assert len(whole[1]) == 4 and whole[1][0]["sqnr_db"] < 100

@@ -31,8 +31,10 @@ def test_quantize_prints_report_and_writes_json(shapes_root, tmp_path, capsys):
         assert graph.input_specs[0][0][0] == 2 and all(s.native for s in graph.steps)
     assert "quantization report" in text and "per-layer sensitivity" in text
     assert "input 3 x 32 x 32; preprocessing (data config)" in text
+    assert "peak memory (RSS) of the run: " in text
     report = json.load(open(out))
     assert report["input_size"] == [3, 32, 32]
+    assert 0 < report["peak_rss_mb"] < 1e5
     assert {"model", "method", "rows", "worst_layers", "sensitivity", "ptq", "qat"} <= set(report)
     assert [r["model"] for r in report["rows"]] == ["float", "ptq", "qat"]
     for row in report["rows"]:
