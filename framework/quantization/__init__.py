@@ -27,4 +27,4 @@ from .qconfig import (FAKE_QUANTIZERS, OBSERVERS, QCONFIGS, QConfig, calibration
                       register_qconfig)
 from .quantize import (calibrate, carries_channels_last, disable_fake_quant, disable_observer,
                        disable_quantize, enable_fake_quant, enable_observer, fuse, quantize,
-                       quantize_qat)
+                       quantize_qat, sequential_groups)

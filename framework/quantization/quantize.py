@@ -82,18 +82,66 @@ def _swap(module, convert):
     return module
 
 
-def quantize_qat(model, qconfig=ema_fakequant_qconfig, groups=None, inplace=False):
-    """Float model -> QAT model: fuse `groups` (default `model.fuse_groups()`), then swap
-    every float layer with a QAT twin (nn.qat.<same name>) built by `from_float`."""
+# float layers that run on int8 activations as they are (views of the values)
+_RUN_ON_INT8 = ("Identity", "Flatten", "Dropout", "QuantStub", "DequantStub")
+
+
+def sequential_groups(model):
+    """The fusable runs of consecutive children in every nn.Sequential of `model` (conv ->
+    BN -> ReLU/ReLU6, conv -> BN, conv -> ReLU, linear -> ReLU, BN -> ReLU; conv also a
+    ConvTranspose2d), as dotted-name groups for `fuse`: a user's own model quantizes without
+    writing its groups. Longest match first."""
+    groups = []
+    for prefix, module in model.named_modules():
+        if type(module) is not nn.Sequential:
+            continue
+        children = list(module._modules.items())
+        i = 0
+        while i < len(children):
+            for length in (3, 2):
+                run = children[i:i + length]
+                names = [part_name(m) for _, m in run]
+                if len(run) == length and _fusable(names):
+                    groups.append([f"{prefix}.{k}" if prefix else k for k, _ in run])
+                    i += length
+                    break
+            else:
+                i += 1
+    return groups
+
+
+def _fusable(names):
+    try:
+        name = fused_name(names)
+    except ValueError:
+        return False
+    return hasattr(nn.fused, name) and hasattr(nn.qat, name)
+
+
+def quantize_qat(model, qconfig=ema_fakequant_qconfig, groups=None, inplace=False,
+                 islands=None):
+    """Float model -> QAT model: fuse `groups` (default `model.fuse_groups()`, else the
+    fusable runs of its Sequentials: `sequential_groups`), then swap every float layer with
+    a QAT twin (nn.qat.<same name>) built by `from_float`. `islands` (default: for a model
+    without `fuse_groups`, a user's own): a float leaf layer with no int8 form is wrapped in
+    nn.qat.FloatIsland, which `quantize` runs in float between int8 layers (dequantizing
+    its input, quantizing its output at the scale QAT observed) instead of failing there."""
     model = model if inplace else copy.deepcopy(model)
-    if groups is None and hasattr(model, "fuse_groups"):
-        groups = model.fuse_groups()
+    own = not hasattr(model, "fuse_groups")
+    if groups is None:
+        groups = sequential_groups(model) if own else model.fuse_groups()
     fuse(model, groups or [])
+    islands = own if islands is None else islands
 
     def to_qat(child):
         name = type(child).__name__
-        if _is_float(child) and hasattr(nn.qat, name):
+        if not _is_float(child):
+            return None
+        if hasattr(nn.qat, name):
             return getattr(nn.qat, name).from_float(child, qconfig)
+        if (islands and not child._modules and name not in _RUN_ON_INT8
+                and not hasattr(nn.quantized, name)):
+            return nn.qat.FloatIsland.from_float(child, qconfig)
         return None
     return _swap(model, to_qat)
 

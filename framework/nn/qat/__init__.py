@@ -6,6 +6,7 @@ from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d,
                    ConvReLU62d)
 from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
                      ConvTransposeReLU2d)
+from .island import FloatIsland
 from .linear import Linear, LinearReLU
 from .module import QATModule
 from .norm import BatchNorm2d, BnReLU2d

@@ -8,6 +8,7 @@ from .conv import (Conv2d, ConvBn2d, ConvBnReLU2d, ConvBnReLU62d, ConvReLU2d, Co
                    Linear, LinearReLU)
 from .deconv import (ConvTranspose2d, ConvTransposeBn2d, ConvTransposeBnReLU2d,
                      ConvTransposeReLU2d)
+from .island import FloatIsland
 from .module import QuantizedModule
 from .norm import BatchNorm2d, BnReLU2d
 from .passthrough import AdaptiveAvgPool2d, AvgPool2d, Dropout, MaxPool2d, ReLU, ReLU6
