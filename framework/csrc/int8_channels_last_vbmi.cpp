@@ -10,11 +10,13 @@ namespace tianyuan {
 namespace int8 {
 namespace {
 
+// constexpr: a constant, not code run at load (an ISA unit's initializer is AVX-512 code,
+// which a CPU without it could not run at import).
 struct Interleave3 {
-    alignas(64) uint8_t ab[3][64];  // byte g of third k: a[i] (i) or b[i] (64 + i), i = g / 3
-    alignas(64) uint8_t c[3][64];   // c[i] where g % 3 == 2
-    __mmask64 from_c[3];
-    Interleave3() {
+    alignas(64) uint8_t ab[3][64] = {};  // byte g of third k: a[i] (i) or b[i] (64 + i), i = g/3
+    alignas(64) uint8_t c[3][64] = {};   // c[i] where g % 3 == 2
+    __mmask64 from_c[3] = {};
+    constexpr Interleave3() {
         for (int k = 0; k < 3; ++k) {
             from_c[k] = 0;
             for (int o = 0; o < 64; ++o) {
@@ -26,7 +28,7 @@ struct Interleave3 {
         }
     }
 };
-const Interleave3 interleave3;
+constexpr Interleave3 interleave3{};
 
 }  // namespace
 

@@ -23,9 +23,11 @@ namespace {
 // result takes channels 4j .. 4j + 3, byte 16i + p of it is row p's byte 4j + i, which lies in
 // g[p / 4] at 16 (p % 4) + 4j + i. Two-source byte permutes pick rows 0-7 and 8-15, a blend
 // joins them.
+// constexpr: a constant, not code run at load (an ISA unit's initializer is AVX-512 code,
+// which a CPU without it could not run at import).
 struct alignas(64) TransposeIndex {
-    uint8_t v[4][64];
-    TransposeIndex() {
+    uint8_t v[4][64] = {};
+    constexpr TransposeIndex() {
         for (int j = 0; j < 4; ++j)
             for (int i = 0; i < 4; ++i)
                 for (int p = 0; p < 16; ++p)
@@ -33,7 +35,7 @@ struct alignas(64) TransposeIndex {
                                                             4 * j + i);
     }
 };
-static const TransposeIndex transpose_index;
+static constexpr TransposeIndex transpose_index{};
 
 // An item's store under way: piece i (< 16) requantizes accumulator rows 4k .. 4k + 3 (k = i
 // % 4) of unit u = i / 4 (channels 16 (u / 2), positions 16 (u % 2)); a unit's last piece
