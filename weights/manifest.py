@@ -93,12 +93,7 @@ def _mge_q(name, arch, file, top1, parent=None, notes=""):
                 source=MGE_QUANT_README, notes=notes or _MGE_Q)
 
 
-# MegEngine Models' keypoints: cv2's BGR crops at 256x192 normalised by ImageNet's statistics
-# in the order its config lists them (R, G, B values applied to B, G, R: no channel swap in
-# its pipeline); heatmaps learnt at 0..255 ("0to255" in the names), divided out on load
-MGE_POSE = {"crop": [256, 192], "pixel_scale": 1.0, "mean": list(preprocessing.pixel_values(
-    preprocessing.IMAGENET_MEAN)), "std": list(preprocessing.pixel_values(
-        preprocessing.IMAGENET_STD)), "channels": "BGR", "heatmap_range": 255.0}
+MGE_POSE = preprocessing.MEGENGINE_POSE     # person crops, heatmaps at 0..255 (see there)
 _MGE_POSE_NOTES = ("MegEngine Models official/vision/keypoints; its test decodes with a 17x17 "
                    "Gaussian blur and a 0.35-pixel shift toward the second maximum, and flips "
                    "without the one-pixel shift, so our decoding may differ by a few tenths")

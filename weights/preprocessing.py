@@ -53,3 +53,10 @@ TORCHVISION_DETECTION = {"resize": None, "crop": None, "min_size": 800, "max_siz
                          "size_divisible": 32, "interpolation": "bilinear", "antialias": False,
                          "pixel_scale": 255.0, "mean": list(IMAGENET_MEAN),
                          "std": list(IMAGENET_STD), "channels": "RGB", "in_model": True}
+# MegEngine Models' keypoints: cv2's BGR crops at 256x192 normalised by ImageNet's statistics
+# in the order its config lists them (R, G, B values applied to B, G, R: no channel swap in
+# its pipeline); heatmaps learnt at 0..255 ("0to255" in the names), divided out on load
+MEGENGINE_POSE = {"crop": [256, 192], "pixel_scale": 1.0,
+                  "mean": list(pixel_values(IMAGENET_MEAN)),
+                  "std": list(pixel_values(IMAGENET_STD)), "channels": "BGR",
+                  "heatmap_range": 255.0}

@@ -26,8 +26,9 @@ def test_manifest_entries_are_complete():
             assert entry.file_name.rsplit("-", 1)[1].startswith(entry.sha256)
         else:
             assert entry.sha256 is None
-        # ImageNet classifiers at 224 (Inception-v3 at 299; FID's Inception: no crop, no top-1)
-        assert entry.preprocessing["crop"] in (224, 299, None)
+        # ImageNet classifiers at 224 (Inception-v3 at 299; FID's Inception, detectors: no
+        # crop, no top-1); pose models' person crops at 256x192
+        assert entry.preprocessing["crop"] in (224, 299, None, [256, 192])
         assert entry.metrics.get("top1", 100) > 50 and (entry.metrics or "fid" in entry.arch)
         assert entry.float_parent is None or entry.float_parent in names
     r50 = get_entry("resnet50.imagenet_torchvision")
