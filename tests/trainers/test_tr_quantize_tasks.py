@@ -112,3 +112,17 @@ def test_quantize_a_pose_model_reports_oks_ap(people_root, tmp_path, capsys):
     layers = {r["layer"] for r in report["sensitivity"]["ptq"]}
     assert any(name.startswith("deconv_layers") for name in layers)     # int8 ConvTranspose2d
     assert report["rows"][1]["size_kb"] < report["rows"][0]["size_kb"] / 3
+
+
+def test_quantize_faster_rcnn_runs_its_layers_int8(shapes_det_root, tmp_path):
+    out = tmp_path / "quant.json"
+    assert cli.main(["quantize", "experiment=smoke_detection", "model=fasterrcnn_small",
+                     f"data.root={shapes_det_root}", "model.min_size=64", "model.max_size=64",
+                     "data.batch_size=4", "data.val_batch_size=8", "method=ptq",
+                     "calib_batches=2", "trainer.progress=false", "report.repeats=1",
+                     "report.batches=[1]", "report.sensitivity_images=2", f"out={out}"]) == 0
+    report = json.load(open(out))
+    layers = {r["layer"] for r in report["sensitivity"]["ptq"]}
+    assert {"rpn.head.conv.0.0", "roi_heads.box_head.fc6", "roi_heads.box_predictor.cls_score",
+            "backbone.fpn.layer_blocks.0.0"} <= layers
+    assert report["rows"][1]["size_kb"] < report["rows"][0]["size_kb"] / 3

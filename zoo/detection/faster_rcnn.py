@@ -65,6 +65,9 @@ class FasterRCNN(nn.Module):
         columns = self.num_classes + int(self.extra_background)
         self.transform = GeneralizedRCNNTransform(min_size, max_size, image_mean or IMAGENET_MEAN,
                                                   image_std or IMAGENET_STD)
+        # int8 (quantize_qat / quantize): backbone, FPN, the RPN's convolutions and the box
+        # head's two layers and predictor; RoIAlign, box decoding and NMS stay float
+        self.quant, self.dequant = nn.QuantStub(), nn.DequantStub()
         self.backbone = backbone
         anchors = rpn_anchor_generator(rpn_anchor_sizes)
         self.rpn = RegionProposalNetwork(
@@ -117,8 +120,9 @@ class FasterRCNN(nn.Module):
     def _forward(self, images, targets):
         original_sizes = [tuple(im.shape[-2:]) for im in images]
         batch, sizes, targets = self.transform(images, targets)
-        features = self.backbone(Tensor(batch))
+        features = self.backbone(self.quant(Tensor(batch)))
         proposals, losses = self.rpn(batch.shape[-2:], sizes, features, targets)
+        features = [self.dequant(f) for f in features]        # RoIAlign reads float
         found = self.roi_heads(features, proposals, sizes, targets)
         if self.training:
             return {**losses, **found}
@@ -126,6 +130,19 @@ class FasterRCNN(nn.Module):
             for det in found:
                 det["labels"] = det["labels"] - 1
         return self.transform.postprocess(found, sizes, original_sizes)
+
+    def run_network(self, batch):
+        """(N, 3, H, W) normalised padded batch -> the box predictor's class logits and box
+        codes over the RPN's proposals: every layer int8 runs (backbone, FPN, RPN head, box
+        head), without the final decoding and NMS (what `tianyuan quantize` times)."""
+        sizes = [tuple(batch.shape[-2:])] * batch.shape[0]
+        with no_grad():
+            features = self.backbone(self.quant(batch))
+            proposals, _ = self.rpn(batch.shape[-2:], sizes, features)
+            features = [self.dequant(f) for f in features]
+            heads = self.roi_heads
+            return heads.box_predictor(heads.box_head(heads.box_roi_pool(features, proposals,
+                                                                         sizes)))
 
     def fuse_groups(self):
         groups = [[f"backbone.{name}" for name in group]

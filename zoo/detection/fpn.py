@@ -78,8 +78,12 @@ class LastLevelMaxPool(nn.Module):
     """P6 = max_pool(P5, kernel 1, stride 2) (Faster R-CNN's extra level: the RPN's 512
     anchors; the RoI pooler leaves it out)."""
 
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(1, 2, 0)      # a module: int8 after quantize, as is
+
     def forward(self, results, features):
-        return results + [F.max_pool2d(results[-1], 1, 2, 0)]
+        return results + [self.pool(results[-1])]
 
 
 class BackboneWithFPN(nn.Module):

@@ -31,9 +31,10 @@ class TwoMLPHead(nn.Module):
         self.fc6 = nn.Linear(in_channels, representation_size)
         self.fc7 = nn.Linear(representation_size, representation_size)
         self.relu6, self.relu7 = nn.ReLU(), nn.ReLU()
+        self.quant = nn.QuantStub()          # the pooled float features into int8
 
     def forward(self, x):
-        x = F.flatten(x, 1)
+        x = self.quant(F.flatten(x, 1))
         return self.relu7(self.fc7(self.relu6(self.fc6(x))))
 
 
@@ -44,9 +45,10 @@ class FastRCNNPredictor(nn.Module):
         super().__init__()
         self.cls_score = nn.Linear(in_channels, num_classes)
         self.bbox_pred = nn.Linear(in_channels, num_classes * 4)
+        self.dequant = nn.DequantStub()
 
     def forward(self, x):
-        return self.cls_score(x), self.bbox_pred(x)
+        return self.dequant(self.cls_score(x)), self.dequant(self.bbox_pred(x))
 
 
 def _softmax(logits):

@@ -46,6 +46,7 @@ class RPNHead(nn.Module):
                                                 nn.ReLU()))
         self.cls_logits = nn.Conv2d(in_channels, num_anchors, 1)
         self.bbox_pred = nn.Conv2d(in_channels, num_anchors * 4, 1)
+        self.dequant = nn.DequantStub()   # int8 features in, float logits and codes out
         for m in self.modules():          # torchvision's init: N(0, 0.01), bias 0
             if isinstance(m, nn.Conv2d):
                 nn.init.normal_(m.weight, std=0.01)
@@ -55,8 +56,8 @@ class RPNHead(nn.Module):
         logits, codes = [], []
         for x in features:
             t = self.conv(x)
-            logits.append(self.cls_logits(t))
-            codes.append(self.bbox_pred(t))
+            logits.append(self.dequant(self.cls_logits(t)))
+            codes.append(self.dequant(self.bbox_pred(t)))
         return logits, codes
 
 
