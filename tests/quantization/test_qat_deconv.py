@@ -139,3 +139,27 @@ def test_int8_state_round_trip(nets, int8):
 def test_int8_deconv_needs_a_quantized_input(nets, int8):
     with pytest.raises(TypeError, match="ConvTransposeBnReLU2d: expected a quantized tensor"):
         int8.up1(ty.tensor(nets[2]))
+
+
+@pytest.mark.parametrize("qconfig", ["min_max_fakequant_qconfig", "lsq_qconfig",
+                                     "int8_symmetric_qconfig", "reduce_range_qconfig"])
+def test_other_qconfigs_train_and_convert(qconfig):
+    """Three QAT steps with each preset (LSQ's learnt scales, int8 activations, 7-bit weights),
+    then every int8 transposed conv within one step of its QAT twin."""
+    rng = np.random.default_rng(4)
+    qat = Q.quantize_qat(_trained_bn(UpNet(), rng).train(), getattr(Q, qconfig))
+    for _ in range(3):
+        out = qat(ty.tensor(rng.normal(0, 1, (4, 6, 5, 4)).astype(np.float32)))
+        (out * out).mean().backward()
+    int8 = Q.quantize(qat.eval())
+    seen = {}
+    for name in ("up1", "up2", "up3"):
+        int8.get_submodule(name).register_forward_hook(
+            lambda mod, a, o, name=name: seen.__setitem__(name, (a, o)))
+    with ty.no_grad():
+        int8(ty.tensor(rng.normal(0, 1, (3, 6, 5, 4)).astype(np.float32)))
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
+            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
+            assert steps.max() <= 1 + 1e-3, f"{qconfig} {name}: {steps.max()} steps"
+    assert len(seen) == 3
