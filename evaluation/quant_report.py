@@ -186,13 +186,14 @@ class QuantReport:
     @classmethod
     def measure(cls, float_model, int8_models, evaluate, example, batches=(1, 16), repeats=20,
                 warmup=3, worst=5, groups=None, info=None, show_progress=True, metric="top1",
-                mode="max", forward=None):
+                mode="max", forward=None, compare_output=True):
         """Evaluate and time `float_model` and each of `int8_models` ({name: int8 model});
         `evaluate(model) -> {metric: value, ...}` (the drop is of `metric`, `mode` "max" or
         "min" saying which way is better); `example`: a batch of what `forward(model, x)`
         takes (default model(x): images (N, C, H, W)) for the per-layer comparison, its
         shape past the batch also sizing the timing input; `show_progress`: a bar (or log
-        lines) per phase."""
+        lines) per phase; `compare_output=False`: no output SQNR (a two-stage detector's
+        outputs are over proposals each model finds for itself)."""
         if mode not in ("max", "min"):
             raise ValueError(f"QuantReport: mode must be 'max' or 'min', got {mode!r}")
         forward = forward or _call
@@ -225,6 +226,8 @@ class QuantReport:
             if precision == "int8":
                 row["output_sqnr_db"], layers[name] = sensitivity(
                     float_model, model, example, groups, forward)
+                if not compare_output:
+                    row["output_sqnr_db"] = None
             rows.append(row)
         info = {**dict(info or {}), "input_size": list(input_size), "metric": metric,
                 "better": "higher" if mode == "max" else "lower"}

@@ -7,6 +7,8 @@ import os
 
 
 def _cell(value):
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e-3 or abs(value) >= 1e5 else f"{value:.3f}"
     return str(value)

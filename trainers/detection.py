@@ -269,5 +269,9 @@ class DetectionTask(Task):
         box decoding and NMS are float and the same in both."""
         return model.run_network(x)
 
+    def quant_output_comparable(self, model):
+        """Not for a two-stage detector: its box head scores proposals each model finds."""
+        return not getattr(model, "two_stage", False)
+
     def report_metrics(self, metrics):
         return {k: metrics[k] for k in ("AP", "AP50", "AP75") if k in metrics}

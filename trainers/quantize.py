@@ -129,7 +129,8 @@ def run(cfg):
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
                                  cfg.report.repeats, worst=cfg.report.worst, info=info,
                                  show_progress=cfg.trainer.progress, metric=task.metric,
-                                 mode=task.mode, forward=task.quant_forward)
+                                 mode=task.mode, forward=task.quant_forward,
+                                 compare_output=task.quant_output_comparable(model))
     if cfg.quant.get("max_drop") is not None:
         def calibrate(marked):
             count = min(cfg.calib_batches, len(calib))

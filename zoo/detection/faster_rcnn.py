@@ -85,6 +85,8 @@ class FasterRCNN(nn.Module):
             box_positive_fraction, (10.0, 10.0, 5.0, 5.0), box_score_thresh, box_nms_thresh,
             box_detections_per_img)
 
+    two_stage = True    # run_network's outputs are over its own proposals (tianyuan quantize)
+
     @property
     def score_thresh(self):       # `tianyuan detect ... model.score_thresh=` as RetinaNet's
         return self.roi_heads.score_thresh
