@@ -16,20 +16,19 @@ or left out with a count.
 >>> task = DetectionTask()                         # tianyuan train experiment=smoke_detection
 """
 import os
-import shutil
-import tempfile
 
 from hydra.utils import instantiate
 
 from tianyuan import distributed as dist
-from tianyuan.datasets import (COCO, BatchSampler, CocoFormat, DataLoader, DistributedSampler,
-                               GroupedAspectRatioBatchSampler, Objects365, RandomSampler,
-                               SequentialSampler, list_collate)
+from tianyuan.datasets import (COCO, BatchSampler, CocoFormat, DataLoader,
+                               GroupedAspectRatioBatchSampler, Objects365, list_collate)
 from tianyuan.datasets import transforms as T
 from tianyuan.datasets.synthetic_boxes import write_coco_shapes
 from tianyuan.datasets.transforms.detection import model_images
 from tianyuan.evaluation.detection import COCOEvaluator
 
+from . import coco_data
+from .coco_data import split_paths, synthetic_root, train_sampler, write_once
 from .task import Task
 
 DATA_KINDS = ("coco", "coco_format", "objects365", "shapes")
@@ -49,46 +48,18 @@ LAYOUTS = {
 def shapes_coco(root=None, num_train=400, num_val=100, size=96, num_classes=3, seed=0,
                 max_objects=3, radii=(0.15, 0.3)):
     """`root/{train,val}/images` + `annotations.json` of generated shapes with boxes (written
-    once; datasets.synthetic_boxes). Without `root` under $TIANYUAN_HOME/synthetic/<settings>;
-    written in a temporary folder and renamed, so concurrent runs never see half of it."""
-    if root is None:
-        from tianyuan.weights import tianyuan_home
-        name = (f"shapes_det_c{num_classes}_n{num_train}_v{num_val}_s{size}_o{max_objects}"
-                f"_r{radii[0]:g}-{radii[1]:g}_seed{seed}")
-        root = os.path.join(tianyuan_home(), "synthetic", name)
-    if os.path.isfile(os.path.join(root, "val", "annotations.json")):
-        return root
-    parent = os.path.dirname(os.path.abspath(root))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".shapes_det.")
-    try:
-        extra = {"max_objects": max_objects, "radii": tuple(radii)}
-        write_coco_shapes(os.path.join(tmp, "train"), num_train, size, num_classes, seed, **extra)
-        write_coco_shapes(os.path.join(tmp, "val"), num_val, size, num_classes, seed + 1, **extra)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # a concurrent run (another data-parallel process) renamed first
-            if not os.path.isfile(os.path.join(root, "val", "annotations.json")):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    once, coco_data.write_once; datasets.synthetic_boxes). Without `root` under
+    $TIANYUAN_HOME/synthetic/<settings>."""
+    root = synthetic_root(root, f"shapes_det_c{num_classes}_n{num_train}_v{num_val}_s{size}"
+                                f"_o{max_objects}_r{radii[0]:g}-{radii[1]:g}_seed{seed}")
+    extra = {"max_objects": max_objects, "radii": tuple(radii)}
 
-
-def split_paths(kind, root, split, given=None):
-    """(images folder, annotation json) of a split: `given` {images, ann_file} (relative to
-    root, or absolute) or the kind's layout."""
-    given = dict(given or {})
-    default = LAYOUTS.get(kind, {}).get(split, (None, None))
-    images, ann_file = given.get("images") or default[0], given.get("ann_file") or default[1]
-    if images is None or ann_file is None:
-        raise ValueError(f"detection_data: {kind} data needs data.{split}.images and "
-                         f"data.{split}.ann_file (the image folder and the COCO-format json)")
-    if root is None and not (os.path.isabs(images) and os.path.isabs(ann_file)):
-        raise ValueError(f"detection_data: data kind {kind!r} needs data.root (the dataset "
-                         f"folder) or absolute data.{split}.images and data.{split}.ann_file")
-    return (os.path.join(root or "", os.path.expanduser(images)),
-            os.path.join(root or "", os.path.expanduser(ann_file)))
+    def write(folder):
+        write_coco_shapes(os.path.join(folder, "train"), num_train, size, num_classes, seed,
+                          **extra)
+        write_coco_shapes(os.path.join(folder, "val"), num_val, size, num_classes, seed + 1,
+                          **extra)
+    return write_once(root, ".shapes_det.", write)
 
 
 def detection_dataset(kind, root, split, transform=None, paths=None, version=2,
@@ -97,7 +68,7 @@ def detection_dataset(kind, root, split, transform=None, paths=None, version=2,
     if kind not in DATA_KINDS:
         raise ValueError(f"detection_dataset: kind must be one of {DATA_KINDS}, got {kind!r}")
     layout = "objects365_v1" if kind == "objects365" and version == 1 else kind
-    images, ann_file = split_paths(layout, root, split, paths)
+    images, ann_file = split_paths(LAYOUTS, layout, root, split, paths, "detection_data")
     kwargs = {"transform": transform, "on_error": on_error, "remove_empty": not keep_empty}
     if kind == "objects365":
         return Objects365(images, ann_file, version=version, **kwargs)
@@ -120,25 +91,15 @@ def train_transform(flip=0.5, train_resize=None):
 
 
 def _train_loader(train, batch_size, num_workers, seed, aspect_grouping):
-    """Batches of one aspect-ratio group; the order a pure function of (seed, epoch); under an
-    MPI launch each process its share (augmented with draws of its own: seed + rank)."""
-    rank, world = dist.rank(), dist.world_size()
-    sampler = RandomSampler(train, seed) if world == 1 else \
-        DistributedSampler(train, rank, world, shuffle=True, seed=seed, drop_last=True)
+    """Batches of one aspect-ratio group (coco_data.train_sampler's order), each process
+    augmenting with draws of its own (seed + rank)."""
+    sampler = train_sampler(train, seed)
     batches = GroupedAspectRatioBatchSampler(sampler, train.aspect_ratios(), batch_size,
                                              drop_last=True) if aspect_grouping else \
         BatchSampler(sampler, batch_size, drop_last=True)
     return DataLoader(train, batch_sampler=batches, num_workers=num_workers,
-                      collate_fn=list_collate, seed=seed + rank,
+                      collate_fn=list_collate, seed=seed + dist.rank(),
                       persistent_workers=num_workers > 0)
-
-
-def _val_loader(val, batch_size, num_workers, seed):
-    rank, world = dist.rank(), dist.world_size()
-    sampler = SequentialSampler(val) if world == 1 else \
-        DistributedSampler(val, rank, world, shuffle=False, exact=True)
-    return DataLoader(val, batch_sampler=BatchSampler(sampler, batch_size),
-                      num_workers=num_workers, collate_fn=list_collate, seed=seed)
 
 
 def detection_data(kind, root=None, batch_size=2, num_workers=0, val_batch_size=None,
@@ -167,7 +128,8 @@ def detection_data(kind, root=None, batch_size=2, num_workers=0, val_batch_size=
                              f"({len(meta['category_ids'])} and {len(dataset.category_ids)})")
         meta = {"classes": list(dataset.classes), "category_ids": list(dataset.category_ids),
                 "ann_file": dataset.ann_file}
-        val_loader = _val_loader(dataset, val_batch_size or batch_size, num_workers, seed)
+        val_loader = coco_data.val_loader(dataset, val_batch_size or batch_size, num_workers,
+                                          seed, list_collate)
     return train_loader, val_loader, meta
 
 

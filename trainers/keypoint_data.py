@@ -11,14 +11,14 @@ KeypointTask gives the model builder, KeypointEvaluator and `tianyuan pose`.
 ...                                                input_size=(64, 48), heatmap_size=(16, 12))
 """
 import os
-import shutil
-import tempfile
 
 from tianyuan import distributed as dist
 from tianyuan.datasets import (COCO, COCO_LIMBS, COCO_PERSON_KEYPOINTS, BatchSampler, CocoFormat,
-                               DataLoader, DistributedSampler, RandomSampler,
-                               SequentialSampler, TopDownKeypoints)
+                               DataLoader, TopDownKeypoints)
 from tianyuan.datasets.synthetic_people import write_coco_people
+
+from . import coco_data
+from .coco_data import split_paths, synthetic_root, train_sampler, write_once
 
 KINDS = ("coco", "coco_format", "people")
 # each kind's splits relative to data.root (data.train / data.val override them)
@@ -33,73 +33,36 @@ LAYOUTS = {
 def people_coco(root=None, num_train=1000, num_val=100, size=128, seed=0, max_people=3,
                 heights=(0.35, 0.75)):
     """`root/{train,val}/images` + `annotations.json` of generated stick figures (written
-    once). Without `root` under $TIANYUAN_HOME/synthetic/<settings>; written in a temporary
-    folder and renamed, so concurrent runs never see half of it."""
-    if root is None:
-        from tianyuan.weights import tianyuan_home
-        name = (f"people_n{num_train}_v{num_val}_s{size}_p{max_people}"
-                f"_h{heights[0]:g}-{heights[1]:g}_seed{seed}")
-        root = os.path.join(tianyuan_home(), "synthetic", name)
-    if os.path.isfile(os.path.join(root, "val", "annotations.json")):
-        return root
-    parent = os.path.dirname(os.path.abspath(root))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".people.")
-    try:
-        extra = {"max_people": max_people, "heights": tuple(heights)}
-        write_coco_people(os.path.join(tmp, "train"), num_train, size, seed, **extra)
-        write_coco_people(os.path.join(tmp, "val"), num_val, size, seed + 1, **extra)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # a concurrent run (another data-parallel process) renamed first
-            if not os.path.isfile(os.path.join(root, "val", "annotations.json")):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    once, coco_data.write_once). Without `root` under $TIANYUAN_HOME/synthetic/<settings>."""
+    root = synthetic_root(root, f"people_n{num_train}_v{num_val}_s{size}_p{max_people}"
+                                f"_h{heights[0]:g}-{heights[1]:g}_seed{seed}")
+    extra = {"max_people": max_people, "heights": tuple(heights)}
 
-
-def split_paths(kind, root, split, given=None):
-    """(images folder, annotation json) of a split: `given` {images, ann_file} (relative to
-    root, or absolute) or the kind's layout."""
-    given = dict(given or {})
-    default = LAYOUTS.get(kind, {}).get(split, (None, None))
-    images, ann_file = given.get("images") or default[0], given.get("ann_file") or default[1]
-    if images is None or ann_file is None:
-        raise ValueError(f"keypoint_data: {kind} data needs data.{split}.images and "
-                         f"data.{split}.ann_file (the image folder and the COCO-format "
-                         "keypoint json)")
-    if root is None and not (os.path.isabs(images) and os.path.isabs(ann_file)):
-        raise ValueError(f"keypoint_data: data kind {kind!r} needs data.root (the dataset "
-                         f"folder) or absolute data.{split}.images and data.{split}.ann_file")
-    return (os.path.join(root or "", os.path.expanduser(images)),
-            os.path.join(root or "", os.path.expanduser(ann_file)))
+    def write(folder):
+        write_coco_people(os.path.join(folder, "train"), num_train, size, seed, **extra)
+        write_coco_people(os.path.join(folder, "val"), num_val, size, seed + 1, **extra)
+    return write_once(root, ".people.", write)
 
 
 def keypoint_dataset(kind, root, split, paths=None, on_error="raise"):
     """The `split` of one of KINDS as a COCO keypoint dataset (before the crops)."""
     if kind not in KINDS:
         raise ValueError(f"keypoint_data: kind must be one of {KINDS}, got {kind!r}")
-    images, ann_file = split_paths(kind, root, split, paths)
+    images, ann_file = split_paths(LAYOUTS, kind, root, split, paths, "keypoint_data",
+                                   "COCO-format keypoint json")
     cls = COCO if kind == "coco" else CocoFormat
     return cls(images, ann_file, task="keypoints", on_error=on_error)
 
 
 def _loader(dataset, batch_size, num_workers, seed, train):
-    """Training: shuffled, a pure function of (seed, epoch), incomplete batches dropped,
-    each process its share (augmented with draws of its own: seed + rank). Evaluation: in
-    order, every crop exactly once over the processes."""
-    rank, world = dist.rank(), dist.world_size()
-    if train:
-        sampler = RandomSampler(dataset, seed) if world == 1 else \
-            DistributedSampler(dataset, rank, world, shuffle=True, seed=seed, drop_last=True)
-        return DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=True),
-                          num_workers=num_workers, seed=seed + rank,
-                          persistent_workers=num_workers > 0)
-    sampler = SequentialSampler(dataset) if world == 1 else \
-        DistributedSampler(dataset, rank, world, shuffle=False, exact=True)
-    return DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size),
-                      num_workers=num_workers, seed=seed)
+    """Training: coco_data.train_sampler's order, incomplete batches dropped, each process
+    augmenting with draws of its own (seed + rank). Evaluation: coco_data.val_loader."""
+    if not train:
+        return coco_data.val_loader(dataset, batch_size, num_workers, seed)
+    return DataLoader(dataset, batch_sampler=BatchSampler(train_sampler(dataset, seed),
+                                                          batch_size, drop_last=True),
+                      num_workers=num_workers, seed=seed + dist.rank(),
+                      persistent_workers=num_workers > 0)
 
 
 def _skeleton(base):
