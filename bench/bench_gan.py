@@ -1,30 +1,48 @@
-"""The GAN generators' inference, float32 against int8: every transposed conv of the DCGAN
-generator (dcgan_cnn32_cifar10, pytorch-gan-collections' CNN32) as one layer, our float
-F.conv_transpose2d (no grad) against our int8 kernel (framework/csrc/int8_deconv/, a
-`kernels.PreparedDeconv` made once, NCHW in and out), then the whole generator: float32
-(eval, no grad) against the int8 generator of quantize_qat + calibrate + quantize.
+"""The GANs' speed, three parts (--parts):
 
-Weights are the zoo's N(0, 0.02) initialisation with BN statistics of a trained scale; times
-are the median of --repeat runs after a warm-up, both columns alternating --rounds times so
-that a slow spell of the shared machine hits both; a layer's or the model's time is the
-median over the rounds.
+- int8: the DCGAN generator's inference, float32 against int8: every transposed conv of the
+  generator (dcgan_cnn32_cifar10, pytorch-gan-collections' CNN32) as one layer, our float
+  F.conv_transpose2d (no grad) against our int8 kernel (framework/csrc/int8_deconv/, a
+  `kernels.PreparedDeconv` made once, NCHW in and out), then the whole generator: float32
+  (eval, no grad) against the int8 generator of quantize_qat + calibrate + quantize. Weights
+  are the zoo's N(0, 0.02) initialisation with BN statistics of a trained scale.
+- train: one DCGAN training iteration (a discriminator step on --batch real and --batch
+  generated images, then a generator step; non-saturating BCE, Adam 2e-4 betas (0.5, 0.999))
+  in images/s: ours is trainers/gan.py's `GANTask.run_step` with the Trainer's `optimize`
+  (--models: dcgan_cnn32_cifar10, dcgan_cifar10), PyTorch eager pytorch-gan-collections' loop
+  on the same CNN32 layers with our initial weights loaded by name (gan_peers.py; the ResNet
+  dcgan_cifar10 has no PyTorch twin here: "-").
+- fid: Inception feature extraction in images/s: evaluation/gan.py's `batch_features` on our
+  pytorch-fid Inception (zoo FIDInception, eval, no grad) against pytorch-fid's
+  `InceptionV3([3])`, both with the same random weights (He-scaled convolutions, as
+  tests/evaluation/test_eval_gan.py; pytorch-fid's weight download replaced by our state
+  dict), on the same --fid-batch random images of --fid-size pixels, resized to 299 inside.
 
-    python bench/bench_gan.py [--batch 64] [--threads 2] [--repeat 10] [--rounds 3]
-                              [--json out.json]
+Times are the median of --repeat runs after a warm-up, ours and PyTorch's (a child process,
+blas_env.in_child) alternating --rounds times so that a slow spell of the shared machine
+hits both; each figure is the median over the rounds. Without torch the PyTorch columns
+are "-".
+
+    python bench/bench_gan.py [--parts int8,train,fid] [--batch 64] [--threads 2]
+                              [--repeat 10] [--rounds 3] [--json out.json]
 """
 import argparse
 import json
 
 import numpy as np
 
-from blas_env import restart_with_blas_threads
+import gan_peers
+from blas_env import in_child, restart_with_blas_threads
 from int8_peers import median_ms
 import tianyuan as ty
 import tianyuan.functional as F
-from tianyuan import nn, zoo
+from tianyuan import nn, optim, zoo
 from tianyuan import quantization as Q
 from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
+from tianyuan.trainers.engine import Trainer
+from tianyuan.trainers.gan import GANTask
+from tianyuan.evaluation.gan import batch_features
 
 
 def generator(rng):
@@ -81,17 +99,8 @@ def timed(pairs, repeat, rounds):
     return np.median(times, axis=0)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    restart_with_blas_threads(args.threads)
-    ty.set_num_threads(args.threads)
-    rng = np.random.default_rng(0)
+def int8_part(args, rng):
+    """Rows of the int8 part: each transposed conv, then the generator."""
     g = generator(rng)
     z = rng.standard_normal((args.batch, g.nz)).astype(np.float32)
     layers = layer_inputs(g, z)
@@ -118,10 +127,105 @@ def main():
         print(f"{name:44s} {f:9.3f} {q:9.3f} {q / f:9.2f}")
     f, q = times[-1]
     print(f"generator images/s: fp32 {1000 * args.batch / f:.0f}, int8 {1000 * args.batch / q:.0f}")
+    return rows
+
+
+class StepOnly:
+    """What GANTask.run_step asks of a Trainer: `optimize` (the Trainer's own code) over
+    {"discriminator", "generator"} optimizers, one process."""
+    optimize, _optimizer = Trainer.optimize, Trainer._optimizer
+    stop_requested, iter, epoch, out_dir = False, 0, 0, "-"
+
+    def __init__(self, model, optimizers):
+        self.model, self.optimizers = model, optimizers
+
+
+def ours_train(model, batch, repeat):
+    """Images/s of GANTask("ns").run_step on `batch` random real images."""
+    model.train()
+    opts = {part: optim.Adam(getattr(model, part).parameters(), 2e-4, betas=(0.5, 0.999))
+            for part in ("discriminator", "generator")}
+    trainer, task = StepOnly(model, opts), GANTask(loss="ns")
+    real = np.random.default_rng(0).uniform(-1, 1, (batch, 3, 32, 32)).astype(np.float32)
+    return 1000 * batch / median_ms(lambda: task.run_step(trainer, {"image": real}), repeat)
+
+
+def train_part(args):
+    """Rows of the training part: per model our images/s and PyTorch's (CNN32 only)."""
+    rows = []
+    for name in args.models.split(","):
+        ours, peer = [], []
+        for _ in range(args.rounds):
+            ty.manual_seed(0)
+            model = zoo.get_model(name)
+            state = {k: v.copy() for k, v in model.state_dict().items()}
+            ours.append(ours_train(model, args.batch, args.repeat))
+            if name == "dcgan_cnn32_cifar10":
+                peer.append(in_child(gan_peers.dcgan_train, state, args.batch, args.repeat,
+                                     args.threads))
+        rows.append(ratio_row(f"{name} training iteration", ours, peer))
+    return rows
+
+
+def fid_part(args):
+    """The row of Inception feature extraction: ours and pytorch-fid's images/s."""
+    ty.manual_seed(1)
+    model = zoo.FIDInception().eval()
+    for key, p in model.named_parameters():     # He-scaled convolutions: features near 1
+        if key.endswith("conv.weight"):
+            p.data *= np.sqrt(2.0 / p.data[0].size) / 0.1
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 1, (args.fid_batch, 3, args.fid_size, args.fid_size))
+    images = images.astype(np.float32)
+
+    def run():
+        with ty.no_grad():
+            batch_features(model, images)
+    ours, peer = [], []
+    for _ in range(args.rounds):
+        ours.append(1000 * len(images) / median_ms(run, args.repeat))
+        peer.append(in_child(gan_peers.fid_features, state, images, args.repeat, args.threads))
+    return [ratio_row(f"FID Inception features, {args.fid_size}px -> 299", ours, peer)]
+
+
+def ratio_row(what, ours, peer):
+    peer = [p for p in peer if p is not None]
+    mine, theirs = float(np.median(ours)), float(np.median(peer)) if peer else None
+    row = {"what": what, "images_s": round(mine, 1),
+           "torch_images_s": round(theirs, 1) if theirs else "-",
+           "ours_over_torch": round(mine / theirs, 2) if theirs else "-"}
+    print(f"{what:48s} ours {mine:8.1f} images/s, PyTorch {row['torch_images_s']}, "
+          f"ours/PyTorch {row['ours_over_torch']}", flush=True)
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="int8,train,fid")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", default="dcgan_cnn32_cifar10",
+                        help="the train part's GANs (dcgan_cnn32_cifar10,dcgan_cifar10)")
+    parser.add_argument("--fid-batch", type=int, default=50)
+    parser.add_argument("--fid-size", type=int, default=32)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    restart_with_blas_threads(args.threads)
+    ty.set_num_threads(args.threads)
+    parts = args.parts.split(",")
+    out = {"batch": args.batch, "threads": args.threads, "isa": ty.current_isa()}
+    if "int8" in parts:
+        out["rows"] = int8_part(args, np.random.default_rng(0))
+    if "train" in parts:
+        out["train"] = train_part(args)
+    if "fid" in parts:
+        out["fid"] = fid_part(args)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"batch": args.batch, "threads": args.threads, "isa": ty.current_isa(),
-                       "rows": rows}, fh, indent=1)
+            json.dump(out, fh, indent=1)
 
 
 if __name__ == "__main__":
