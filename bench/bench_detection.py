@@ -1,14 +1,19 @@
-"""Detection ops and one-image inference: ours against torchvision's in the same run when
-torch and torchvision are installed (ratio = ours / theirs, lower is better), ours alone
-otherwise (the peer column empty). Medians of --repeat runs, alternating ours and theirs.
+"""Detection ops and whole detectors: ours against torchvision's in the same run when torch
+and torchvision are installed (ratio = ours / theirs, lower is better), ours alone otherwise
+(the peer column empty). Medians of --repeat runs (ops) or --rounds rounds (models),
+alternating ours and theirs.
 
-    python bench/bench_detection.py [--repeat 5] [--size 800] [--json out.json]
+    python bench/bench_detection.py [--repeat 5] [--size 800x1216] [--batches 1,2]
+        [--rounds 3] [--skip-ops] [--skip-model] [--json out.json]
 
-Lines: roi_align forward and backward (512 RoIs of one 256-channel 200 x 304 level, 7 x 7,
-sampling ratio 2), nms on 10k boxes (numpy spec, native, torchvision), batched_nms on 10k
-boxes of 80 classes, and Faster R-CNN R50-FPN (random weights) on one image of --size.
+Op lines: roi_align forward and backward (512 RoIs of one 256-channel 200 x 304 level,
+7 x 7, sampling ratio 2), nms on 10k boxes (numpy spec, native, torchvision), batched_nms on
+10k boxes of 80 classes. Model lines: RetinaNet and Faster R-CNN R50-FPN (random weights)
+on --batches images of --size, ours fp32 and int8 (PTQ on two of the images) against
+torchvision's fp32, whole and network only (`run_network`).
 """
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -17,7 +22,10 @@ import numpy as np
 
 import tianyuan as ty
 import tianyuan.functional as F
+from tianyuan import quantization as Q
+from tianyuan.autograd import no_grad
 from tianyuan.ops import boxes as B
+from tianyuan.tensor import Tensor
 
 try:
     import torch
@@ -89,26 +97,78 @@ def nms_lines(repeat):
              batched_peer and median_time(batched_peer, repeat))]
 
 
-def inference_line(repeat, size):
+MODELS = ("retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn")
+
+
+def int8_model(model, images):
+    """PTQ as `tianyuan quantize method=ptq`: histogram calibration on `images`, then int8."""
+    qat = Q.quantize_qat(model, Q.calibration_qconfig)
+    return Q.quantize(Q.calibrate(qat, [images], lambda m, batch: m(batch)))
+
+
+def alternating(fns, rounds):
+    """{name: median seconds}: each fn once to warm up, then `rounds` rounds of one call each
+    in turn (ours and the peer's alternate, so a slow stretch of a shared host hits both)."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def model_rows(arch, batches, height, width, rounds):
+    """Per batch size: ours fp32 and int8 (the whole detector, and `run_network`: backbone,
+    FPN and heads, what int8 runs; decoding and NMS are float in both) against torchvision's
+    fp32. Random weights; images resized nowhere (min_size = height, max_size = width)."""
     from tianyuan import zoo
     ty.manual_seed(0)
-    model = zoo.fasterrcnn_resnet50_fpn(weights=None).eval()
-    image = np.random.default_rng(5).random((3, size, size)).astype(np.float32)
-    ours = median_time(lambda: model([image]), repeat)
-    theirs = None
+    sizes = dict(min_size=height, max_size=max(height, width))
+    fp32 = getattr(zoo, arch)(weights=None, **sizes).eval()
+    rng = np.random.default_rng(5)
+    images = [rng.random((3, height, width)).astype(np.float32) for _ in range(max(batches))]
+    int8 = int8_model(fp32, images[:2])
+    peer = None
     if torch is not None:
-        peer = torchvision.models.detection.fasterrcnn_resnet50_fpn(
-            weights=None, weights_backbone=None).eval()
-        timage = torch.tensor(image)
-        with torch.no_grad():
-            theirs = median_time(lambda: peer([timage]), repeat)
-    return [(f"fasterrcnn_resnet50_fpn, one {size}x{size} image", ours, theirs)]
+        peer = getattr(torchvision.models.detection, arch)(weights=None, weights_backbone=None,
+                                                           **sizes).eval()
+    rows = []
+    for n in batches:
+        batch = Tensor(fp32.transform(images[:n])[0])
+        fns = {"fp32": lambda: fp32(images[:n]), "int8": lambda: int8(images[:n]),
+               "net fp32": lambda: fp32.run_network(batch),
+               "net int8": lambda: int8.run_network(batch)}
+        if peer is not None:
+            timages = [torch.from_numpy(im) for im in images[:n]]
+            fns["torchvision"] = lambda: peer(timages)
+        with no_grad(), torch.no_grad() if torch is not None else contextlib.nullcontext():
+            rows.append((arch, n, alternating(fns, rounds)))
+    return rows
+
+
+def print_models(rows, height, width):
+    print(f"\n{'model, ' + str(height) + 'x' + str(width):34s} {'b':>2s} {'fp32 s':>7s} "
+          f"{'int8 s':>7s} {'tv s':>7s} {'fp32/tv':>8s} {'int8/tv':>8s} {'net fp32':>9s} "
+          f"{'net int8':>9s} {'int8/fp32':>9s}")
+    for arch, n, t in rows:
+        tv = t.get("torchvision")
+        vs = (f"{t['fp32'] / tv:8.2f} {t['int8'] / tv:8.2f}" if tv else f"{'':8s} {'':8s}")
+        print(f"{arch:34s} {n:2d} {t['fp32']:7.2f} {t['int8']:7.2f} "
+              f"{tv if tv else float('nan'):7.2f} {vs} {t['net fp32']:9.2f} "
+              f"{t['net int8']:9.2f} {t['net int8'] / t['net fp32']:9.2f}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--size", type=int, default=800)
+    parser.add_argument("--size", default="800x1216", help="HxW of the model lines' images")
+    parser.add_argument("--batches", default="1,2")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--rounds", type=int, default=3, help="the model lines' rounds")
+    parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--json", default=None)
@@ -116,18 +176,24 @@ def main():
     ty.set_num_threads(args.threads)
     if torch is not None:
         torch.set_num_threads(args.threads)
-    rows = roi_align_lines(args.repeat) + nms_lines(args.repeat)
-    if not args.skip_model:
-        rows += inference_line(max(1, args.repeat // 2), args.size)
+    rows = [] if args.skip_ops else roi_align_lines(args.repeat) + nms_lines(args.repeat)
     print(f"{'line':44s} {'ours ms':>10s} {'torchvision ms':>15s} {'ratio':>7s}")
     for name, ours, theirs in rows:
         peer = f"{theirs * 1e3:15.2f}" if theirs else f"{'':15s}"
         ratio = f"{ours / theirs:7.2f}" if theirs else ""
         print(f"{name:44s} {ours * 1e3:10.2f} {peer} {ratio}")
+    models = []
+    if not args.skip_model:
+        height, width = (int(v) for v in args.size.split("x"))
+        batches = [int(b) for b in args.batches.split(",")]
+        for arch in args.models.split(","):
+            models += model_rows(arch, batches, height, width, args.rounds)
+        print_models(models, height, width)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{"line": n, "ours_s": o, "torchvision_s": t} for n, o, t in rows], f,
-                      indent=1)
+            json.dump({"ops": [{"line": n, "ours_s": o, "torchvision_s": t} for n, o, t in rows],
+                       "models": [{"model": a, "batch": n, "seconds": t} for a, n, t in models]},
+                      f, indent=1)
 
 
 if __name__ == "__main__":
