@@ -342,5 +342,15 @@ class GANTask(Task):
         return logs
 
     def generator_step(self, trainer, model, count):
-        score = model.discriminator(model.generator(model.noise(count)))
-        return trainer.optimize({"loss_g": LOSSES[self.loss][1](score)}, "generator")
+        """The discriminator's parameters are frozen for this step (as pytorch-gan-collections
+        and mimicry do): the generator's loss needs only its input gradient, not the weight
+        gradients its optimizer would zero before its next step anyway."""
+        frozen = [p for p in model.discriminator.parameters() if p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            score = model.discriminator(model.generator(model.noise(count)))
+            return trainer.optimize({"loss_g": LOSSES[self.loss][1](score)}, "generator")
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
