@@ -20,10 +20,10 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cpu.h"
-#include "int8_amx.h"
-#include "int8_cgemm.h"
-#include "int8_ops.h"
+#include "runtime/cpu.h"
+#include "int8_amx/int8_amx.h"
+#include "int8_cgemm/int8_cgemm.h"
+#include "int8_gemm/int8_ops.h"
 
 using namespace tianyuan;
 using namespace tianyuan::int8;

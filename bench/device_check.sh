@@ -8,7 +8,7 @@
 #      where the OS grants them);
 #   4. bench_int8 on 2 threads (the issue's configuration), every layer printed, with the
 #      AMX algorithm forced as a second column (int8a) where the OS grants tiles: the data
-#      for amx_wins (framework/csrc/int8_amx.cpp), which keeps 1x1 layers on VNNI;
+#      for amx_wins (framework/csrc/int8_amx/int8_amx.cpp), which keeps 1x1 layers on VNNI;
 #   5. whole models on 2 threads (ResNet-18, MobileNetV2, ShuffleNetV2): our int8 against
 #      PyTorch's and ONNX Runtime's (its own quantization tool), the cross-check of step 4's
 #      per-layer totals (bench_int8 times the peers as in a model since 2026-12-05);

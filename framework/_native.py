@@ -4,7 +4,7 @@ import os
 from . import _C
 
 # Each level runs the kernels of those before it, but avxvnni (AVX2 with the VEX vpdpbusd,
-# framework/csrc/cpu.h), which some AVX-512 CPUs lack.
+# framework/csrc/runtime/cpu.h), which some AVX-512 CPUs lack.
 ISA_LEVELS = ("generic", "avx2", "avxvnni", "avx512", "vnni", "amx")
 
 
@@ -30,7 +30,7 @@ def current_isa():
 def set_num_threads(n):
     """Threads for the native kernels (OpenMP). Where TIANYUAN_PIN_THREADS=1 and there is one
     per CPU (the default count), the workers are pinned one to a CPU, the calling thread left
-    free (framework/csrc/threads.h)."""
+    free (framework/csrc/runtime/threads.h)."""
     _C.set_num_threads(int(n))
 
 

@@ -14,10 +14,10 @@
 #include <cstring>
 #include <vector>
 
-#include "batch_norm.h"
-#include "clamp.h"
-#include "cpu.h"
-#include "int8_ops.h"
+#include "norm/batch_norm.h"
+#include "norm/clamp.h"
+#include "runtime/cpu.h"
+#include "int8_gemm/int8_ops.h"
 
 using namespace tianyuan;
 using int8::FakeQuantRows;

@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "cpu.h"
-#include "int8_cgemm.h"
-#include "int8_gemm.h"
-#include "int8_ops.h"
+#include "runtime/cpu.h"
+#include "int8_cgemm/int8_cgemm.h"
+#include "int8_gemm/int8_gemm.h"
+#include "int8_gemm/int8_ops.h"
 
 using namespace tianyuan;
 using namespace tianyuan::int8;

@@ -53,7 +53,7 @@ flags = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.A
 print(" ".join(flags.get(sys.argv[2].rsplit("_", 1)[-1], [])))
 PY
 }
-for src in "$CSRC"/*.cpp "$HERE/${CHECK}_check.cpp"; do
+for src in $(find "$CSRC" -name '*.cpp') "$HERE/${CHECK}_check.cpp"; do
     name=$(basename "$src" .cpp)
     case "$name" in bind*) continue ;; esac
     isa=$(isa_flags "$name")

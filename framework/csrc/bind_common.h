@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "bind_geometry.h"
-#include "im2col.h"
+#include "im2col/im2col.h"
 
 namespace tianyuan {
 namespace bind {

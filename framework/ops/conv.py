@@ -1,5 +1,5 @@
-"""Convolution primitives: im2col (native, framework/csrc/im2col.cpp) + GEMM (numpy matmul),
-or a direct kernel where one applies (depthwise: framework/csrc/depthwise.cpp); the choice
+"""Convolution primitives: im2col (native, framework/csrc/im2col/im2col.cpp) + GEMM (numpy matmul),
+or a direct kernel where one applies (depthwise: framework/csrc/depthwise/depthwise.cpp); the choice
 per shape is conv_algo.choose's.
 
 Shapes (G groups; K = kh * kw; L = out_h * out_w; M = images_in_chunk * L):

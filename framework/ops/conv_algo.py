@@ -2,10 +2,10 @@
 
 Algorithms (name: when it applies):
     gemm_1x1          1x1 kernel, stride 1, no padding: the input already is the column matrix
-    depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise.cpp
+    depthwise_direct  groups == C == Co: direct SIMD kernel, framework/csrc/depthwise/depthwise.cpp
     winograd_f2x2     3x3, stride 1, dilation 1, groups 1, padding <= 2: ops/winograd.py
     gemm_direct       groups 1, float32: our GEMM with panels packed from the image, no
-                      im2col matrix, bias in the store (framework/csrc/conv_gemm.cpp)
+                      im2col matrix, bias in the store (framework/csrc/conv/conv_gemm.cpp)
     im2col_gemm       anything: native im2col + numpy batched matmul
 Where one shape admits several algorithms and none is forced, the default is a fixed rule
 by shape (`rule`: gemm_direct where `gemm_direct_wins`, winograd_f2x2 where `winograd_wins`,

@@ -1,6 +1,6 @@
 """Numpy twins of the convolution kernels: the living spec the native code is tested against.
 
-Column layout (see framework/csrc/im2col.h):
+Column layout (see framework/csrc/im2col/im2col.h):
     cols[(c * kh + i) * kw + j, (n * out_h + oy) * out_w + ox]
         = x[n, c, oy * sh - pt + i * dh, ox * sw - pl + j * dw]   (0 outside the image)
 `padding` is always (top, bottom, left, right) here.
@@ -117,7 +117,7 @@ def conv_transpose2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), output_pad
 
 
 def depthwise_conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
-    """Twin of framework/csrc/depthwise.cpp: x (N, C, H, W), w (C, 1, kh, kw) -> per-channel
+    """Twin of framework/csrc/depthwise/depthwise.cpp: x (N, C, H, W), w (C, 1, kh, kw) -> per-channel
     cross-correlation, one strided view per kernel offset."""
     out = None
     for i, j, view in _windows(x, w.shape[2:], stride, padding, dilation):

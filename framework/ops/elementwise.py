@@ -170,7 +170,7 @@ class Clip(Function):
 
 
 def clamp_ref(x, lo, hi):
-    """Numpy twin of _C.clamp (framework/csrc/clamp.h): NaN passes through."""
+    """Numpy twin of _C.clamp (framework/csrc/norm/clamp.h): NaN passes through."""
     lo, hi = x.dtype.type(lo), x.dtype.type(hi)
     return np.where(x < lo, lo, np.where(x > hi, hi, x))
 

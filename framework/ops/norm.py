@@ -1,4 +1,4 @@
-"""Normalisation primitives on the native batch-norm kernels (framework/csrc/batch_norm.cpp).
+"""Normalisation primitives on the native batch-norm kernels (framework/csrc/norm/batch_norm.cpp).
 
 Shapes: x (N, C, ...) with S values per (n, c) plane; per-channel vectors (C,).
 The numpy twin is the composed batch norm (tianyuan.functional.normalization.

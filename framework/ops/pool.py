@@ -1,4 +1,4 @@
-"""Pooling primitives, native (framework/csrc/pool.cpp, generic / AVX2 / AVX-512 builds):
+"""Pooling primitives, native (framework/csrc/pool/pool.cpp, generic / AVX2 / AVX-512 builds):
 max with argmax, average, adaptive average, forward and backward. Arguments arrive
 normalised by tianyuan.functional.pooling: pairs, and the output size (which already
 reflects ceil_mode). Numpy twins: pool_ref.py.

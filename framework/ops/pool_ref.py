@@ -1,4 +1,4 @@
-"""Numpy twins of the pooling kernels (framework/csrc/pool.cpp) and their window helpers.
+"""Numpy twins of the pooling kernels (framework/csrc/pool/pool.cpp) and their window helpers.
 Loops run over kernel offsets, never over pixels.
 
 Each window offset (i, j) is one strided view (N, C, out_h, out_w) of the padded input;

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolution: native tile transforms (framework/csrc/winograd.cpp)
+"""Winograd F(2x2, 3x3) convolution: native tile transforms (framework/csrc/winograd/winograd.cpp)
 around one batched numpy GEMM over the 16 tile positions. Numpy twins: conv_ref.winograd_*.
 
 Applies to 3x3 kernels, stride 1, dilation 1, groups 1, padding <= 2 on every side (the

@@ -137,10 +137,10 @@ class PreparedConv:
     algorithm: "auto" (a rule on the shape, AMX tiles where the OS grants them),
     "packed" (activations gathered per block of positions), "direct" (read in place from a
     channel-quad copy of the input; needs C/groups divisible by 4; layouts in
-    framework/csrc/int8_cgemm.h), "amx" (framework/csrc/int8_amx.h; groups 1, C a multiple
+    framework/csrc/int8_cgemm/int8_cgemm.h), "amx" (framework/csrc/int8_amx/int8_amx.h; groups 1, C a multiple
     of 64, OC of 32; on emulated tiles where the OS grants none, a slow path for tests; for
     `channels_last` from an NCHW image of few channels, the stem, its rows form:
-    framework/csrc/int8_rows_amx.cpp) or
+    framework/csrc/int8_amx/int8_rows_amx.cpp) or
     "packed_amx" (the packed algorithm's blocks on AMX tiles, int8_amx.h: groups 1,
     AVX-512; emulated tiles likewise).
     Depthwise convolutions have their own kernel and ignore it.
@@ -169,7 +169,7 @@ class PreparedConv:
             self.run = _C.Int8Conv(True, packed.raw, None, packed.raw.shape, *tail, 1)
         else:
             # the automatic choice takes AMX for NCHW kernels of more than one tap (amx_wins in
-            # framework/csrc/int8_amx.h) and for every channels-last conv that it takes
+            # framework/csrc/int8_amx/int8_amx.h) and for every channels-last conv that it takes
             amx = packed.amx if algorithm == "amx" or (
                 algorithm == "auto" and _C.current_isa() == "amx") else None
             self.run = _C.Int8Conv(False, packed.packed, packed.row_sums, packed.shape, *tail,
@@ -181,7 +181,7 @@ class PreparedConv:
         """x u8/s8 (N, C, H, W) -> (N, OC, OH, OW). C-contiguous: `run` (the native
         `_C.Int8Conv`, which checks x against the weights) without the int(). Channels-last
         (`is_channels_last`) gives a channels-last result, from the channels-last engine
-        (framework/csrc/int8_conv_nhwc.h) where it runs: uint8 x, groups 1, on VNNI and AMX
+        (framework/csrc/int8_conv/int8_conv_nhwc.h) where it runs: uint8 x, groups 1, on VNNI and AMX
         hosts (and the generic ISA); else through a C-contiguous copy."""
         if x.flags.c_contiguous:
             return self.run(x, int(x_zero_point))

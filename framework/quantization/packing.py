@@ -8,8 +8,8 @@ from .. import _C
 
 
 class PackedWeight:
-    """int8 weights packed once: (N, K) for the GEMM (layout in framework/csrc/int8_gemm.h),
-    (OC, C/groups, kh, kw) for the convolution (framework/csrc/int8_cgemm.h).
+    """int8 weights packed once: (N, K) for the GEMM (layout in framework/csrc/int8_gemm/int8_gemm.h),
+    (OC, C/groups, kh, kw) for the convolution (framework/csrc/int8_cgemm/int8_cgemm.h).
 
     shape: the original weight shape, (N, K) for linear or (OC, C/groups, kh, kw) for conv.
     Depthwise convolutions (C/groups == 1, groups > 1) keep the raw weights.
@@ -58,7 +58,7 @@ class PackedWeight:
 
     @property
     def amx(self):
-        """The AMX tiles' layout (framework/csrc/int8_amx.h), packed on first use; None
+        """The AMX tiles' layout (framework/csrc/int8_amx/int8_amx.h), packed on first use; None
         where they cannot run this weight (groups 1, C a multiple of 64, OC of 32)."""
         if self._amx is None and self._w4 is not None and self.shape[1] % 64 == 0 and (
                 self.shape[0] % 32 == 0):
@@ -75,7 +75,7 @@ class PackedWeight:
 
     @property
     def nhwc(self):
-        """The channels-last engine's layout (framework/csrc/int8_conv_nhwc.h), packed on first
+        """The channels-last engine's layout (framework/csrc/int8_conv/int8_conv_nhwc.h), packed on first
         use; None where it cannot run this weight (groups 1 only)."""
         if self._nhwc is None and self._w4 is not None:
             self._nhwc = _aligned(_C.int8_pack_conv_weights_nhwc(self._w4))
@@ -83,7 +83,7 @@ class PackedWeight:
 
     @property
     def narrow(self):
-        """The narrow form for the AVX2 tile without VNNI (framework/csrc/int8_cgemm.h,
+        """The narrow form for the AVX2 tile without VNNI (framework/csrc/int8_cgemm/int8_cgemm.h,
         NarrowWeights): (packed s8, res_ptr s32 (OC + 1,), res s32), made on first use; None
         for linear and depthwise weights, and where the residual holds more than
         NARROW_MAX_RESIDUAL of the rows' k-quads (the tile splitting the activations then

@@ -222,7 +222,7 @@ class NativeWork:
 
 def test_workers_run_parallel_kernels_after_the_parent_did():
     # libgomp's pool does not survive fork: a worker whose dataset ran a parallel kernel after
-    # the parent had waited forever for the parent's OpenMP threads (framework/csrc/threads.h)
+    # the parent had waited forever for the parent's OpenMP threads (framework/csrc/runtime/threads.h)
     from tianyuan.quantization import kernels as K
     K.quantize(np.zeros((4, 1 << 18), np.float32), 0.1, 0, np.uint8)
     batches = list(DataLoader(NativeWork(), batch_size=2, num_workers=2, timeout=20))

@@ -1,4 +1,4 @@
-"""Native batch norm (framework/csrc/batch_norm.cpp via tianyuan.ops.norm) against the
+"""Native batch norm (framework/csrc/norm/batch_norm.cpp via tianyuan.ops.norm) against the
 composed batch norm, forward, gradients and running statistics, on every ISA path."""
 import numpy as np
 import pytest

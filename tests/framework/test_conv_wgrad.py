@@ -1,4 +1,4 @@
-"""The direct weight gradient (framework/csrc/conv_wgrad.cpp, _C.conv2d_gemm_weight_grad)
+"""The direct weight gradient (framework/csrc/conv/conv_wgrad.cpp, _C.conv2d_gemm_weight_grad)
 against its numpy twin on every ISA path, its independence of the thread count, and the
 layer's backward taking it where conv_algo.wgrad_direct_wins says so."""
 import numpy as np

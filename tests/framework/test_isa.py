@@ -1,4 +1,4 @@
-"""The ISA paths (framework/_native.py, framework/csrc/cpu.h): each level runs the kernels of
+"""The ISA paths (framework/_native.py, framework/csrc/runtime/cpu.h): each level runs the kernels of
 those below it, but avxvnni (AVX2 with the VEX vpdpbusd), which some AVX-512 CPUs lack, so
 what a machine runs follows its CPU features, not only its best level."""
 import pytest

@@ -1,5 +1,5 @@
 """TIANYUAN_PIN_THREADS=1 pins the OpenMP workers one to a CPU, the calling thread left free
-(framework/csrc/threads.h): checked in child processes, whose environment each test sets."""
+(framework/csrc/runtime/threads.h): checked in child processes, whose environment each test sets."""
 import json
 import os
 import subprocess

@@ -98,7 +98,7 @@ def conv_case(rng, case, in_dtype, scales=None):
     return x, wt, bias, mult, shift, geom, groups
 
 
-# The two algorithms of the non-depthwise conv (framework/csrc/int8_cgemm.h), each forced:
+# The two algorithms of the non-depthwise conv (framework/csrc/int8_cgemm/int8_cgemm.h), each forced:
 # every case above whose C/groups is a multiple of 4 (which direct needs), and shapes for the
 # direct algorithm's edges: rows wider than a 64-position block, blocks over several rows,
 # stride phases 2 and 3, dilation, asymmetric padding, oh < h, output-channel chunks at

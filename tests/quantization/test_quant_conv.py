@@ -362,7 +362,7 @@ def test_conv2d_k_split_packs_stay_in_their_part(threads):
         ty.set_num_threads(before)
 
 
-# Batch 1, small maps (own_blocks_wins in framework/csrc/int8_cgemm_plan.h): every thread packs
+# Batch 1, small maps (own_blocks_wins in framework/csrc/int8_cgemm/int8_cgemm_plan.h): every thread packs
 # all the position blocks and runs its share of the weight blocks (on 2 and 3 threads; 1 and 5
 # run the other paths). A 1x1 layer that widens at 14x14 (4 blocks, the last of 4 positions; 41
 # channels: 7 weight blocks, the last of 5 rows), a 3x3 one-block map copied from quad planes

@@ -1,4 +1,4 @@
-"""The int8 convolution on AMX tiles (framework/csrc/int8_amx.h), both algorithms: the NHWC
+"""The int8 convolution on AMX tiles (framework/csrc/int8_amx/int8_amx.h), both algorithms: the NHWC
 planes' (amx) and the packed blocks' (packed_amx), bit-exact to the numpy reference on the
 real tiles where the OS grants them and on emulated ones elsewhere."""
 import numpy as np
@@ -10,7 +10,7 @@ from tianyuan.quantization import kernels as K
 from tianyuan.quantization import reference as R
 from tianyuan.quantization.layout import is_channels_last, to_channels_last
 
-# The AMX algorithm (framework/csrc/int8_amx.h): on the real tiles where the OS grants them,
+# The AMX algorithm (framework/csrc/int8_amx/int8_amx.h): on the real tiles where the OS grants them,
 # on emulated ones elsewhere. Rows wider than 64 columns (the NHWC transpose's full blocks),
 # strides 2 and 3, dilation, asymmetric padding, 1x1, several channel blocks and images; at
 # stride 2 both column phases from one pass (rows of 1, 2 and 3 blocks of 64 padded columns,

@@ -1,4 +1,4 @@
-"""The narrow form of int8 convolution weights (framework/csrc/int8_cgemm.h, NarrowWeights),
+"""The narrow form of int8 convolution weights (framework/csrc/int8_cgemm/int8_cgemm.h, NarrowWeights),
 on the AVX2 tile without VNNI: bit-exact on every ISA path, its split, copies, bounds."""
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from tianyuan.quantization import kernels as K
 from tianyuan.quantization import packing
 from tianyuan.quantization import reference as R
 
-# The narrow form (framework/csrc/int8_cgemm.h, NarrowWeights): the AVX2 tile without VNNI
+# The narrow form (framework/csrc/int8_cgemm/int8_cgemm.h, NarrowWeights): the AVX2 tile without VNNI
 # sums u8 x s8 pairs with vpmaddubsw, exact only while a pair has |w0| + |w1| <= 128; pairs
 # past it are clamped to [-64, 64] and the rest added from a sparse residual. 7-bit weights
 # (reduce_range; rows of all +64 and all -64) have none; full-range ones (rows of all 127 and

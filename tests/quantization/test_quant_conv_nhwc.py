@@ -1,4 +1,4 @@
-"""int8 convolutions on channels-last activations (framework/csrc/int8_conv_nhwc.h): bit-exact
+"""int8 convolutions on channels-last activations (framework/csrc/int8_conv/int8_conv_nhwc.h): bit-exact
 to the reference on every ISA path, the result channels-last; the engine itself where it
 runs (VNNI and AMX hosts, and the generic ISA), a C-contiguous copy elsewhere and for what it
 does not take (groups, int8 input)."""

@@ -9,7 +9,7 @@
 
 #include "int8_deconv/int8_deconv.h"
 
-#include "bind_int8_common.h"
+#include "int8_gemm/bind_int8_common.h"
 
 namespace tianyuan {
 namespace bind {

@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "int8_gemm.h"
-#include "int8_ops.h"
+#include "int8_gemm/int8_gemm.h"
+#include "int8_gemm/int8_ops.h"
 
 namespace tianyuan {
 namespace int8 {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "cpu.h"
+#include "runtime/cpu.h"
 
 namespace tianyuan {
 

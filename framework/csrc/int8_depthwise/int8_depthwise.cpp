@@ -1,0 +1,246 @@
+// int8 depthwise convolution (groups == C): the dispatch between the VNNI kernels, the AVX-512,
+// AVX-VNNI and AVX2 ones (VNNI's and AVX2's two: per plane, and with the channels in the
+// lanes) and the generic direct loops (one channel's K is tiny, so no GEMM), and the lane
+// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept.
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <omp.h>
+
+#include "runtime/cpu.h"
+#include "int8_cgemm/int8_cgemm.h"
+#include "int8_gemm/int8_ops.h"
+
+namespace tianyuan {
+namespace int8 {
+
+namespace {
+
+// One output plane (oh, ow) s32 of channel oc: sum over the window of (x - z) * w, where the
+// padding contributes nothing (it is the zero point). x plane (H, W) as u8 with flip.
+void depthwise_plane(const uint8_t* x, const int8_t* w, const ConvGeom& g, uint8_t flip,
+                     int32_t z, int32_t* acc) {
+    std::memset(acc, 0, static_cast<size_t>(g.oh * g.ow) * sizeof(int32_t));
+    for (int64_t i = 0; i < g.kh; ++i) {
+        for (int64_t j = 0; j < g.kw; ++j) {
+            const int32_t wv = w[i * g.kw + j];
+            const int64_t off = j * g.dw - g.pl;
+            // valid ox: 0 <= ox*sw + off < W
+            const int64_t ox0 = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+            const int64_t ox1 = g.w - off <= 0 ? 0 : (g.w - off - 1) / g.sw + 1;
+            const int64_t oxe = ox1 < g.ow ? ox1 : g.ow;
+            for (int64_t oy = 0; oy < g.oh; ++oy) {
+                const int64_t iy = oy * g.sh - g.pt + i * g.dh;
+                if (iy < 0 || iy >= g.h) continue;
+                const uint8_t* xr = x + iy * g.w + off;
+                int32_t* ar = acc + oy * g.ow;
+                for (int64_t ox = ox0; ox < oxe; ++ox) {
+                    ar[ox] += (static_cast<int32_t>(xr[ox * g.sw] ^ flip) - z) * wv;
+                }
+            }
+        }
+    }
+}
+
+// One (image, channel) plane of x padded with the zero point into xp (hp, wp) + slack.
+void pad_plane(const uint8_t* src, const ConvGeom& g, uint8_t flip, uint8_t z, int64_t wp,
+               uint8_t* xp) {
+    // locals: stores through uint8_t* may alias g, which would stop vectorisation
+    const int64_t h = g.h, w = g.w, top = g.pt, left = g.pl, hp = g.h + g.pt + g.pb;
+    std::memset(xp, z, static_cast<size_t>(hp * wp + kPadSlack));
+    for (int64_t y = 0; y < h; ++y) {
+        uint8_t* row = xp + (top + y) * wp + left;
+        const uint8_t* in = src + y * w;
+        if (!flip) {
+            std::memcpy(row, in, static_cast<size_t>(w));
+            continue;
+        }
+        for (int64_t i = 0; i < w; ++i) row[i] = in[i] ^ flip;
+    }
+}
+
+using PlaneFn = void (*)(const uint8_t*, int64_t, const int8_t*, const ConvGeom&,
+                        const RowParams&, const Requant&, uint8_t*, uint8_t*);
+
+// AVX-512 and AVX2 paths: per (image, output channel) plane, pad, then the plane kernel.
+void depthwise_simd(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
+                    const Requant& r, PlaneFn plane_fn, uint8_t* out) {
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c, taps = g.kh * g.kw;
+    const int64_t wp = g.w + g.pl + g.pr, hp = g.h + g.pt + g.pb;
+    const int32_t z = zero_of(x);
+#pragma omp parallel if (g.n * g.oc * p * taps > (1 << 15))
+    {
+        // padded plane, then output scratch
+        uint8_t* space = thread_space(Space::depthwise, hp * wp + kPadSlack + g.oh * wp + 64);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < g.n * g.oc; ++t) {
+            const int64_t n = t / g.oc, oc = t % g.oc;
+            pad_plane(x.data + (n * g.c + oc / mult) * g.h * g.w, g, flip_of(x),
+                      static_cast<uint8_t>(z), wp, space);
+            int32_t sum = 0;
+            for (int64_t i = 0; i < taps; ++i) sum += w[oc * taps + i];
+            const int32_t b = static_cast<int32_t>(
+                static_cast<uint32_t>(bias[oc]) -
+                static_cast<uint32_t>(z) * static_cast<uint32_t>(sum));
+            const RowParams q{&b, r.multiplier + oc, r.shift + oc};
+            plane_fn(space, wp, w + oc * taps, g, q, r, out + t * p,
+                     space + hp * wp + kPadSlack);
+        }
+    }
+}
+
+// Byte masks of the VNNI kernel's unpadded stride-1 path (int8_depthwise_vnni.cpp): for
+// each step of 64 outputs, kernel row i, phase s and tap word d, bit b is set when byte b of
+// that load is a real input (row and column inside the plane, tap < kw). Index
+// ((step * kh + i) * 4 + s) * nd + d.
+std::vector<uint64_t> build_masks(const ConvGeom& g, int nd) {
+    const int64_t total = g.oh * g.ow, steps = (total + 63) / 64;
+    std::vector<uint64_t> masks(static_cast<size_t>(steps * g.kh * 4 * nd), 0);
+    for (int64_t st = 0; st < steps; ++st) {
+        for (int64_t i = 0; i < g.kh; ++i) {
+            for (int64_t s = 0; s < 4; ++s) {
+                for (int d = 0; d < nd; ++d) {
+                    uint64_t m = 0;
+                    for (int64_t b = 0; b < 64; ++b) {
+                        const int64_t o = st * 64 + b / 4 * 4 + s, j = 4 * d + b % 4;
+                        const int64_t iy = o / g.ow - g.pt + i * g.dh, ix = o % g.ow - g.pl + j;
+                        const bool in = o < total && j < g.kw && iy >= 0 && iy < g.h &&
+                                        ix >= 0 && ix < g.w;
+                        m |= static_cast<uint64_t>(in) << b;
+                    }
+                    masks[((st * g.kh + i) * 4 + s) * nd + d] = m;
+                }
+            }
+        }
+    }
+    return masks;
+}
+
+// The masks for g, built on first use and kept for the process (a network has a handful of
+// depthwise geometries; past kMaxPlans, `local` holds a per-call copy).
+const uint64_t* masks_for(const ConvGeom& g, int nd, std::vector<uint64_t>& local) {
+    constexpr size_t kMaxPlans = 256;
+    using Key = std::array<int64_t, 9>;
+    static std::mutex lock;
+    static std::map<Key, std::vector<uint64_t>> plans;
+    const Key key{g.h, g.w, g.kh, g.kw, g.pt, g.pb, g.pl, g.pr, g.dh};
+    std::lock_guard<std::mutex> hold(lock);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second.data();
+    if (plans.size() >= kMaxPlans) {
+        local = build_masks(g, nd);
+        return local.data();
+    }
+    return plans.emplace(key, build_masks(g, nd)).first->second.data();
+}
+
+// Whether the AVX2 kernel with channels in the lanes runs g: where its blocks of 16
+// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28.
+// On Zen 3 (2 threads, batch 16) it took 0.19-0.37x the plane kernel's time on MobileNetV2's
+// 7x7 and 14x14 layers, 0.5-0.8x at 28x28 and at stride 2 from 112x112 down; at stride 1 on
+// 56x56 and 112x112 maps the plane kernel's rows fill its lanes, and it was level or
+// faster (batch 1: 141 against 150-198 us, 116-148 against 142-190).
+bool lanes_wins(const ConvGeom& g) {
+    return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
+           (g.sw >= 2 || g.oh * g.ow <= 28 * 28);
+}
+
+// Whether the VNNI kernel with channels in the lanes runs g (where it takes g): maps of up to
+// 14x14 at stride 2, 7x7 at stride 1. On Zen 4 (2 threads; batch 16 / 1) it took 0.36-0.49x /
+// 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
+// 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
+// ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
+// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. On Emerald
+// Rapids' full-width AVX-512 (2 vCPUs, `amx` level, 2026-12-06, minima over 3-4 alternating
+// processes) the layers it takes ran in 0.50-0.54x / 0.67x at stride 2 to 14x14, 0.35x /
+// 0.58x to 7x7, 0.83-1.19x / 1.00-1.07x at 7x7 stride 1; forced on MobileNetV2's others,
+// 1.07-1.67x / 1.06-2.06x (stride 2 to 28x28 level).
+bool lanes_vnni_wins(const ConvGeom& g) {
+    return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
+           g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);
+}
+
+// Input position (y, x)'s byte in the padded position-major plane of the kernels with channels
+// in the lanes.
+std::vector<int64_t> lanes_at(const ConvGeom& g) {
+    const int64_t wp = g.w + g.pl + g.pr;
+    std::vector<int64_t> at(static_cast<size_t>(g.h * g.w));
+    for (int64_t y = 0; y < g.h; ++y) {
+        for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
+    }
+    return at;
+}
+
+}  // namespace
+
+void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
+                      int32_t* sums) {
+    const int nd = depthwise_words_per_row(kw);
+    for (int64_t c = 0; c < oc; ++c) {
+        int32_t sum = 0;
+        for (int64_t i = 0; i < kh; ++i) {
+            for (int d = 0; d < nd; ++d) {
+                int8_t b[4] = {0, 0, 0, 0};
+                for (int j = 0; j < 4 && 4 * d + j < kw; ++j) {
+                    b[j] = w[(c * kh + i) * kw + 4 * d + j];
+                    sum += b[j];
+                }
+                std::memcpy(words + (c * kh + i) * nd + d, b, sizeof(int32_t));
+            }
+        }
+        sums[c] = sum;
+    }
+}
+
+void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
+                      const Requant& r, uint8_t* out, const int32_t* words,
+                      const int32_t* sums) {
+    if (current_isa() >= Isa::vnni && lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r)) {
+        depthwise_lanes_vnni(x, g, words, sums, bias, r, lanes_at(g).data(), out);
+        return;
+    }
+    if (current_isa() >= Isa::vnni && depthwise_vnni_takes(g)) {
+        std::vector<uint64_t> local;
+        const int nd = depthwise_words_per_row(g.kw);
+        const uint64_t* masks = depthwise_vnni_unpadded(g) ? masks_for(g, nd, local) : nullptr;
+        depthwise_conv2d_vnni(x, g, words, sums, bias, r, masks, out);
+        return;
+    }
+    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx512, out);
+        return;
+    }
+    // avxvnni sits below avx512 and vnni, whose CPUs need not have it
+    if (current_isa() == Isa::avxvnni && depthwise_avxvnni_takes(g)) {
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avxvnni, out);
+        return;
+    }
+    if (current_isa() >= Isa::avx2 && depthwise_lanes_avx2_takes(g) && lanes_wins(g)) {
+        depthwise_lanes_avx2(x, g, w, bias, r, lanes_at(g).data(), out);
+        return;
+    }
+    if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {
+        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx2, out);
+        return;
+    }
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
+    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
+    for (int64_t n = 0; n < g.n; ++n) {
+#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
+        for (int64_t oc = 0; oc < g.oc; ++oc) {
+            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
+            depthwise_plane(plane, w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
+                            acc.data() + oc * p);
+        }
+        Requant rq = r;
+        rq.bias = bias;
+        rq.step = 1;
+        requantize(acc.data(), p, g.oc, p, rq, true, out + n * g.oc * p, p);
+    }
+}
+
+}  // namespace int8
+}  // namespace tianyuan

@@ -1,0 +1,11 @@
+// Clamp drivers (clamp_impl.h), compiled with the avx512 flags.
+#include <cstdint>
+
+#include "norm/clamp.h"
+#include "norm/clamp_impl.h"
+
+namespace tianyuan {
+
+TY_CLAMP_DEFINE(avx512)
+
+}  // namespace tianyuan
