@@ -1,15 +1,44 @@
 // Pooling; see pool.h. The drivers live in pool_impl.h; this file compiles them generically
-// (float64, and float32 below AVX2), dispatches float32 to the AVX2 / AVX-512 builds, and
-// computes the mean windows per axis.
+// (float64, and float32 below AVX2), dispatches float32 to the AVX2 / AVX-512 builds through
+// the family's table (one fill function, runtime/dispatch.h), and computes the mean windows
+// per axis.
 #include <type_traits>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "pool/pool.h"
 #include "pool/pool_impl.h"
+#include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
 namespace {
+
+// float32's kernels for the ISA in use
+struct PoolKernels {
+    void (*mean_forward)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         const PoolSpan*, const PoolSpan*, float*);
+    void (*mean_backward)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          const PoolSpan*, const PoolSpan*, float*);
+    void (*max_forward)(const float*, const Pool2dGeometry&, float*, int32_t*);
+    int64_t (*max_backward)(const float*, const int32_t*, const Pool2dGeometry&, float*);
+    void (*max_values)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, const PoolTaps*, const PoolTaps*, float*);
+};
+
+void fill_pool(PoolKernels& k, Isa isa) {
+    if (isa >= Isa::avx512) {
+        k = {pool_mean_forward_avx512, pool_mean_backward_avx512, pool_max_forward_avx512,
+             pool_max_backward_avx512, pool_max_values_avx512};
+    } else if (isa >= Isa::avx2) {
+        k = {pool_mean_forward_avx2, pool_mean_backward_avx2, pool_max_forward_avx2,
+             pool_max_backward_avx2, pool_max_values_avx2};
+    } else {
+        k = {mean_forward<float>, mean_backward<float>, max_forward<float>,
+             max_backward<float>, max_values<float>};
+    }
+}
+
+Dispatch<PoolKernels> kernels(fill_pool);
 
 struct Windows {
     std::vector<PoolSpan> rows, cols;
@@ -50,11 +79,8 @@ void mean_forward_isa(const T* x, const Pool2dGeometry& g, const Windows& win, T
 }
 
 void mean_forward_isa(const float* x, const Pool2dGeometry& g, const Windows& win, float* out) {
-    const Isa isa = current_isa();
-    auto fn = isa >= Isa::avx512 ? pool_mean_forward_avx512
-              : isa >= Isa::avx2 ? pool_mean_forward_avx2
-                                 : mean_forward<float>;
-    fn(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(), win.cols.data(), out);
+    kernels().mean_forward(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(),
+                           win.cols.data(), out);
 }
 
 template <typename T>
@@ -65,11 +91,8 @@ void mean_backward_isa(const T* grad, const Pool2dGeometry& g, const Windows& wi
 
 void mean_backward_isa(const float* grad, const Pool2dGeometry& g, const Windows& win,
                        float* gx) {
-    const Isa isa = current_isa();
-    auto fn = isa >= Isa::avx512 ? pool_mean_backward_avx512
-              : isa >= Isa::avx2 ? pool_mean_backward_avx2
-                                 : mean_backward<float>;
-    fn(grad, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(), win.cols.data(), gx);
+    kernels().mean_backward(grad, g.n * g.c, g.h, g.w, g.out_h, g.out_w, win.rows.data(),
+                            win.cols.data(), gx);
 }
 
 }  // namespace
@@ -81,10 +104,7 @@ void max_pool2d_forward(const T* x, const Pool2dGeometry& g, T* out, int32_t* ar
 
 template <>
 void max_pool2d_forward(const float* x, const Pool2dGeometry& g, float* out, int32_t* argmax) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return pool_max_forward_avx512(x, g, out, argmax);
-    if (isa >= Isa::avx2) return pool_max_forward_avx2(x, g, out, argmax);
-    max_forward(x, g, out, argmax);
+    kernels().max_forward(x, g, out, argmax);
 }
 
 template <typename T>
@@ -96,10 +116,7 @@ int64_t max_pool2d_backward(const T* grad, const int32_t* argmax, const Pool2dGe
 template <>
 int64_t max_pool2d_backward(const float* grad, const int32_t* argmax, const Pool2dGeometry& g,
                             float* gx) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return pool_max_backward_avx512(grad, argmax, g, gx);
-    if (isa >= Isa::avx2) return pool_max_backward_avx2(grad, argmax, g, gx);
-    return max_backward(grad, argmax, g, gx);
+    return kernels().max_backward(grad, argmax, g, gx);
 }
 
 template <typename T>
@@ -107,11 +124,7 @@ void max_pool2d_values(const T* x, const Pool2dGeometry& g, T* out) {
     const std::vector<PoolTaps> rows = max_taps(g.out_h, g.kh, g.sh, g.ph, g.dh, g.h);
     const std::vector<PoolTaps> cols = max_taps(g.out_w, g.kw, g.sw, g.pw, g.dw, g.w);
     auto fn = max_values<T>;
-    if constexpr (std::is_same_v<T, float>) {
-        const Isa isa = current_isa();
-        if (isa >= Isa::avx512) fn = pool_max_values_avx512;
-        else if (isa >= Isa::avx2) fn = pool_max_values_avx2;
-    }
+    if constexpr (std::is_same_v<T, float>) fn = kernels().max_values;
     fn(x, g.n * g.c, g.h, g.w, g.out_h, g.out_w, g.kw, g.sw, rows.data(), cols.data(), out);
 }
 
