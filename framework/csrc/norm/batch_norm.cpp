@@ -5,8 +5,34 @@
 
 #include "norm/batch_norm_impl.h"
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
+namespace {
+
+// float32's kernels for the ISA in use (the family's one ISA decision: fill_batch_norm)
+struct BatchNormKernels {
+    void (*stats)(const float*, const BnShape&, float*, float*, float*, float*);
+    void (*affine)(const float*, const float*, const float*, const BnShape&, float*,
+                   const BnClamp<float>*, const BnFakeQuant*);
+    void (*backward)(const float*, const float*, const float*, const float*, const float*,
+                     const BnShape&, float*, float*, float*, const BnClamp<float>*,
+                     const uint8_t*);
+};
+
+void fill_batch_norm(BatchNormKernels& k, Isa isa) {
+    if (isa >= Isa::avx512) {
+        k = {batch_norm_stats_avx512, batch_norm_affine_avx512, batch_norm_backward_avx512};
+    } else if (isa >= Isa::avx2) {
+        k = {batch_norm_stats_avx2, batch_norm_affine_avx2, batch_norm_backward_avx2};
+    } else {
+        k = {bn_stats<float>, bn_affine<float>, bn_backward<float>};
+    }
+}
+
+Dispatch<BatchNormKernels> kernels(fill_batch_norm);
+
+}  // namespace
 
 template <typename T>
 void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax) {
@@ -16,10 +42,7 @@ void batch_norm_stats(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T*
 template <>
 void batch_norm_stats(const float* x, const BnShape& b, float* mean, float* var, float* xmin,
                       float* xmax) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return batch_norm_stats_avx512(x, b, mean, var, xmin, xmax);
-    if (isa >= Isa::avx2) return batch_norm_stats_avx2(x, b, mean, var, xmin, xmax);
-    bn_stats(x, b, mean, var, xmin, xmax);
+    kernels().stats(x, b, mean, var, xmin, xmax);
 }
 
 template <typename T>
@@ -31,10 +54,7 @@ void batch_norm_affine(const T* x, const T* scale, const T* shift, const BnShape
 template <>
 void batch_norm_affine(const float* x, const float* scale, const float* shift, const BnShape& b,
                        float* y, const BnClamp<float>* act, const BnFakeQuant* fq) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return batch_norm_affine_avx512(x, scale, shift, b, y, act, fq);
-    if (isa >= Isa::avx2) return batch_norm_affine_avx2(x, scale, shift, b, y, act, fq);
-    bn_affine(x, scale, shift, b, y, act, fq);
+    kernels().affine(x, scale, shift, b, y, act, fq);
 }
 
 template <typename T>
@@ -49,14 +69,7 @@ void batch_norm_backward(const float* gy, const float* x, const float* mean,
                          const float* invstd, const float* weight, const BnShape& b, float* gx,
                          float* gweight, float* gbias, const BnClamp<float>* act,
                          const uint8_t* pass) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512)
-        return batch_norm_backward_avx512(gy, x, mean, invstd, weight, b, gx, gweight, gbias,
-                                          act, pass);
-    if (isa >= Isa::avx2)
-        return batch_norm_backward_avx2(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act,
-                                        pass);
-    bn_backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
+    kernels().backward(gy, x, mean, invstd, weight, b, gx, gweight, gbias, act, pass);
 }
 
 template void batch_norm_stats<double>(const double*, const BnShape&, double*, double*, double*,
