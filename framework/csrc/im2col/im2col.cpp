@@ -1,11 +1,33 @@
 // im2col / col2im; see im2col.h for the layout. The drivers live in im2col_impl.h; this file
 // compiles them generically (float64, and float32 below AVX2) and dispatches float32 to the
 // AVX2 / AVX-512 builds of the same drivers.
-#include "runtime/cpu.h"
 #include "im2col/im2col.h"
 #include "im2col/im2col_impl.h"
+#include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
+namespace {
+
+// float32's im2col / col2im for the ISA in use (the family's one ISA decision)
+struct Im2colKernels {
+    void (*im2col)(const float*, const Conv2dGeometry&, float*);
+    void (*col2im)(const float*, const Conv2dGeometry&, float*);
+};
+
+void fill_im2col(Im2colKernels& k, Isa isa) {
+    if (isa >= Isa::avx512) {
+        k = {im2col_avx512, col2im_avx512};
+    } else if (isa >= Isa::avx2) {
+        k = {im2col_avx2, col2im_avx2};
+    } else {
+        k = {i2c<float>, c2i<float>};
+    }
+}
+
+Dispatch<Im2colKernels> kernels(fill_im2col);
+
+}  // namespace
 
 template <typename T>
 void im2col(const T* x, const Conv2dGeometry& g, T* cols) {
@@ -14,10 +36,7 @@ void im2col(const T* x, const Conv2dGeometry& g, T* cols) {
 
 template <>
 void im2col(const float* x, const Conv2dGeometry& g, float* cols) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return im2col_avx512(x, g, cols);
-    if (isa >= Isa::avx2) return im2col_avx2(x, g, cols);
-    i2c(x, g, cols);
+    kernels().im2col(x, g, cols);
 }
 
 template <typename T>
@@ -27,10 +46,7 @@ void col2im(const T* cols, const Conv2dGeometry& g, T* x) {
 
 template <>
 void col2im(const float* cols, const Conv2dGeometry& g, float* x) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return col2im_avx512(cols, g, x);
-    if (isa >= Isa::avx2) return col2im_avx2(cols, g, x);
-    c2i(cols, g, x);
+    kernels().col2im(cols, g, x);
 }
 
 // 1x1 taps: a plain transpose out (C, Co) of w (Co, C), in 32 x 32 tiles (each row of out
