@@ -2,6 +2,7 @@
 #include "depthwise/depthwise.h"
 
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 #include "depthwise/depthwise_impl.h"
 
 namespace tianyuan {
@@ -22,6 +23,29 @@ struct ScalarRows {
     }
 };
 
+
+// float32's kernels for the ISA in use (the family's one ISA decision)
+struct DepthwiseKernels {
+    void (*forward)(const float*, const float*, const float*, const Conv2dGeometry&, float*);
+    void (*backward_input)(const float*, const float*, const Conv2dGeometry&, float*);
+    void (*backward_weight)(const float*, const float*, const Conv2dGeometry&, float*);
+};
+
+void fill_depthwise(DepthwiseKernels& k, Isa isa) {
+    if (isa >= Isa::avx512) {
+        k = {depthwise_forward_avx512, depthwise_backward_input_avx512,
+             depthwise_backward_weight_avx512};
+    } else if (isa >= Isa::avx2) {
+        k = {depthwise_forward_avx2, depthwise_backward_input_avx2,
+             depthwise_backward_weight_avx2};
+    } else {
+        k = {dw_forward<float, ScalarRows<float>>, dw_backward_input<float, ScalarRows<float>>,
+             dw_backward_weight<float, ScalarRows<float>>};
+    }
+}
+
+Dispatch<DepthwiseKernels> kernels(fill_depthwise);
+
 }  // namespace
 
 template <typename T>
@@ -33,10 +57,7 @@ void depthwise_conv2d_forward(const T* x, const T* w, const T* bias, const Conv2
 template <>
 void depthwise_conv2d_forward(const float* x, const float* w, const float* bias,
                               const Conv2dGeometry& g, float* out) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return depthwise_forward_avx512(x, w, bias, g, out);
-    if (isa >= Isa::avx2) return depthwise_forward_avx2(x, w, bias, g, out);
-    dw_forward<float, ScalarRows<float>>(x, w, bias, g, out);
+    kernels().forward(x, w, bias, g, out);
 }
 
 template <typename T>
@@ -47,10 +68,7 @@ void depthwise_conv2d_backward_input(const T* gy, const T* w, const Conv2dGeomet
 template <>
 void depthwise_conv2d_backward_input(const float* gy, const float* w, const Conv2dGeometry& g,
                                      float* gx) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return depthwise_backward_input_avx512(gy, w, g, gx);
-    if (isa >= Isa::avx2) return depthwise_backward_input_avx2(gy, w, g, gx);
-    dw_backward_input<float, ScalarRows<float>>(gy, w, g, gx);
+    kernels().backward_input(gy, w, g, gx);
 }
 
 template <typename T>
@@ -61,10 +79,7 @@ void depthwise_conv2d_backward_weight(const T* x, const T* gy, const Conv2dGeome
 template <>
 void depthwise_conv2d_backward_weight(const float* x, const float* gy, const Conv2dGeometry& g,
                                       float* gw) {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return depthwise_backward_weight_avx512(x, gy, g, gw);
-    if (isa >= Isa::avx2) return depthwise_backward_weight_avx2(x, gy, g, gw);
-    dw_backward_weight<float, ScalarRows<float>>(x, gy, g, gw);
+    kernels().backward_weight(x, gy, g, gw);
 }
 
 template void depthwise_conv2d_forward<double>(const double*, const double*, const double*,
