@@ -77,8 +77,8 @@ def _loaders(cfg, task, pre):
     return calib, val, meta
 
 
-def run(cfg):
-    """Quantize as configured; returns the QuantReport (also printed and written to cfg.out)."""
+def _check(cfg):
+    """The settings' errors, before anything is built."""
     if cfg.export.dir and cfg.task._target_.rsplit(".", 1)[-1] != "ClassificationTask":
         raise ValueError("quantize: export.dir traces classifiers only for now (a detector's "
                          "or generator's graph needs its post-processing as runtime steps)")
@@ -91,6 +91,28 @@ def run(cfg):
     if ty.distributed.world_size() > 1:
         raise ValueError("quantize: runs in one process; for data-parallel QAT use "
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
+
+
+def _int8_models(cfg, model, calibrate, info):
+    """{"ptq": ..., "qat": ...} as cfg.method asks; each one's settings and time into info."""
+    int8 = {}
+    if "ptq" in METHODS[cfg.method]:
+        started = time.perf_counter()
+        int8["ptq"] = calibrate(model, progress_bar=True)
+        info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
+                       "seconds": round(time.perf_counter() - started, 1)}
+    if "qat" in METHODS[cfg.method]:
+        started = time.perf_counter()
+        int8["qat"], iters = qat(cfg, model)
+        info["qat"] = {"iterations": iters, "epochs": cfg.qat.epochs, "lr": cfg.optim.lr,
+                       "qconfig": cfg.quant.qconfig, "out_dir": cfg.out_dir,
+                       "seconds": round(time.perf_counter() - started, 1)}
+    return int8
+
+
+def run(cfg):
+    """Quantize as configured; returns the QuantReport (also printed and written to cfg.out)."""
+    _check(cfg)
     use_threads(cfg.num_threads)
     task = instantiate(cfg.task)
     pre, source = choose_preprocessing(cfg, _card(cfg.model), "quantize")
@@ -100,31 +122,24 @@ def run(cfg):
         raise ValueError(f"quantize: the {task.name} task gives no evaluation for this "
                          "config (a GAN's needs task.fid.stats=the real images' statistics)")
     model = build_model(cfg.model, cfg.weights, command="quantize").eval()
-    int8, info = {}, {"model": cfg.model.get("name", cfg.model._target_),
-                      "weights": cfg.weights, "method": cfg.method,
-                      "data": cfg.data.get("kind", cfg.data._target_),
-                      "preprocessing": {**(pre or {}), "source": source}}
+    info = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
+            "method": cfg.method, "data": cfg.data.get("kind", cfg.data._target_),
+            "preprocessing": {**(pre or {}), "source": source}}
     keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
     if keep_float:
         info["keep_float"] = list(keep_float)
     keep_float += task.quant_keep_float(model)
-    if "ptq" in METHODS[cfg.method]:
-        started = time.perf_counter()
+
+    def calibrate(marked, progress_bar=False):
+        """PTQ of `marked` on cfg.calib_batches training batches (the task's forward)."""
         count = min(cfg.calib_batches, len(calib))
         batches = progress(itertools.islice(calib, count), "calibrate", total=count,
-                           unit="batch", disable=not cfg.trainer.progress)
-        int8["ptq"] = ptq(model, batches, cfg.calib_qconfig, keep_float, evaluator.forward)
-        info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
-                       "seconds": round(time.perf_counter() - started, 1)}
-    if "qat" in METHODS[cfg.method]:
-        started = time.perf_counter()
-        int8["qat"], iters = qat(cfg, model)
-        info["qat"] = {"iterations": iters, "epochs": cfg.qat.epochs, "lr": cfg.optim.lr,
-                       "qconfig": cfg.quant.qconfig, "out_dir": cfg.out_dir,
-                       "seconds": round(time.perf_counter() - started, 1)}
+                           unit="batch", disable=not (progress_bar and cfg.trainer.progress))
+        return ptq(marked, batches, cfg.calib_qconfig, keep_float, evaluator.forward)
 
     def evaluate(m):
         return task.report_metrics(inference(m, val, evaluator, progress=cfg.trainer.progress))
+    int8 = _int8_models(cfg, model, calibrate, info)
     example = task.quant_inputs(model, val, cfg.report.sensitivity_images)
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
                                  cfg.report.repeats, worst=cfg.report.worst, info=info,
@@ -132,10 +147,6 @@ def run(cfg):
                                  mode=task.mode, forward=task.quant_forward,
                                  compare_output=task.quant_output_comparable(model))
     if cfg.quant.get("max_drop") is not None:
-        def calibrate(marked):
-            count = min(cfg.calib_batches, len(calib))
-            return ptq(marked, itertools.islice(calib, count), cfg.calib_qconfig, keep_float,
-                       evaluator.forward)
         report.info["budget"] = within_budget(cfg, report, model, int8.get("ptq"), calibrate,
                                               evaluate, example, task.quant_forward,
                                               keep_float, task.mode)

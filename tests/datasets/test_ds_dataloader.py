@@ -11,7 +11,10 @@ from tianyuan.datasets import transforms as T
 
 
 def shm_segments():
-    return {n for n in os.listdir("/dev/shm") if n.startswith("ty")} \
+    """This process's loaders' shared-memory segments (named ty<pid % 100000><uuid>_<i>:
+    another process's loaders, say a second test run on the machine, are not this test's)."""
+    mine = f"ty{os.getpid() % 100000}"
+    return {n for n in os.listdir("/dev/shm") if n.startswith(mine)} \
         if os.path.isdir("/dev/shm") else set()
 
 
