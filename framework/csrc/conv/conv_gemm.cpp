@@ -10,6 +10,7 @@
 
 #include "conv/conv_gemm_plans.h"
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
 namespace conv_gemm_detail {
@@ -198,11 +199,36 @@ const float* panel_at(const Plan& p, int64_t t, int64_t k0, int64_t kc, float* p
 
 }  // namespace conv_gemm_detail
 
+namespace {
+
+// The kernels for the ISA in use (the family's one ISA decision): `few` is the few-channel
+// plan, built for AVX-512 only (conv_gemm_few_avx512.cpp).
+struct ConvGemmKernels {
+    ConvGemmKernel kernel;
+    ConvGemmPack pack;
+    ConvGemmPackWeights pack_weights;
+    bool few;
+};
+
+void fill_conv_gemm(ConvGemmKernels& k, Isa isa) {
+    using namespace conv_gemm_detail;
+    if (isa >= Isa::avx512) {
+        k = {conv_gemm_kernel_avx512(), conv_gemm_pack_avx512(), conv_gemm_pack_weights_avx512(),
+             true};
+    } else if (isa >= Isa::avx2) {
+        k = {conv_gemm_kernel_avx2(), conv_gemm_pack_avx2(), conv_gemm_pack_weights_avx2(),
+             false};
+    } else {
+        k = {kernel_generic, pack_generic, pack_weights_generic, false};
+    }
+}
+
+Dispatch<ConvGemmKernels> kernels(fill_conv_gemm);
+
+}  // namespace
+
 ConvGemmPack conv_gemm_pack() {
-    using conv_gemm_detail::pack_generic;
-    return current_isa() >= Isa::avx512 ? conv_gemm_pack_avx512()
-           : current_isa() >= Isa::avx2 ? conv_gemm_pack_avx2()
-                                         : pack_generic;
+    return kernels().pack;
 }
 
 double fma_peak(int64_t steps) {
@@ -221,10 +247,8 @@ int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegme
 void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dGeometry& g,
                        const ConvEpilogue& epi, float* out, ConvGemmPlan plan) {
     using namespace conv_gemm_detail;  // this unit's own helpers
-    const Isa isa = current_isa();
-    const bool avx512 = isa >= Isa::avx512, avx2 = isa >= Isa::avx2;
-    Plan p{avx512 ? conv_gemm_kernel_avx512() : avx2 ? conv_gemm_kernel_avx2() : kernel_generic,
-           conv_gemm_pack(), x, nullptr, &epi, out, &g, co};
+    const ConvGemmKernels& k = kernels();
+    Plan p{k.kernel, k.pack, x, nullptr, &epi, out, &g, co};
     p.positions = g.out_h() * g.out_w();
     p.depth = g.c * g.kh * g.kw;
     p.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
@@ -237,12 +261,10 @@ void conv_gemm_forward(const float* x, const float* w, int64_t co, const Conv2dG
     // split the channel blocks too when the panel groups cannot keep every thread busy
     p.splits = (2 * threads + per_split - 1) / per_split;
     p.splits = p.splits < 1 ? 1 : (p.splits > p.co_blocks ? p.co_blocks : p.splits);
-    const ConvGemmPackWeights pack_w = avx512 ? conv_gemm_pack_weights_avx512()
-                                       : avx2   ? conv_gemm_pack_weights_avx2()
-                                                : pack_weights_generic;
+    const ConvGemmPackWeights pack_w = k.pack_weights;
     const bool parallel = g.n * co * p.positions * p.depth >= kParallelMacs && threads > 1;
     const int64_t used = parallel ? threads : 1;
-    if (avx512 && (plan == ConvGemmPlan::few ||
+    if (k.few && (plan == ConvGemmPlan::few ||
                    (plan == ConvGemmPlan::automatic && few_plan_wins(p, used)))) {
         run_few(p, w, used);
         return;

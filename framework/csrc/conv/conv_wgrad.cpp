@@ -20,6 +20,7 @@
 
 #include "conv/conv_gemm.h"
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
 namespace {
@@ -142,14 +143,33 @@ void run_task(const Plan& p, int64_t k0, int64_t k1, int64_t n0, int64_t nb, int
     }
 }
 
+// The kernels for the ISA in use (the family's one ISA decision): `gather_wide`, AVX-512's
+// gather (null below), indexes channels with 32-bit offsets; `gather` takes the rest.
+struct WgradKernels {
+    WgradKernel kernel;
+    WgradGather gather_wide;
+    WgradGather gather;
+    WgradPointwiseKernel pointwise;
+};
+
+void fill_wgrad(WgradKernels& k, Isa isa) {
+    if (isa >= Isa::avx512) {
+        k = {conv_wgrad_kernel_avx512(), conv_wgrad_gather_avx512(), conv_wgrad_gather_avx2(),
+             conv_wgrad_pointwise_avx512()};
+    } else if (isa >= Isa::avx2) {
+        k = {conv_wgrad_kernel_avx2(), nullptr, conv_wgrad_gather_avx2(),
+             conv_wgrad_pointwise_avx2()};
+    } else {
+        k = {kernel_generic, nullptr, gather_generic, pointwise_generic};
+    }
+}
+
+Dispatch<WgradKernels> kernels(fill_wgrad);
+
 Plan make_plan(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g) {
-    const bool avx512 = current_isa() >= Isa::avx512, avx2 = current_isa() >= Isa::avx2;
-    Plan p{avx512 ? conv_wgrad_kernel_avx512() : avx2 ? conv_wgrad_kernel_avx2() : kernel_generic,
-           // the AVX-512 gather indexes channels with 32-bit offsets
-           avx512 && co * g.out_h() * g.out_w() < (int64_t(1) << 31) ? conv_wgrad_gather_avx512()
-           : avx2 ? conv_wgrad_gather_avx2()
-                  : gather_generic,
-           conv_gemm_pack(), x, gy, &g, co};
+    const WgradKernels& k = kernels();
+    const bool wide = k.gather_wide && co * g.out_h() * g.out_w() < (int64_t(1) << 31);
+    Plan p{k.kernel, wide ? k.gather_wide : k.gather, conv_gemm_pack(), x, gy, &g, co};
     p.positions = g.out_h() * g.out_w();
     p.depth = g.c * g.kh * g.kw;
     p.per_image = (p.positions + kNr - 1) / kNr;
@@ -193,9 +213,7 @@ bool pointwise_path(const Conv2dGeometry& g, int64_t co) {
 
 void pointwise_weight_grad(const float* x, const float* gy, int64_t co, const Conv2dGeometry& g,
                            float* gw) {
-    const WgradPointwiseKernel kernel = current_isa() >= Isa::avx512 ? conv_wgrad_pointwise_avx512()
-                                        : current_isa() >= Isa::avx2 ? conv_wgrad_pointwise_avx2()
-                                                                     : pointwise_generic;
+    const WgradPointwiseKernel kernel = kernels().pointwise;
     const int64_t c = g.c, positions = g.h * g.w, oblocks = (co + kPwMo - 1) / kPwMo;
     const int64_t cblocks = (c + kPwMc - 1) / kPwMc, tile = kPwMo * kPwMc * kPwLanes;
     // chunks of equal length (a multiple of 16) that fit kPwChunkBytes, at least 256
