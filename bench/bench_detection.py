@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from int8_peers import median_ms
 import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import quantization as Q
@@ -35,13 +36,8 @@ except ImportError:  # the reference is optional
 
 
 def median_time(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Seconds: the median of `repeat` runs after a warm-up (int8_peers.median_ms)."""
+    return median_ms(fn, repeat) / 1000.0
 
 
 def random_boxes(n, seed, spread=1000.0, largest=200.0):
