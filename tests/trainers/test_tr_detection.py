@@ -7,7 +7,8 @@ import json
 import cv2
 import numpy as np
 import pytest
-from tr_helpers import Crash, CrashAt, assert_same_state, build_with_hooks
+from tr_helpers import (assert_same_optimizers, assert_same_state, build_with_hooks,
+                        killed_and_resumed)
 
 import tianyuan as ty
 from tianyuan.trainers import cli, detect, train
@@ -46,21 +47,11 @@ def test_smoke_detection_trains_evaluates_and_writes_classes(shapes_det_root, tm
 def test_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     # 6 iterations a pass, 8 in all: checkpoints at 3 and 6, killed at 7, resumed from 6
     extra = ["trainer.max_iters=8", "data.flip=0.5"]
-    reference = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "ref", *extra))
-    reference.train()
-    killed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra), CrashAt(7))
-    with pytest.raises(Crash):
-        killed.train()
-    resumed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra))
-    resumed.train(resume=True)
+    reference, resumed = killed_and_resumed(
+        lambda out: det_cfg(shapes_det_root, out, *extra), tmp_path, 7)
     assert resumed.iter == 8
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
-    ours = resumed.optimizers["main"].state_dict()["state"]
-    theirs = reference.optimizers["main"].state_dict()["state"]
-    for key in theirs:
-        for name, value in theirs[key].items():
-            assert np.array_equal(value, ours[key][name])
-
+    assert_same_optimizers(reference, resumed)
 
 def test_smoke_detection_retinanet_learns(shapes_det_root, tmp_path):
     # the zoo's RetinaNet from scratch with smoke_detection's optimizer, 200 iterations of 4
@@ -91,18 +82,10 @@ def test_retinanet_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     # the zoo's model: batch norm statistics and the multi-scale draw (the framework's
     # generator) must come back too; 3 iterations, checkpoints at 2, killed at 3
     extra = ["trainer.max_iters=3", "trainer.checkpoint_every=2", *RETINANET]
-    reference = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "ref", *extra, model=()))
-    assert type(reference.model).__name__ == "RetinaNet"
-    reference.train()
-    killed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()),
-                              CrashAt(3))
-    with pytest.raises(Crash):
-        killed.train()
-    resumed = build_with_hooks(det_cfg(shapes_det_root, tmp_path / "run", *extra, model=()))
-    resumed.train(resume=True)
-    assert resumed.iter == 3
+    reference, resumed = killed_and_resumed(
+        lambda out: det_cfg(shapes_det_root, out, *extra, model=()), tmp_path, 3)
+    assert type(reference.model).__name__ == "RetinaNet" and resumed.iter == 3
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
-
 
 def test_retinanet_weights_through_eval_and_detect(shapes_det_root, tmp_path, capsys):
     # a run's weights, then `tianyuan eval` and `tianyuan detect` as a user types them

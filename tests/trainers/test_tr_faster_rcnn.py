@@ -6,7 +6,7 @@ import json
 import cv2
 import numpy as np
 import pytest
-from tr_helpers import Crash, CrashAt, assert_same_state, build_with_hooks
+from tr_helpers import assert_same_optimizers, assert_same_state, killed_and_resumed
 
 from tianyuan.trainers import cli, train
 from tianyuan.trainers.config import compose, to_dict
@@ -26,17 +26,11 @@ def frcnn_cfg(root, out_dir, *overrides):
 def test_fasterrcnn_killed_and_resumed_bit_identical(shapes_det_root, tmp_path):
     # the RPN's and RoI heads' samplers draw from the framework's generator: it must come back
     # with the checkpoint; 3 iterations, a checkpoint at 2, killed at 3
-    extra = ["trainer.checkpoint_every=2"]
-    reference = build_with_hooks(frcnn_cfg(shapes_det_root, tmp_path / "ref", *extra))
-    assert type(reference.model).__name__ == "FasterRCNN"
-    reference.train()
-    killed = build_with_hooks(frcnn_cfg(shapes_det_root, tmp_path / "run", *extra), CrashAt(3))
-    with pytest.raises(Crash):
-        killed.train()
-    resumed = build_with_hooks(frcnn_cfg(shapes_det_root, tmp_path / "run", *extra))
-    resumed.train(resume=True)
-    assert resumed.iter == 3
+    reference, resumed = killed_and_resumed(
+        lambda out: frcnn_cfg(shapes_det_root, out, "trainer.checkpoint_every=2"), tmp_path, 3)
+    assert type(reference.model).__name__ == "FasterRCNN" and resumed.iter == 3
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
+    assert_same_optimizers(reference, resumed)
 
 
 def test_smoke_fasterrcnn_trains_evaluates_and_detect_draws(shapes_det_root, tmp_path):

@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from tr_helpers import Crash, CrashAt, assert_same_state, build_with_hooks
+from tr_helpers import (assert_same_optimizers, assert_same_state, build_with_hooks,
+                        killed_and_resumed)
 
 from tianyuan.trainers import train
 from tianyuan.trainers.config import compose
@@ -50,20 +51,11 @@ def test_the_loss_falls(people_root, tmp_path, model, losses):
 def test_killed_and_resumed_bit_identical(people_root, tmp_path):
     # checkpoints at 3 and 6, killed at 7, resumed from 6
     extra = ["trainer.max_iters=8", "trainer.eval_every=0", "model=mspn_small"]
-    reference = build_with_hooks(pose_cfg(people_root, tmp_path / "ref", *extra))
-    reference.train()
-    killed = build_with_hooks(pose_cfg(people_root, tmp_path / "run", *extra), CrashAt(7))
-    with pytest.raises(Crash):
-        killed.train()
-    resumed = build_with_hooks(pose_cfg(people_root, tmp_path / "run", *extra))
-    resumed.train(resume=True)
+    reference, resumed = killed_and_resumed(
+        lambda out: pose_cfg(people_root, out, *extra), tmp_path, 7)
     assert resumed.iter == 8
     assert_same_state(reference.model.state_dict(), resumed.model.state_dict())
-    ours = resumed.optimizers["main"].state_dict()["state"]
-    theirs = reference.optimizers["main"].state_dict()["state"]
-    for key in theirs:
-        for name, value in theirs[key].items():
-            assert np.array_equal(value, ours[key][name])
+    assert_same_optimizers(reference, resumed)
 
 
 def test_the_data_decides_the_joint_count(people_root, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""Shared bits of the trainer tests: the small smoke config and a state-dict comparison."""
+"""Shared bits of the trainer tests: the small smoke config, state comparisons, and a run
+killed mid-way and resumed."""
 import numpy as np
 
 from tianyuan.trainers.config import compose
@@ -41,3 +42,30 @@ def build_with_hooks(cfg, *hooks):
         hook.trainer = trainer
         trainer.hooks.append(hook)
     return trainer
+
+
+def assert_same_optimizers(a, b):
+    """Trainers a and b hold equal optimizer states, optimizer by optimizer."""
+    assert list(a.optimizers) == list(b.optimizers)
+    for name in a.optimizers:
+        ours, theirs = a.optimizers[name].state_dict()["state"], \
+            b.optimizers[name].state_dict()["state"]
+        assert list(ours) == list(theirs), name
+        for key in theirs:
+            for field, value in theirs[key].items():
+                assert np.array_equal(value, ours[key][field]), (name, key, field)
+
+
+def killed_and_resumed(make_cfg, tmp_path, crash_at):
+    """(reference, resumed): a run to the end in tmp_path/ref, and one in tmp_path/run killed
+    after step `crash_at` (Crash) then resumed from its last checkpoint to the end;
+    `make_cfg(out_dir)` composes each run's config."""
+    import pytest
+    reference = build_with_hooks(make_cfg(tmp_path / "ref"))
+    reference.train()
+    killed = build_with_hooks(make_cfg(tmp_path / "run"), CrashAt(crash_at))
+    with pytest.raises(Crash):
+        killed.train()
+    resumed = build_with_hooks(make_cfg(tmp_path / "run"))
+    resumed.train(resume=True)
+    return reference, resumed
