@@ -79,6 +79,24 @@ def to_coco_results(image_id, output, label_to_category, scale=None):
     return results
 
 
+def run_cocoeval(gt, results, image_ids, iou_type, sigmas=None):
+    """(COCOeval evaluated, accumulated and summarised over `image_ids`, its summary text) of
+    COCO-format `results` against the pycocotools COCO `gt`; `iou_type` "bbox" or "keypoints"
+    (`sigmas`: the OKS constants, None: COCO's). pycocotools' own printout is swallowed."""
+    from pycocotools.cocoeval import COCOeval
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_eval = COCOeval(gt, gt.loadRes([dict(r) for r in results]), iouType=iou_type)
+        coco_eval.params.imgIds = image_ids
+        if sigmas is not None:
+            coco_eval.params.kpt_oks_sigmas = sigmas
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+        summary = io.StringIO()
+        with contextlib.redirect_stdout(summary):
+            coco_eval.summarize()
+    return coco_eval, summary.getvalue().rstrip()
+
+
 class COCOEvaluator(Evaluator):
     """Box AP of a detector on a COCO-format split (COCO, Objects365, CocoFormat) by
     pycocotools. `ann_file`: the split's annotation json; `category_ids`: the dataset's,
@@ -162,20 +180,8 @@ class COCOEvaluator(Evaluator):
         return {**stats, "per_class": self._per_class(coco_eval), **counts}
 
     def _run(self, results, image_ids):
-        """COCOeval's evaluate/accumulate/summarize over `image_ids`; its printout is kept in
-        `self.summary`."""
-        from pycocotools.cocoeval import COCOeval
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            detections = self.gt.loadRes([dict(r) for r in results])
-            coco_eval = COCOeval(self.gt, detections, iouType="bbox")
-            coco_eval.params.imgIds = image_ids
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-            summary = io.StringIO()
-            with contextlib.redirect_stdout(summary):
-                coco_eval.summarize()
-        self.summary = summary.getvalue().rstrip()
+        """COCOeval over `image_ids`; its printout is kept in `self.summary`."""
+        coco_eval, self.summary = run_cocoeval(self.gt, results, image_ids, "bbox")
         return coco_eval
 
     def _per_class(self, coco_eval):

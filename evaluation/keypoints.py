@@ -20,8 +20,6 @@ counted in one warning.
 ...                               results_file="runs/x/keypoint_results.json")
 >>> inference(model, val_loader, evaluator)            # {"AP": 70.4, "AP50": ..., ...}
 """
-import contextlib
-import io
 import os
 import warnings
 
@@ -31,7 +29,7 @@ import tianyuan as ty
 from tianyuan.datasets.coco import flip_pairs_from_names
 from tianyuan.datasets.coco_check import load_checked
 
-from .detection import _percent, _write_results
+from .detection import _percent, _write_results, run_cocoeval
 from .evaluator import Evaluator
 from .keypoint_decode import (COCO_SIGMAS, as_heatmaps, flip_back, flip_test, get_final_preds,
                               get_max_preds, megengine_preds, oks_iou, oks_nms, rescore)
@@ -198,19 +196,8 @@ class KeypointEvaluator(Evaluator):
         return {**{k: _percent(v) for k, v in zip(STATS, coco_eval.stats)}, **counts}
 
     def _run(self, results, image_ids):
-        """COCOeval's evaluate/accumulate/summarize; its printout is kept in `self.summary`."""
-        from pycocotools.cocoeval import COCOeval
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            detections = self.gt.loadRes([dict(r) for r in results])
-            coco_eval = COCOeval(self.gt, detections, iouType="keypoints")
-            coco_eval.params.imgIds = image_ids
-            coco_eval.params.kpt_oks_sigmas = self.sigmas
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-            summary = io.StringIO()
-            with contextlib.redirect_stdout(summary):
-                coco_eval.summarize()
-        self.summary = summary.getvalue().rstrip()
+        """COCOeval (OKS) over `image_ids`; its printout is kept in `self.summary`."""
+        coco_eval, self.summary = run_cocoeval(self.gt, results, image_ids, "keypoints",
+                                               self.sigmas)
         return coco_eval
 
