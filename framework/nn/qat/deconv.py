@@ -15,23 +15,16 @@ from .module import QATModule
 
 
 def conv_layout(w, groups):
-    """(C, OC/groups, kh, kw) -> (OC, C/groups, kh, kw), a Tensor or numpy array."""
-    c, ocg, kh, kw = w.shape
-    cg = c // groups
-    grouped = w.reshape(groups, cg, ocg, kh, kw)
+    """(C, OC/groups, kh, kw) -> (OC, C/groups, kh, kw), a Tensor or numpy array: within
+    each group the first two axes swapped, so the same call maps back (`deconv_layout`)."""
+    a, b, kh, kw = w.shape
+    grouped = w.reshape(groups, a // groups, b, kh, kw)
     moved = (F.permute(grouped, 0, 2, 1, 3, 4) if hasattr(grouped, "requires_grad")
              else grouped.transpose(0, 2, 1, 3, 4))
-    return moved.reshape(groups * ocg, cg, kh, kw)
+    return moved.reshape(groups * b, a // groups, kh, kw)
 
 
-def deconv_layout(w, groups):
-    """(OC, C/groups, kh, kw) -> (C, OC/groups, kh, kw): conv_layout's inverse."""
-    oc, cg, kh, kw = w.shape
-    ocg = oc // groups
-    grouped = w.reshape(groups, ocg, cg, kh, kw)
-    moved = (F.permute(grouped, 0, 2, 1, 3, 4) if hasattr(grouped, "requires_grad")
-             else grouped.transpose(0, 2, 1, 3, 4))
-    return moved.reshape(groups * cg, ocg, kh, kw)
+deconv_layout = conv_layout   # (OC, C/groups, kh, kw) -> (C, OC/groups, kh, kw): its own inverse
 
 
 class ConvTranspose2d(float_conv.ConvTranspose2d, QATModule):
