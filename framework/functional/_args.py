@@ -48,3 +48,13 @@ def padding4(value, op, allow_four=True):
         return out
     ph, pw = pair(value, "padding", op)
     return ph, ph, pw, pw
+
+
+def same_grid(x, out):
+    """out, whose values are some of x's moved (a reshape, permute, max pool), keeps x's
+    quantization grid (`qparams`, the mark of QAT's fake-quantized outputs), so that an
+    eval-mode QAT layer after it still computes its int8 twin's integers (nn/qat/module.py)."""
+    p = getattr(x, "qparams", None)
+    if p is not None:
+        out.qparams = p
+    return out

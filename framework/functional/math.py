@@ -11,6 +11,7 @@ from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..tensor import Tensor, as_tensor
+from ._args import same_grid
 
 
 def _operands(a, b, op):
@@ -208,7 +209,7 @@ def reshape(x, *shape):
     except ValueError as error:
         raise ValueError(f"reshape: cannot reshape {x.shape} ({x.data.size} elements) to {shape}: "
                          f"{error}") from None
-    return S.Reshape.apply(x, shape=target)
+    return same_grid(x, S.Reshape.apply(x, shape=target))
 
 
 def _resolve_shape(x, shape):
@@ -240,7 +241,7 @@ def permute(x, *axes):
     if sorted(a % x.ndim for a in axes) != list(range(x.ndim)):
         raise ValueError(f"permute: axes {axes} are not a permutation of a {x.ndim}-D tensor's "
                          f"(shape {x.shape})")
-    return S.Permute.apply(x, axes=tuple(a % x.ndim for a in axes))
+    return same_grid(x, S.Permute.apply(x, axes=tuple(a % x.ndim for a in axes)))
 
 
 def transpose(x, axis0=-2, axis1=-1):

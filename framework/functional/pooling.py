@@ -5,7 +5,7 @@
 (1, 3, 4, 4)
 """
 from ..ops import pool as P
-from ._args import image_tensor, pair
+from ._args import image_tensor, pair, same_grid
 
 
 def pool_out_size(size, k, s, p, d, ceil_mode):
@@ -41,8 +41,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     image_tensor(x, op)
     kernel, stride, padding, dilation, out = _pool_geometry(
         x, op, kernel_size, stride, padding, dilation, ceil_mode)
-    return P.MaxPool2d.apply(x, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
-                             out_size=out)
+    return same_grid(x, P.MaxPool2d.apply(x, kernel=kernel, stride=stride, padding=padding,
+                                          dilation=dilation, out_size=out))
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

@@ -32,6 +32,8 @@ zero point and rounds ``sum / count`` half-up in integers.
 ...            np.repeat(m, 2), np.repeat(s, 2), 128, False, np.uint8)
 array([[131, 126]], dtype=uint8)
 """
+import warnings
+
 import numpy as np
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -135,6 +137,40 @@ def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype, axis=-1):
     return _clamp_zero_point(y, int(zero_point), relu, dtype)
 
 
+BIAS_LIMIT = 2 ** 30   # |bias_q| bound: acc + bias stays inside int32
+
+
+def requant_params(s_in, w_scale, bias, s_out):
+    """(bias int32 (OC,), m int32 (OC,), shift int32 (OC,)) of a layer with float bias (OC,)
+    and weight scales w_scale (OC,), for input scale s_in and output scale s_out:
+    ``bias = rint(b / (s_in * s_w))`` (clipped to +-BIAS_LIMIT) and the multipliers of
+    ``s_in * s_w / s_out``, all in float64 from the float32 scales."""
+    acc_scale = np.float64(s_in) * w_scale.astype(np.float64)          # (OC,)
+    bias_q = np.rint(bias.astype(np.float64) / acc_scale)
+    over = int(np.count_nonzero(np.abs(bias_q) > BIAS_LIMIT))
+    if over:
+        warnings.warn(f"int8: the bias of {over} of {len(bias_q)} output channels exceeds the "
+                      f"int32 accumulator's range at input scale {s_in:.3g} (an input of "
+                      "near-zero activations, as in an untrained model): clipped, so the int8 "
+                      "layer differs from the float one by more than rounding", RuntimeWarning,
+                      stacklevel=4)
+    bias_q = np.clip(bias_q, -BIAS_LIMIT, BIAS_LIMIT)
+    m, shift = quantize_multiplier(acc_scale / np.float64(s_out))
+    return bias_q.astype(np.int32), m, shift
+
+
+def relu6_max(scale, zero_point, dtype):
+    return min(qrange(dtype)[1], int(zero_point) + int(np.rint(6.0 / scale)))
+
+
+def exact_matmul(a, b):
+    """np.matmul of integer arrays, exactly, on BLAS: float64 products and sums of integers
+    are exact while every partial sum stays below 2**53, and the terms of an int32
+    accumulator (|x - zp| <= 255, |w| <= 128) allow 2**53 / 32640, about 2.8e11 of them;
+    numpy's own integer matmul has no BLAS (a ResNet's reference convs took minutes)."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+
+
 def _to_int32(acc, op):
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         raise ValueError(f"{op}: int32 accumulator overflow")
@@ -147,7 +183,7 @@ def gemm(a, a_zero_point, w):
     Native kernels compute a @ w.T and subtract a_zero_point * row_sums(w) (N,),
     the weight-row-sum correction; the result is the same integer.
     """
-    acc = (a.astype(np.int64) - int(a_zero_point)) @ w.astype(np.int64).T
+    acc = exact_matmul(a.astype(np.int64) - int(a_zero_point), w.astype(np.int64).T)
     return _to_int32(acc, "gemm")
 
 
@@ -206,7 +242,7 @@ def conv2d(x, x_zero_point, w, stride=1, padding=0, dilation=1, groups=1):
     cols = cols.astype(np.int64).reshape(x.shape[0], groups, cg * kh * kw, oh * ow)
     cols -= int(x_zero_point)
     wg = w.astype(np.int64).reshape(groups, oc // groups, cg * kh * kw)
-    acc = np.einsum("gok,ngkp->ngop", wg, cols)      # (N, G, OC/G, OH*OW)
+    acc = exact_matmul(wg[None], cols)                # (N, G, OC/G, OH*OW)
     return _to_int32(acc.reshape(x.shape[0], oc, oh, ow), "conv2d")
 
 
@@ -247,7 +283,9 @@ def conv_transpose2d(x, x_zero_point, w, stride=1, padding=0, output_padding=0, 
     cg = c // groups
     xs = (x.astype(np.int64) - int(x_zero_point)).reshape(n, groups, cg, h, wd)
     wg = w.astype(np.int64).reshape(groups, cg, ocg, kh, kw)
-    cols = np.einsum("ngchw,gcoij->ngoijhw", xs, wg)          # (N, G, OC/G, kh, kw, H, W)
+    taps = wg.reshape(groups, cg, ocg * kh * kw).transpose(0, 2, 1)[None]
+    cols = exact_matmul(taps, xs.reshape(n, groups, cg, h * wd)).reshape(
+        n, groups, ocg, kh, kw, h, wd)                            # (N, G, OC/G, kh, kw, H, W)
     full = np.zeros((n, groups, ocg, max(top + oh, (h - 1) * sh + dh * (kh - 1) + 1),
                      max(left + ow, (wd - 1) * sw + dw * (kw - 1) + 1)), np.int64)
     for i in range(kh):

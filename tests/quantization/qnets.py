@@ -6,6 +6,7 @@ import tianyuan.functional as F
 from tianyuan import nn, optim
 from tianyuan.datasets.synthetic import make_shapes
 from tianyuan.quantization.observer import QParams
+from tianyuan.nn.quantized import QuantizedModule
 from tianyuan.quantization.qarray import dequantize_tensor
 
 
@@ -70,6 +71,38 @@ def predict(model, x, batch=200):
     with ty.no_grad():
         return np.concatenate([model(ty.tensor(x[i:i + batch])).numpy()
                                for i in range(0, len(x), batch)])
+
+
+def unmarked(args):
+    """An int8 layer's inputs dequantized without their grids: the QAT twin then runs its
+    float form (fake quantization in float32), as in training."""
+    out = []
+    for a in args:
+        out.append(unmarked(a) if isinstance(a, (list, tuple)) else dequantize_tensor(a))
+    return out
+
+
+def record_int8_layers(int8, x, names=None):
+    """{name: (args, out)} of every int8 layer (or those named) over one forward of x."""
+    seen = {}
+    handles = [m.register_forward_hook(lambda mod, args, out, name=name:
+                                       seen.__setitem__(name, (args, out)))
+               for name, m in int8.named_modules()
+               if isinstance(m, QuantizedModule) and (names is None or name in names)]
+    with ty.no_grad():
+        int8(ty.tensor(x))
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+def assert_layers_equal_qat(seen, qat):
+    """Each int8 layer's output equals, bit for bit, its QAT twin's in eval on the same
+    inputs (dequantized, carrying their grids): the twin computes the int8 integers."""
+    with ty.no_grad():
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
+            np.testing.assert_array_equal(dequantize_tensor(out).numpy(), ref, err_msg=name)
 
 
 def float_inputs(args):

@@ -4,7 +4,7 @@ and the int8 layers within one quantization step of their QAT twins (as test_qat
 the convs). The kernel: test_quant_deconv.py; the int8 generator: test_quant_gan.py."""
 import numpy as np
 import pytest
-from qnets import float_inputs
+from qnets import assert_layers_equal_qat, record_int8_layers, unmarked
 
 import tianyuan as ty
 from tianyuan import nn
@@ -103,21 +103,18 @@ def test_qat_bn_training_step_has_gradients():
         assert grad is not None and np.abs(grad.numpy()).sum() > 0, name
 
 
-def test_int8_layers_within_one_step_of_qat(nets, int8):
+def test_int8_layers_equal_their_qat_twins(nets, int8):
+    """Bit for bit in eval (nn/qat/module.py); the float form (training's) within a step."""
     _, qat, x = nets
-    seen = {}
-    for name, m in int8.named_modules():
-        if isinstance(m, nn.quantized.ConvTranspose2d):
-            m.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, (a, o)))
-    with ty.no_grad():
-        int8(ty.tensor(x))
-        for name, (args, out) in seen.items():
-            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
-            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
-            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
-            assert (steps > 0.5).mean() < 0.01, f"{name}: {(steps > 0.5).mean()} off by a step"
+    seen = record_int8_layers(int8, x, {"up1", "up2", "up3"})
+    assert_layers_equal_qat(seen, qat)
     assert set(seen) == {"up1", "up2", "up3"}
     assert type(int8.up1).__name__ == "ConvTransposeBnReLU2d"
+    with ty.no_grad():
+        for name, (args, out) in seen.items():
+            ref = qat.get_submodule(name)(*unmarked(args)).numpy()
+            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
+            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
 
 
 def test_int8_state_round_trip(nets, int8):
@@ -145,21 +142,14 @@ def test_int8_deconv_needs_a_quantized_input(nets, int8):
                                      "int8_symmetric_qconfig", "reduce_range_qconfig"])
 def test_other_qconfigs_train_and_convert(qconfig):
     """Three QAT steps with each preset (LSQ's learnt scales, int8 activations, 7-bit weights),
-    then every int8 transposed conv within one step of its QAT twin."""
+    then every int8 transposed conv equal to its QAT twin."""
     rng = np.random.default_rng(4)
     qat = Q.quantize_qat(_trained_bn(UpNet(), rng).train(), getattr(Q, qconfig))
     for _ in range(3):
         out = qat(ty.tensor(rng.normal(0, 1, (4, 6, 5, 4)).astype(np.float32)))
         (out * out).mean().backward()
     int8 = Q.quantize(qat.eval())
-    seen = {}
-    for name in ("up1", "up2", "up3"):
-        int8.get_submodule(name).register_forward_hook(
-            lambda mod, a, o, name=name: seen.__setitem__(name, (a, o)))
-    with ty.no_grad():
-        int8(ty.tensor(rng.normal(0, 1, (3, 6, 5, 4)).astype(np.float32)))
-        for name, (args, out) in seen.items():
-            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
-            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
-            assert steps.max() <= 1 + 1e-3, f"{qconfig} {name}: {steps.max()} steps"
+    seen = record_int8_layers(int8, rng.normal(0, 1, (3, 6, 5, 4)).astype(np.float32),
+                              {"up1", "up2", "up3"})
+    assert_layers_equal_qat(seen, qat)
     assert len(seen) == 3

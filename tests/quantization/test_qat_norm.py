@@ -4,12 +4,11 @@ trains gamma and beta, and the int8 layer (a depthwise 1x1 conv) is within one q
 step of its QAT twin."""
 import numpy as np
 import pytest
-from qnets import float_inputs
+from qnets import assert_layers_equal_qat, record_int8_layers
 
 import tianyuan as ty
 from tianyuan import nn
 from tianyuan import quantization as Q
-from tianyuan.quantization.qarray import dequantize_tensor
 
 
 class NormNet(nn.Module):
@@ -72,20 +71,12 @@ def test_qat_training_uses_batch_statistics():
         assert p.grad is not None and np.abs(p.grad.numpy()).sum() > 0
 
 
-def test_int8_bn_within_one_step_of_qat(nets):
+def test_int8_bn_equals_its_qat_twin(nets):
     _, qat, int8, x = nets
     assert isinstance(int8.bn1, nn.quantized.BnReLU2d) and int8.bn2.groups == 4
-    seen = {}
-    for name in ("bn1", "up", "bn2"):
-        int8.get_submodule(name).register_forward_hook(
-            lambda mod, a, o, name=name: seen.__setitem__(name, (a, o)))
-    with ty.no_grad():
-        int8(ty.tensor(x))
-        for name, (args, out) in seen.items():
-            ref = qat.get_submodule(name)(*float_inputs(args)).numpy()
-            steps = np.abs(dequantize_tensor(out).numpy() - ref) / out.data.scale
-            assert steps.max() <= 1 + 1e-3, f"{name}: {steps.max()} steps"
-            assert (steps > 0.5).mean() < 0.02, f"{name}: {(steps > 0.5).mean()} off by a step"
+    seen = record_int8_layers(int8, x, {"bn1", "up", "bn2"})
+    assert_layers_equal_qat(seen, qat)
+    assert set(seen) == {"bn1", "up", "bn2"}
     assert np.abs(int8.bn2.weight.numpy()).min() == 127      # one weight a channel: +-127
 
 

@@ -16,8 +16,10 @@ BN folding (Jacob et al. 2018, sec. 3.2; PyTorch's `_ConvBnNd` scheme): with
 """
 import numpy as np
 
+from ... import _C
 from ... import functional as F
 from ...ops import norm as N
+from ...quantization import reference as R
 from ...tensor import Tensor
 from .. import conv as float_conv
 from ..fused import part_name
@@ -36,6 +38,29 @@ def activate(y, activation):
     return y
 
 
+def exact_in_float32(qx, zx, qw):
+    """(x - zx, w) as float32 arrays when a float32 conv of them sums exactly, else (None,
+    None): integer products and sums are exact in float32 below 2**24, and no partial sum
+    (in any order, any blocking) exceeds max|x - zx| * max over output channels of sum|w|."""
+    x = qx.astype(np.float32) - np.float32(zx)
+    w = qw.astype(np.float32)
+    reach = np.abs(w).reshape(w.shape[0], -1).sum(1).max(initial=0.0)
+    if float(np.abs(x).max(initial=0.0)) * float(reach) >= 2.0 ** 24:
+        return None, None
+    return x, w
+
+
+def conv_padding(module):
+    """Module padding (int pair or 'valid'/'same') -> (top, bottom, left, right)."""
+    if not isinstance(module.padding, str):
+        ph, pw = module.padding
+        return (ph, ph, pw, pw)
+    if module.padding == "valid":
+        return (0, 0, 0, 0)
+    total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
+    return (total[0] // 2, total[0] - total[0] // 2, total[1] // 2, total[1] - total[1] // 2)
+
+
 class Conv2d(float_conv.Conv2d, QATModule):
     activation = None
 
@@ -51,9 +76,23 @@ class Conv2d(float_conv.Conv2d, QATModule):
         return self.conv_weight(), self.bias
 
     def forward(self, x):
+        return self.int8_twin(x, self.float_forward, self.int8_sums)
+
+    def float_forward(self, x):
         w, b = self.folded()
         y = self.conv(x, self.fake_quant_weight(w), b)
         return self.fake_quant_act(activate(y, self.activation))
+
+    def int8_sums(self, qx, zx, qw):
+        """The int32 sums of the int8 conv: on the float32 GEMM conv where that is exact (see
+        `exact_in_float32`), else reference.conv2d (float64 on numpy's BLAS, 2-3x slower)."""
+        padding = conv_padding(self)
+        if self.groups == 1:
+            x, w = exact_in_float32(qx, zx, qw)
+            if x is not None:
+                return _C.conv2d_gemm(x, w, None, None, self.stride, padding,
+                                      self.dilation).astype(np.int64)
+        return R.conv2d(qx, zx, qw, self.stride, padding, self.dilation, self.groups)
 
 
 class ConvReLU2d(Conv2d):

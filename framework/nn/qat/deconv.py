@@ -9,6 +9,7 @@ reads it back (`deconv_layout`): both are permutations, so the values are exactl
 `nn.quantized.ConvTranspose2d` quantizes.
 """
 from ... import functional as F
+from ...quantization import reference as R
 from .. import conv as float_conv
 from .conv import BnFolding, activate
 from .module import QATModule
@@ -45,9 +46,16 @@ class ConvTranspose2d(float_conv.ConvTranspose2d, QATModule):
         return self.conv_weight(), self.bias
 
     def forward(self, x):
+        return self.int8_twin(x, self.float_forward, self.int8_sums)
+
+    def float_forward(self, x):
         w, b = self.folded()
         y = self.conv(x, self.fake_quant_weight(w), b)
         return self.fake_quant_act(activate(y, self.activation))
+
+    def int8_sums(self, qx, zx, qw):
+        return R.conv_transpose2d(qx, zx, deconv_layout(qw, self.groups), self.stride,
+                                  self.padding, self.output_padding, self.dilation, self.groups)
 
 
 class ConvTransposeReLU2d(ConvTranspose2d):

@@ -11,6 +11,7 @@ so the int8 weight is +-127 and its scale |f| / 127, f to float rounding) and wh
 import numpy as np
 
 from ... import functional as F
+from ...quantization import reference as R
 from ...tensor import Tensor
 from .. import norm as float_norm
 from .conv import activate
@@ -32,12 +33,18 @@ class BatchNorm2d(float_norm.BatchNorm2d, QATModule):
         return F.reshape(f, (-1, 1, 1, 1)), b
 
     def forward(self, x):
+        return self.int8_twin(x, self.float_forward, self.int8_sums)
+
+    def float_forward(self, x):
         if self.training:
             y = float_norm.BatchNorm2d.forward(self, x)
         else:
             w, b = self.folded()
             y = F.conv2d(x, self.fake_quant_weight(w), b, groups=self.num_features)
         return self.fake_quant_act(activate(y, self.activation))
+
+    def int8_sums(self, qx, zx, qw):
+        return R.conv2d(qx, zx, qw, groups=self.num_features)
 
 
 class BnReLU2d(BatchNorm2d):

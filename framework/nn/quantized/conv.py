@@ -7,37 +7,15 @@ input scale and cached (as a `kernels.PreparedConv` or `kernels.PreparedLinear`,
 call is one native call). ReLU clamps at the zero point inside the kernel; ReLU6 also at
 ``zp + round(6 / s_out)`` (the same as fake-quantizing relu6: rounding is monotone).
 """
-import warnings
-
 import numpy as np
 
 from ...quantization import kernels as K
 from ...quantization import reference as R
 from ...quantization.qarray import qarray_of, wrap
+from ...quantization.reference import relu6_max, requant_params  # noqa: F401 (re-exported)
 from ...tensor import Tensor
+from ..qat.conv import conv_padding
 from .module import QuantizedModule
-
-BIAS_LIMIT = 2 ** 30   # |bias_q| bound: acc + bias stays inside int32
-
-
-def requant_params(s_in, w_scale, bias, s_out):
-    """(bias int32 (OC,), m int32 (OC,), shift int32 (OC,)) for an input scale s_in."""
-    acc_scale = np.float64(s_in) * w_scale.astype(np.float64)          # (OC,)
-    bias_q = np.rint(bias.astype(np.float64) / acc_scale)
-    over = int(np.count_nonzero(np.abs(bias_q) > BIAS_LIMIT))
-    if over:
-        warnings.warn(f"int8: the bias of {over} of {len(bias_q)} output channels exceeds the "
-                      f"int32 accumulator's range at input scale {s_in:.3g} (an input of "
-                      "near-zero activations, as in an untrained model): clipped, so the int8 "
-                      "output differs from the fake-quant model's", RuntimeWarning, stacklevel=3)
-    bias_q = np.clip(bias_q, -BIAS_LIMIT, BIAS_LIMIT)
-    m, shift = R.quantize_multiplier(acc_scale / np.float64(s_out))
-    return bias_q.astype(np.int32), m, shift
-
-
-def relu6_max(scale, zero_point, dtype):
-    return min(R.qrange(dtype)[1], int(zero_point) + int(np.rint(6.0 / scale)))
-
 
 class _WeightedModule(QuantizedModule):
     """Shared by Conv2d and Linear: int8 weight per channel, float bias, output qparams."""
@@ -69,17 +47,6 @@ class _WeightedModule(QuantizedModule):
         return self._cache[key]
 
 
-def _padding(module):
-    """Module padding (int pair or 'valid'/'same') -> (top, bottom, left, right)."""
-    if not isinstance(module.padding, str):
-        ph, pw = module.padding
-        return (ph, ph, pw, pw)
-    if module.padding == "valid":
-        return (0, 0, 0, 0)
-    total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
-    return (total[0] // 2, total[0] - total[0] // 2, total[1] // 2, total[1] - total[1] // 2)
-
-
 class Conv2d(_WeightedModule):
     """Int8 conv: (N, C, H, W) QArray -> (N, OC, OH, OW) QArray, channels-last if the input
     is. `channels_last` (set by `quantize` where every conv of the model takes the
@@ -94,7 +61,7 @@ class Conv2d(_WeightedModule):
         for key in ("in_channels", "out_channels", "kernel_size", "stride", "dilation",
                     "groups"):
             setattr(m, key, getattr(qat, key))
-        m.padding = _padding(qat)
+        m.padding = conv_padding(qat)
         m.set_weights(qat)
         m.pack()
         return m
