@@ -11,6 +11,7 @@ from .download import (ChecksumError, DownloadError, OfflineError, cache_path, f
                        is_offline, sha256_file, tianyuan_home)
 from .manifest import (WeightEntry, default_entry, get_entry, list_entries, register,
                        unregister, with_mirrors)
+from .megengine_detection import DetectionArchitectureError, convert_megengine_detection
 from .megengine_pkl import load_megengine
 from .name_maps import NameMapError, check_against_spec, convert_state_dict
 from .specs import known_archs, random_state_dict, spec_of, state_dict_spec

@@ -54,8 +54,8 @@ def convert_detection_state_dict(state, arch, source="torchvision"):
     """`state` (torchvision's detector names, any version) -> ours, in the file's order; the
     arrays themselves are not copied. `source` "torchvision" or "ours" (the same names)."""
     if source not in ("torchvision", "ours"):
-        raise ValueError(f"detection map: {arch} weights convert from torchvision's names only, "
-                         f"not {source!r} (MegEngine's detectors have no name map yet)")
+        raise ValueError(f"detection map: {arch} weights convert from torchvision's names "
+                         f"(or MegEngine's, megengine_detection.py), not {source!r}")
     metadata = getattr(state, "_metadata", None) or {}
     metadata = {re.sub(r"^module\.", "", k): v for k, v in metadata.items()}
     out = OrderedDict()

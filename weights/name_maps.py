@@ -8,7 +8,8 @@ weights (G, O/G, I/G, kh, kw)), which `megengine_layout` undoes. Its quantizatio
 (official/quantization/models/resnet.py, fused `conv_bn_relu1.conv`/`.bn` names) is
 renamed to ours. Megvii-layout ShuffleNets (`first_conv.*`, from MegEngine or
 ShuffleNet-Series files) go through megvii_maps.py, which also permutes channels. GANs
-(generator/discriminator pairs) go through gan_maps.py. A BatchNorm without
+(generator/discriminator pairs) go through gan_maps.py; MegEngine's RetinaNet and Faster
+R-CNN (`backbone.bottom_up.*`) through megengine_detection.py. A BatchNorm without
 `num_batches_tracked` (legacy torchvision files, MegEngine) gets a 0.
 
 The maps need no architecture tables. Given a spec (the zoo's model's, `specs.spec_of`;
@@ -26,6 +27,7 @@ import numpy as np
 from .detection_maps import convert_detection_state_dict, is_detection_arch
 from .gan_maps import GAN_ARCHS, convert_gan_state_dict
 from .keypoint_maps import convert_keypoint_state_dict, is_keypoint_arch
+from .megengine_detection import convert_megengine_detection, is_megengine_detection
 from .megvii_maps import (LayoutError, is_megvii_layout, megvii_shufflenet_v1,
                           megvii_shufflenet_v2)
 from .specs import CLASSIFIER_KEYS, known_archs, state_dict_spec
@@ -120,6 +122,9 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     state = unwrap_checkpoint(state)
     if arch in GAN_ARCHS:   # generator/discriminator files, any source (gan_maps.py)
         return convert_gan_state_dict(state, arch, strict)
+    if is_detection_arch(arch) and (source == "megengine" or is_megengine_detection(state)):
+        mapped = convert_megengine_detection(state, arch, num_classes, spec)   # its own module
+        return _checked(mapped, spec, strict, f"megengine -> {arch}")
     if is_detection_arch(arch):   # torchvision's names, v1 keys renamed (detection_maps.py)
         return convert_detection_state_dict(state, arch, source)
     if is_keypoint_arch(arch):   # official / MegEngine / MMPose pose files (keypoint_maps.py)
@@ -140,6 +145,14 @@ def convert_state_dict(state, arch, source="torchvision", num_classes=None, stri
     if strict:
         check_against_spec(out, spec, f"{source} -> {arch}")
     return OrderedDict((k, out[k]) for k in spec if k in out) if strict else out
+
+
+def _checked(state, spec, strict, what):
+    """`state` checked against `spec` and in its order (with a spec and strict), else as is."""
+    if spec is None or not strict:
+        return state
+    check_against_spec(state, spec, what)
+    return OrderedDict((k, state[k]) for k in spec)
 
 
 def with_num_batches_tracked(state):
