@@ -15,6 +15,7 @@ from typing import Optional
 
 from . import preprocessing
 from .gan_maps import GAN_PREPROCESSING
+from .megengine_detection import COCO_CATEGORY_IDS, differences
 
 TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"
@@ -51,6 +52,9 @@ class WeightEntry:
     float_parent: Optional[str] = None            # int8 entries: the float entry's name
     name_tag: Optional[str] = None                # hex tag in the file name, not verified
     notes: str = ""
+    # detection heads remapped on import: the file's k-th class (after its background, if
+    # any) -> our class column (COCO category id); None: the file's columns are ours
+    label_map: Optional[tuple] = None
 
     @property
     def file_name(self):
@@ -106,6 +110,45 @@ def _mge_pose(arch, file, ap):
                        MGE_SOURCE, name_tag=tag if len(tag) == 6 else None,
                        notes=_MGE_POSE_NOTES + ("; the file name's tag differs from the table"
                                                 if arch.startswith("simplebaseline") else ""))
+
+
+# MegEngine Models' detectors (official/vision/detection; names: megengine_detection.py),
+# COCO val2017 box AP from the README at the commit that published each file: the v0.5 files
+# (@da3bf2b4, 2020-07), Models 1.0's (v1.0.0, 2020-10) and the 3x ones (@12a30a10, 2021-02). Their
+# R34, R101 and ResNeXt101 files have no zoo builder, FCOS/ATSS no counterpart; FreeAnchor's
+# 3x files are RetinaNet's network with P6 from P5, as ours (its 1x/2x ones: from C5).
+MGE_DET_README = "MegEngine Models official/vision/detection/README.md"
+_MGE_RETINANET = ("MegEngine's RetinaNet convolves P6 from C5 ({c5} channels) where the zoo's "
+                  "builds it from P5, so it is refused on import (megengine_detection.py); "
+                  "download only. Else: ")
+_MGE_FREEANCHOR = ("FreeAnchor (trained with its own loss) is RetinaNet's network with P6 from "
+                   "P5, as ours: converted (conv1 to RGB, codes times its std (0.1, 0.1, 0.2, "
+                   "0.2), anchor order and half-stride offset, 80 classes to the 91 COCO ids "
+                   "(label_map)); not reproduced, so its AP is MegEngine's, not measured here: ")
+_MGE_FASTER = ("converted: BGR conv1 to RGB, FPN biases{fold}, RPN {rpn}, 81 columns to the "
+               "91 COCO ids (label_map){shift}; not reproduced, so its AP is MegEngine's, not "
+               "measured here: ")
+
+
+def _mge_det(arch, variant, file, ap, gen):
+    """A MegEngine Models COCO detector (`gen`: "v0.5" or "v1", the code that trained it)."""
+    retinanet = arch.startswith("retinanet")
+    refused = retinanet and not variant.startswith("freeanchor")
+    rest = "; ".join(differences("retinanet" if retinanet else "fasterrcnn", gen))
+    if refused:
+        notes = _MGE_RETINANET.format(c5=512 if "resnet18" in arch else 2048) + rest
+    elif retinanet:
+        notes = _MGE_FREEANCHOR + rest
+    else:
+        notes = _MGE_FASTER.format(
+            fold=" (its SyncBN folded in)" if "syncbn" in variant else "",
+            rpn="foreground logit (v0.5 ranks by it)" if gen == "v0.5" else "logit as is",
+            shift="" if gen == "v0.5" else ", anchor half-stride offset in the RPN codes") + rest
+    tag = file[:-len(".pkl")].rsplit("_", 1)[-1]
+    return WeightEntry(f"{arch}.coco_megengine_{variant}", arch, (MEGENGINE + file,), None,
+                       "none", "megengine", None if refused else "megengine",
+                       preprocessing.TORCHVISION_DETECTION, {"box_map": ap}, MGE_DET_README,
+                       name_tag=tag, notes=notes, label_map=COCO_CATEGORY_IDS)
 
 
 _LEGACY = "2017 legacy-format release of the V1 weights (a loader test vector)"
@@ -253,6 +296,30 @@ ENTRIES = [
                 notes="v1 keys (FPN and RPN head convs renamed on load); trained with "
                       "FrozenBatchNorm2d at eps 0, which loading it sets; a 91-way head whose "
                       "column 0 is the background and whose labels are COCO category ids"),
+    _mge_det("retinanet_resnet50_fpn", "1x", "retinanet_res50_coco_1x_800size_36dot4_b782a619.pkl",
+             36.4, "v0.5"),
+    _mge_det("retinanet_resnet50_fpn", "1x_syncbn",
+             "retinanet_res50_coco_1x_800size_syncbn_37dot1_35cedcdf.pkl", 37.1, "v0.5"),
+    _mge_det("retinanet_resnet50_fpn", "1x_v1_0",
+             "retinanet_res50_coco_1x_800size_37dot0_d1dafa1d.pkl", 37.0, "v1"),
+    _mge_det("retinanet_resnet50_fpn", "3x", "retinanet_res50_coco_3x_800size_39dot3_8eaec532.pkl",
+             39.3, "v1"),
+    _mge_det("retinanet_resnet18_fpn", "3x", "retinanet_res18_coco_3x_800size_35dot3_0c4956c8.pkl",
+             35.3, "v1"),
+    _mge_det("retinanet_resnet50_fpn", "freeanchor_3x",
+             "freeanchor_res50_coco_3x_800size_42dot1_5c567f14.pkl", 42.1, "v1"),
+    _mge_det("retinanet_resnet18_fpn", "freeanchor_3x",
+             "freeanchor_res18_coco_3x_800size_38dot1_3d0559a8.pkl", 38.1, "v1"),
+    _mge_det("fasterrcnn_resnet50_fpn", "1x",
+             "faster_rcnn_res50_coco_1x_800size_38dot8_5e195d80.pkl", 38.8, "v0.5"),
+    _mge_det("fasterrcnn_resnet50_fpn", "1x_syncbn",
+             "faster_rcnn_res50_coco_1x_800size_syncbn_39dot3_09b99bce.pkl", 39.3, "v0.5"),
+    _mge_det("fasterrcnn_resnet50_fpn", "1x_v1_0",
+             "faster_rcnn_res50_coco_1x_800size_38dot0_f5e2000d.pkl", 38.0, "v1"),
+    _mge_det("fasterrcnn_resnet50_fpn", "3x",
+             "faster_rcnn_res50_coco_3x_800size_40dot1_8682ff1a.pkl", 40.1, "v1"),
+    _mge_det("fasterrcnn_resnet18_fpn", "3x",
+             "faster_rcnn_res18_coco_3x_800size_35dot7_a33835ca.pkl", 35.7, "v1"),
     # Pose (zoo/keypoints/; names: keypoint_maps.py): COCO val2017 keypoint AP at 256x192,
     # person boxes of a 56.4 AP detector, flip test (REFERENCE.md, MegEngine Models' table)
     _mge_pose("simplebaseline_res50", "simplebaseline_res50_256x192_0to255_71dot1_2c0de7.pkl",

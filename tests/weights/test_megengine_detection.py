@@ -209,3 +209,42 @@ def test_other_detectors_and_misfits_are_refused():
         nn.convert_frozen_batchnorm(model.backbone.body)
         convert_state_dict(state, "fasterrcnn_resnet50_fpn", "megengine",
                            spec=weights.spec_of(model))
+
+
+DETECTION_ENTRIES = [e.name for e in weights.list_entries()
+                     if e.format == "megengine" and "box_map" in e.metrics]
+
+
+def test_manifest_has_every_published_file_with_its_ap():
+    files = {weights.get_entry(n).file_name: weights.get_entry(n) for n in DETECTION_ENTRIES}
+    assert {n.split("_coco")[0] for n in files} == {
+        "retinanet_res50", "retinanet_res18", "freeanchor_res50", "freeanchor_res18",
+        "faster_rcnn_res50", "faster_rcnn_res18"}
+    assert "retinanet_res50_coco_1x_800size_36dot4_b782a619.pkl" in files and len(files) == 12
+    for file, entry in files.items():
+        ap = float(file.split("_")[-2].replace("dot", "."))     # "36dot4" in the name
+        assert entry.metrics == {"box_map": ap} and entry.urls[0].endswith("/weights/" + file)
+        assert entry.name_tag == file[-12:-4] and entry.sha256_kind == "none"
+        assert entry.label_map == COCO_CATEGORY_IDS
+        assert (entry.converter is None) == file.startswith("retinanet"), entry.name
+        assert "bilinear" in entry.notes
+    assert weights.get_entry("retinanet_resnet50_fpn.coco_megengine_1x").name_tag == "b782a619"
+    assert weights.default_entry("fasterrcnn_resnet50_fpn").name.endswith("coco_torchvision")
+    with pytest.raises(NotImplementedError, match="P6 from C5"):
+        weights.load_weights("retinanet_resnet50_fpn.coco_megengine_1x")
+
+
+@pytest.mark.parametrize("name", [n for n in DETECTION_ENTRIES
+                                  if weights.get_entry(n).converter])
+def test_entry_converts_to_the_built_models_names_and_shapes(name):
+    entry = weights.get_entry(name)
+    gen = "v0.5" if name.endswith(("_1x", "_1x_syncbn")) else "v1"
+    family = "retinanet" if entry.arch.startswith("retinanet") else "fasterrcnn"
+    state = ref.detector_state(family, gen, depth=int(entry.arch.split("resnet")[1][:2]),
+                               syncbn=name.endswith("syncbn"), zeros=True, p6_from="p5")
+    ty.manual_seed(0)
+    model = zoo.get_model(entry.arch)
+    nn.convert_frozen_batchnorm(model.backbone.body)     # as built under weights
+    spec = weights.spec_of(model)
+    out = convert_state_dict(state, entry.arch, entry.converter, spec=spec)
+    assert weights.spec_of(out) == spec
