@@ -4,13 +4,16 @@ and torchvision are installed (ratio = ours / theirs, lower is better), ours alo
 alternating ours and theirs.
 
     python bench/bench_detection.py [--repeat 5] [--size 800x1216] [--batches 1,2]
-        [--rounds 3] [--skip-ops] [--skip-model] [--json out.json]
+        [--rounds 3] [--train-size 512x640] [--train-batch 2] [--skip-ops] [--skip-model]
+        [--json out.json]
 
 Op lines: roi_align forward and backward (512 RoIs of one 256-channel 200 x 304 level,
 7 x 7, sampling ratio 2), nms on 10k boxes (numpy spec, native, torchvision), batched_nms on
 10k boxes of 80 classes. Model lines: RetinaNet and Faster R-CNN R50-FPN (random weights)
 on --batches images of --size, ours fp32 and int8 (PTQ on two of the images) against
-torchvision's fp32, whole and network only (`run_network`).
+torchvision's fp32, whole and network only (`run_network`). Training lines: one SGD step of
+each model on --train-batch images of --train-size, images/s, ours against torchvision's
+(the issue's target: >= 1.0x).
 """
 import argparse
 import contextlib
@@ -145,6 +148,56 @@ def model_rows(arch, batches, height, width, rounds):
     return rows
 
 
+def _targets(n, height, width, seed=6):
+    """Three random boxes with labels in 1..4 per image (numpy, as our detectors take them)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        lo = rng.uniform(0, 0.6, (3, 2)) * (width, height)
+        size = rng.uniform(0.1, 0.4, (3, 2)) * (width, height)
+        out.append({"boxes": np.concatenate([lo, lo + size], 1).astype(np.float32),
+                    "labels": rng.integers(1, 5, 3)})
+    return out
+
+
+def training_row(arch, n, height, width, rounds):
+    """One SGD step (forward with targets, the summed losses' backward, the update) on n
+    images with three boxes each, ours against torchvision's: images/s of each. Both
+    builders' defaults without weights: BatchNorm trained, all five backbone stages trained."""
+    from tianyuan import optim, zoo
+    ty.manual_seed(0)
+    sizes = dict(min_size=height, max_size=max(height, width))
+    rng = np.random.default_rng(7)
+    images = [rng.random((3, height, width)).astype(np.float32) for _ in range(n)]
+    targets = _targets(n, height, width)
+    ours = getattr(zoo, arch)(weights=None, num_classes=5, **sizes).train()
+    opt = optim.SGD(ours.parameters(), lr=1e-3, momentum=0.9)
+
+    def ours_step():
+        loss = sum(ours(images, [dict(t) for t in targets]).values())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    fns = {"ours": ours_step}
+    if torch is not None:
+        torch.manual_seed(0)
+        theirs = getattr(torchvision.models.detection, arch)(
+            weights=None, weights_backbone=None, num_classes=5, **sizes).train()
+        topt = torch.optim.SGD(theirs.parameters(), lr=1e-3, momentum=0.9)
+        timages = [torch.from_numpy(im) for im in images]
+        ttargets = [{"boxes": torch.from_numpy(t["boxes"]),
+                     "labels": torch.from_numpy(t["labels"])} for t in targets]
+
+        def theirs_step():
+            loss = sum(theirs(timages, ttargets).values())
+            topt.zero_grad()
+            loss.backward()
+            topt.step()
+        fns["torchvision"] = theirs_step
+    t = alternating(fns, rounds)
+    return arch, n, {name: n / sec for name, sec in t.items()}
+
+
 def print_models(rows, height, width):
     print(f"\n{'model, ' + str(height) + 'x' + str(width):34s} {'b':>2s} {'fp32 s':>7s} "
           f"{'int8 s':>7s} {'tv s':>7s} {'fp32/tv':>8s} {'int8/tv':>8s} {'net fp32':>9s} "
@@ -167,6 +220,9 @@ def main():
     parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--train-size", default="512x640",
+                        help="HxW of the training lines' images (0x0: no training lines)")
+    parser.add_argument("--train-batch", type=int, default=2)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     ty.set_num_threads(args.threads)
@@ -185,10 +241,25 @@ def main():
         for arch in args.models.split(","):
             models += model_rows(arch, batches, height, width, args.rounds)
         print_models(models, height, width)
+    training = []
+    train_h, train_w = (int(v) for v in args.train_size.split("x"))
+    if train_h and not args.skip_model:
+        print(f"\n{'training step, ' + args.train_size:34s} {'b':>2s} {'ours img/s':>11s} "
+              f"{'tv img/s':>9s} {'ours/tv':>8s}")
+        for arch in args.models.split(","):
+            training.append(training_row(arch, args.train_batch, train_h, train_w,
+                                         args.rounds))
+            _, n, ips = training[-1]
+            tv = ips.get("torchvision")
+            ratio = ips["ours"] / tv if tv else float("nan")
+            print(f"{arch:34s} {n:2d} {ips['ours']:11.3f} "
+                  f"{tv if tv else float('nan'):9.3f} {ratio:8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ops": [{"line": n, "ours_s": o, "torchvision_s": t} for n, o, t in rows],
-                       "models": [{"model": a, "batch": n, "seconds": t} for a, n, t in models]},
+                       "models": [{"model": a, "batch": n, "seconds": t} for a, n, t in models],
+                       "training": [{"model": a, "batch": n, "images_per_s": t}
+                                    for a, n, t in training]},
                       f, indent=1)
 
 
