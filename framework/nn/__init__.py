@@ -13,7 +13,7 @@ from .activation import (Hardsigmoid, Hardswish, Hsigmoid, Hswish, LeakyReLU, Re
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d, ConvTranspose2d
 from .linear import Linear
-from .misc import ChannelShuffle, Dropout, Flatten, Identity, Upsample
+from .misc import ChannelShuffle, Dropout, Flatten, Identity, Rescale, Upsample
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .norm import (BatchNorm1d, BatchNorm2d, FrozenBatchNorm2d, SyncBatchNorm2d,
                    batch_norm_act, convert_frozen_batchnorm, convert_sync_batchnorm)

@@ -1,4 +1,4 @@
-"""Dropout, Identity, Flatten, ChannelShuffle, Upsample."""
+"""Dropout, Identity, Rescale, Flatten, ChannelShuffle, Upsample."""
 from .. import functional as F
 from ..ops.shape import shuffled
 from .module import Module
@@ -30,6 +30,21 @@ class Identity(Module):
 
     def forward(self, x):
         return x
+
+
+class Rescale(Module):
+    """x * scale + shift with constant scalars (a sigmoid's [0, 1] onto [-1, 1]): arithmetic
+    written in a forward is not recorded by `jit.trace`, a module is."""
+
+    def __init__(self, scale=1.0, shift=0.0):
+        super().__init__()
+        self.scale, self.shift = float(scale), float(shift)
+
+    def forward(self, x):
+        return x * self.scale + self.shift
+
+    def extra_repr(self):
+        return f"scale={self.scale}, shift={self.shift}"
 
 
 class Flatten(Module):

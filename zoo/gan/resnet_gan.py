@@ -159,7 +159,8 @@ class ResNetGenerator32(nn.Module):
         self.b5, self.act5 = nn.BatchNorm2d(ngf), nn.ReLU()
         self.c5 = _xavier(nn.Conv2d(ngf, 3, 3, 1, 1), 1.0)
         self.quant, self.dequant = nn.QuantStub(), nn.DequantStub()
-        self.out = nn.Tanh() if output == "tanh" else nn.Sigmoid()
+        self.out = (nn.Tanh() if output == "tanh" else
+                    nn.Sequential(nn.Sigmoid(), nn.Rescale(2.0, -1.0)))   # [0, 1] -> [-1, 1]
 
     def fuse_groups(self):
         """The blocks' BN-ReLU pairs and b5-act5 (BnReLU2d: int8 as depthwise 1x1 convs)."""
@@ -171,8 +172,7 @@ class ResNetGenerator32(nn.Module):
         w = self.bottom_width
         h = self.l1(self.quant(z)).reshape(z.shape[0], self.ngf, w, w)  # (N, ngf, 4, 4)
         h = self.block4(self.block3(self.block2(h)))
-        x = self.out(self.dequant(self.c5(self.act5(self.b5(h)))))       # float tanh/sigmoid
-        return x if self.output == "tanh" else x * 2.0 - 1.0          # [0, 1] -> [-1, 1]
+        return self.out(self.dequant(self.c5(self.act5(self.b5(h)))))    # float tanh/sigmoid
 
 
 class ResNetDiscriminator32(nn.Module):
