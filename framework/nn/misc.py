@@ -1,4 +1,6 @@
 """Dropout, Identity, Rescale, Flatten, ChannelShuffle, Upsample."""
+import numpy as np
+
 from .. import functional as F
 from ..ops.shape import shuffled
 from .module import Module
@@ -33,18 +35,29 @@ class Identity(Module):
 
 
 class Rescale(Module):
-    """x * scale + shift with constant scalars (a sigmoid's [0, 1] onto [-1, 1]): arithmetic
-    written in a forward is not recorded by `jit.trace`, a module is."""
+    """x * scale + shift with constants: scalars, or one per channel (axis 1) as sequences
+    (a sigmoid's [0, 1] onto [-1, 1], a per-channel normalisation). Arithmetic written in a
+    forward is not recorded by `jit.trace`, a module is; the constants are plain config."""
 
     def __init__(self, scale=1.0, shift=0.0):
         super().__init__()
-        self.scale, self.shift = float(scale), float(shift)
+        self.scale, self.shift = _constant(scale), _constant(shift)
 
     def forward(self, x):
-        return x * self.scale + self.shift
+        return x * _along_channels(self.scale, x.ndim) + _along_channels(self.shift, x.ndim)
 
     def extra_repr(self):
         return f"scale={self.scale}, shift={self.shift}"
+
+
+def _constant(value):
+    return float(value) if np.ndim(value) == 0 else tuple(float(v) for v in np.ravel(value))
+
+
+def _along_channels(value, ndim):
+    if isinstance(value, float):
+        return value
+    return np.asarray(value, np.float32).reshape((1, -1) + (1,) * (ndim - 2))
 
 
 class Flatten(Module):

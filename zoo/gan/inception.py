@@ -23,11 +23,7 @@ classifiers. The smallest input is 75 x 75 (stride-2 valid convolutions).
 >>> feats.shape, logits.shape
 ((2, 2048), (2, 1008))
 """
-import numpy as np
-
-import tianyuan.functional as F
 from tianyuan import nn
-
 from tianyuan.weights import preprocessing
 from tianyuan.weights.inception_maps import FID_CLASSES, MIXED, STEM, block_convs
 
@@ -181,10 +177,6 @@ def _block(name, kind, in_ch, widths, fid):
     return KINDS[kind](*args, pool=FID_POOLS.get(name, "avg_tf") if fid else "avg")
 
 
-def _per_channel(values):
-    return np.asarray(values, np.float32).reshape(1, -1, 1, 1)   # (1, C, 1, 1)
-
-
 # torchvision's transform_input: ImageNet-normalised input -> the (x - 0.5) / 0.5 the ported
 # TF weights expect, per channel: x * std / 0.5 + (mean - 0.5) / 0.5
 _MEAN, _STD = preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD
@@ -203,6 +195,8 @@ class Inception3(nn.Module):
                  fid=False, init_weights=True):
         super().__init__()
         self.num_classes, self.transform_input, self.fid = num_classes, transform_input, fid
+        # torchvision's transform_input, a module (jit.trace records it), run where that is set
+        self.transform = nn.Rescale([s / 0.5 for s in _STD], [(m - 0.5) / 0.5 for m in _MEAN])
         self.quant = nn.QuantStub()
         for name, *conv in STEM:
             setattr(self, name, BasicConv2d(*conv))
@@ -233,11 +227,7 @@ class Inception3(nn.Module):
 
     def prepare_input(self, x):
         """What the network sees: torchvision's transform_input, if set."""
-        if not self.transform_input:
-            return x
-        scale = [s / 0.5 for s in _STD]
-        shift = [(m - 0.5) / 0.5 for m in _MEAN]
-        return x * _per_channel(scale) + _per_channel(shift)
+        return self.transform(x) if self.transform_input else x
 
     def _trunk(self, x):
         """(Mixed_6e's output (N, 768, 17, 17), Mixed_7c's (N, 2048, 8, 8)) at 299 x 299."""
@@ -287,12 +277,14 @@ class FIDInception(Inception3):
     def __init__(self, resize_input=True, normalize_input=True, init_weights=True):
         super().__init__(FID_CLASSES, aux_logits=False, fid=True, init_weights=init_weights)
         self.resize_input, self.normalize_input = resize_input, normalize_input
+        self.resize = nn.Upsample(size=(FID_SIZE, FID_SIZE), mode="bilinear",
+                                  align_corners=False)
+        self.normalize = nn.Rescale(2.0, -1.0)
 
     def prepare_input(self, x):
         if self.resize_input and tuple(x.shape[2:]) != (FID_SIZE, FID_SIZE):
-            x = F.interpolate(x, size=(FID_SIZE, FID_SIZE), mode="bilinear",
-                              align_corners=False)
-        return x * 2.0 - 1.0 if self.normalize_input else x
+            x = self.resize(x)
+        return self.normalize(x) if self.normalize_input else x
 
 
 def _inception_v3(*, num_classes=1000, weights=None, pretrained=False, aux_logits=True,

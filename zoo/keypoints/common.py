@@ -66,6 +66,24 @@ def head_init(module, std=0.001):
             nn.init.zeros_(m.bias)
 
 
+class HeatmapRange:
+    """A pose model's `heatmap_range` (the scale its weights' heatmaps peak at: 1, MegEngine's
+    255), divided out of the output by the `heatmap_scale` module, which setting it rebuilds
+    (a module, so that jit.trace records the division)."""
+
+    @property
+    def heatmap_range(self):
+        return self._heatmap_range
+
+    @heatmap_range.setter
+    def heatmap_range(self, value):
+        self._heatmap_range = float(value)
+        self.heatmap_scale = nn.Rescale(1.0 / self._heatmap_range)
+
+    def unscaled(self, heatmaps):
+        return heatmaps if self._heatmap_range == 1.0 else self.heatmap_scale(heatmaps)
+
+
 def entry_heatmap_range(weights):
     """A manifest entry's heatmap scale (MegEngine's files learnt 0..255 heatmaps), else 1."""
     if not isinstance(weights, str):

@@ -29,11 +29,13 @@ from functools import partial
 
 import tianyuan.functional as F
 from tianyuan import nn
+from tianyuan import quantization as Q
 
 from ..classification.common import kaiming_init
 from ..classification.resnet import Bottleneck, ResNetBackbone
 from ..registry import register_model
-from .common import fusible, head_init, keypoint_card, load_pose_weights, seq_conv_groups
+from .common import (HeatmapRange, fusible, head_init, keypoint_card, load_pose_weights,
+                     seq_conv_groups)
 from .losses import mspn_loss
 
 # MegEngine's coarse-to-fine kernels (config.heat_kernel), coarse to fine, at 64x48 heatmaps
@@ -123,7 +125,7 @@ class SingleStage(nn.Module):
         return groups
 
 
-class MSPN(nn.Module):
+class MSPN(HeatmapRange, nn.Module):
     """The stem (`head`), `num_stages` stages (`stages` as MegEngine names them), heatmaps
     resized to the finest scale (a quarter of the input). `sigmas`: the coarse-to-fine
     kernels the loss renders for the four scales (None: all learn the data's target);
@@ -152,12 +154,17 @@ class MSPN(nn.Module):
             if not last:
                 stages[f"Stage_{i}_next"] = _conv_bn(mid_channel, c, relu=True)
         self.stages = nn.ModuleDict(stages)
+        for i in range(self.num_stages):   # heads that only feed the losses stay float: never
+            for j in range(4):             # run in inference, they are never calibrated
+                if i < self.num_stages - 1 or j < 3:
+                    Q.disable_quantize(self.stages[f"Stage_{i}_tail"][f"tail_{j}"])
         kaiming_init(self)
         for i in range(self.num_stages):
             head_init(self.stages[f"Stage_{i}_tail"])
 
-    def forward_stages(self, x):
-        """[[four (N, K, H/4, W/4) heatmaps, coarse to fine] per stage]."""
+    def forward_stages(self, x, finest_only=False):
+        """[[four (N, K, H/4, W/4) heatmaps, coarse to fine] per stage]; finest_only: the last
+        stage's finest alone (inference: the other heads only feed the losses), as [[map]]."""
         f = self.head(self.quant(x))
         skips, outputs = (None, None), []
         for i in range(self.num_stages):
@@ -165,6 +172,8 @@ class MSPN(nn.Module):
             tail = self.stages[f"Stage_{i}_tail"]
             maps = []
             for j in range(4):
+                if finest_only and (i < self.num_stages - 1 or j < 3):
+                    continue
                 out = tail[f"tail_{j}"](features[j])
                 if j < 3:      # to the finest scale (MegEngine: bilinear, half-pixel centres)
                     out = F.interpolate(out, size=features[3].shape[2:], mode="bilinear")
@@ -177,8 +186,8 @@ class MSPN(nn.Module):
 
     def forward(self, x):
         """(N, 3, H, W) -> the last stage's finest (N, K, H / 4, W / 4) heatmaps."""
-        out = self.forward_stages(x)[-1][-1]
-        return out if self.heatmap_range == 1.0 else out * (1.0 / self.heatmap_range)
+        out = self.forward_stages(x, finest_only=True)[-1][-1]
+        return self.unscaled(out)
 
     def losses(self, images, target, target_weight):
         """{"loss_coarse", "loss_ohkm"}: every stage's coarse scales, OHKM on the finest."""

@@ -21,8 +21,8 @@ from tianyuan import nn
 from ..classification.common import kaiming_init
 from ..classification.resnet import ARCHS, ResNetBackbone
 from ..registry import register_model
-from .common import (fusible, head_init, keypoint_card, load_backbone_into, load_pose_weights,
-                     seq_conv_groups)
+from .common import (HeatmapRange, fusible, head_init, keypoint_card, load_backbone_into,
+                     load_pose_weights, seq_conv_groups)
 from .losses import joints_mse_loss
 
 
@@ -38,7 +38,7 @@ def deconv_head(in_ch, channels, kernel=4):
     return nn.Sequential(*layers)
 
 
-class SimpleBaseline(ResNetBackbone):
+class SimpleBaseline(HeatmapRange, ResNetBackbone):
     """ResNet stem and stages, `deconv_layers`, `final_layer` (K heatmaps), between quant
     stubs. `heatmap_range`: the scale the weights' heatmaps peak at (1; MegEngine's 255),
     divided out so that the output peaks near 1 whatever the file."""
@@ -60,7 +60,7 @@ class SimpleBaseline(ResNetBackbone):
         """(N, 3, H, W) -> (N, K, H / 4, W / 4) heatmaps."""
         x = self.forward_features(self.quant(x))["C5"]          # (N, C5, H / 32, W / 32)
         out = self.dequant(self.final_layer(self.deconv_layers(x)))
-        return out if self.heatmap_range == 1.0 else out * (1.0 / self.heatmap_range)
+        return self.unscaled(out)
 
     def losses(self, images, target, target_weight):
         return {"loss_heatmap": joints_mse_loss(self(images), target, target_weight)}
