@@ -88,6 +88,13 @@ def keep_float_model(model, names, order):
     return model
 
 
+def mark_keep_float(model, names, example, forward):
+    """`quant.keep_float=[...]`: a copy of the float `model` with `names` (submodules, or int8
+    layers naming their fuse group) kept float and re-quantized after where an int8 layer
+    reads them (keep_float_model, in the order one `forward(model, example)` runs)."""
+    return keep_float_model(model, names, execution_order(model, ty.as_tensor(example), forward))
+
+
 def candidates(model, layers):
     """The SQNR list's int8 layers (worst first) that can be kept float: not the stubs."""
     names = []
@@ -136,7 +143,9 @@ def within_budget(cfg, report, model, int8, calibrate, evaluate, example, forwar
     "budget" entry: {"max_drop", "met", "keep_float", "steps"}."""
     metric, batch = report.info["metric"], cfg.report.batches[0]
     rows = {row["model"]: row for row in report.rows}
-    ranked = [n for n in candidates(int8, report.sensitivity["ptq"]) if n not in keep_float]
+    keep_float = list(keep_float)   # the user's, kept in every step
+    ranked = [n for n in candidates(int8, report.sensitivity["ptq"])
+              if not _inside(n, keep_float)]
     order = execution_order(model, ty.as_tensor(example), forward)
     input_size = tuple(report.info["input_size"])
 
@@ -147,7 +156,7 @@ def within_budget(cfg, report, model, int8, calibrate, evaluate, example, forwar
     first = (plain[metric], {"ms": plain[f"ms_batch{batch}"],
                              "noisy": f"ms_batch{batch}" in plain.get("noisy", ())})
     steps = search(model, ranked, float(cfg.quant.max_drop),
-                   lambda names: calibrate(keep_float_model(model, names, order)),
+                   lambda names: calibrate(keep_float_model(model, keep_float + names, order)),
                    evaluate, metric, mode, rows["float"][metric], time_int8, first,
                    show_progress=cfg.trainer.progress)
     return {"max_drop": float(cfg.quant.max_drop), "met": steps[-1]["drop"] <= cfg.quant.max_drop,

@@ -36,7 +36,7 @@ from tianyuan.progress import progress
 from .classification import prepare_qat
 from .commands import _card, build_model, choose_preprocessing
 from .config import compose, usage, use_threads
-from .quant_budget import within_budget
+from .quant_budget import mark_keep_float, within_budget
 from .train import GROUPS, build
 
 METHODS = {"ptq": ("ptq",), "qat": ("qat",), "both": ("ptq", "qat")}
@@ -93,12 +93,13 @@ def _check(cfg):
                          "'mpiexec -n N tianyuan train quant.method=qat ...'")
 
 
-def _int8_models(cfg, model, calibrate, info):
-    """{"ptq": ..., "qat": ...} as cfg.method asks; each one's settings and time into info."""
+def _int8_models(cfg, model, marked, calibrate, info):
+    """{"ptq": ..., "qat": ...} as cfg.method asks; each one's settings and time into info.
+    `marked`: the model with quant.keep_float applied, for PTQ (QAT's trainer applies it)."""
     int8 = {}
     if "ptq" in METHODS[cfg.method]:
         started = time.perf_counter()
-        int8["ptq"] = calibrate(model, progress_bar=True)
+        int8["ptq"] = calibrate(marked, progress_bar=True)
         info["ptq"] = {"calib_batches": cfg.calib_batches, "qconfig": cfg.calib_qconfig,
                        "seconds": round(time.perf_counter() - started, 1)}
     if "qat" in METHODS[cfg.method]:
@@ -125,22 +126,24 @@ def run(cfg):
     info = {"model": cfg.model.get("name", cfg.model._target_), "weights": cfg.weights,
             "method": cfg.method, "data": cfg.data.get("kind", cfg.data._target_),
             "preprocessing": {**(pre or {}), "source": source}}
-    keep_float = list(cfg.quant.get("keep_float") or ())   # both methods, as quant.keep_float
+    keep_float = list(cfg.quant.get("keep_float") or ())   # both methods (QAT: train.build)
+    example = task.quant_inputs(model, val, cfg.report.sensitivity_images)
     if keep_float:
         info["keep_float"] = list(keep_float)
-    keep_float += task.quant_keep_float(model)
+    task_float = task.quant_keep_float(model)   # whole parts (a GAN's discriminator)
 
     def calibrate(marked, progress_bar=False):
         """PTQ of `marked` on cfg.calib_batches training batches (the task's forward)."""
         count = min(cfg.calib_batches, len(calib))
         batches = progress(itertools.islice(calib, count), "calibrate", total=count,
                            unit="batch", disable=not (progress_bar and cfg.trainer.progress))
-        return ptq(marked, batches, cfg.calib_qconfig, keep_float, evaluator.forward)
+        return ptq(marked, batches, cfg.calib_qconfig, task_float, evaluator.forward)
 
     def evaluate(m):
         return task.report_metrics(inference(m, val, evaluator, progress=cfg.trainer.progress))
-    int8 = _int8_models(cfg, model, calibrate, info)
-    example = task.quant_inputs(model, val, cfg.report.sensitivity_images)
+    marked = (mark_keep_float(model, keep_float, example, task.quant_forward) if keep_float
+              else model)
+    int8 = _int8_models(cfg, model, marked, calibrate, info)
     report = QuantReport.measure(model, int8, evaluate, example, tuple(cfg.report.batches),
                                  cfg.report.repeats, worst=cfg.report.worst, info=info,
                                  show_progress=cfg.trainer.progress, metric=task.metric,

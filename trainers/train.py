@@ -23,6 +23,7 @@ from tianyuan.evaluation.report import format_table, write_json
 from .classification import prepare_qat
 from .config import compose, to_dict, usage, use_threads
 from .engine import CheckpointHook, EvalHook, Trainer, seed_everything
+from .quant_budget import mark_keep_float
 
 GROUPS = ("experiment", "task", "model", "data", "optim", "schedule", "quant")
 
@@ -35,7 +36,7 @@ def build(cfg, model=None):
     task = instantiate(cfg.task)
     train_loader, val_loader, meta = task.build_data(cfg)
     model = task.build_model(cfg, meta) if model is None else model
-    model = _prepare(cfg, model, task)
+    model = _prepare(cfg, model, task, val_loader if val_loader is not None else train_loader)
     optimizers = task.optimizers(cfg, model)
     epochs, per_epoch = cfg.trainer.max_epochs, len(train_loader)
     if epochs is None:   # counted in iterations: the schedule spans max_iters
@@ -54,17 +55,22 @@ def build(cfg, model=None):
                    log_every=cfg.trainer.log_every, progress=cfg.trainer.progress)
 
 
-def _prepare(cfg, model, task):
+def _prepare(cfg, model, task, loader):
     """Synchronised batch norm or QAT modules, as the config asks (any task's model; the
-    task's own float parts, as a GAN's discriminator, stay float)."""
+    task's own float parts, as a GAN's discriminator, stay float). quant.keep_float's layers
+    stay float, re-quantized after where an int8 layer reads them (quant_budget's marking, in
+    the order one input of `loader` runs)."""
     if cfg.trainer.get("sync_bn"):
         if cfg.quant.method is not None:
             raise ValueError("train: trainer.sync_bn is for float training (QAT's fused "
                              "ConvBn2d keeps its own batch norm)")
         ty.nn.convert_sync_batchnorm(model)
     if cfg.quant.method == "qat":
-        keep_float = list(cfg.quant.get("keep_float") or ()) + task.quant_keep_float(model)
-        return prepare_qat(model, cfg.quant.qconfig, keep_float)
+        keep_float = list(cfg.quant.get("keep_float") or ())
+        if keep_float:
+            example = task.quant_inputs(model, loader, 1)
+            model = mark_keep_float(model, keep_float, example, task.quant_forward)
+        return prepare_qat(model, cfg.quant.qconfig, task.quant_keep_float(model))
     if cfg.quant.method is not None:
         raise ValueError(f"train: quant.method must be null or 'qat', got {cfg.quant.method!r}")
     return model

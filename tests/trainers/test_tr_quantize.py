@@ -99,3 +99,26 @@ def test_quantize_keep_float_from_the_command_line(shapes_root, tmp_path, capsys
         ("DequantStub", True), ("Linear", False)]
     x = np.random.default_rng(0).standard_normal((3,) + graph.input_specs[0][0][1:])
     assert graph(x.astype(np.float32)).shape == (3, 10)
+
+
+def test_keep_float_mid_network_is_quantized_again_after(shapes_root, tmp_path):
+    """A layer kept float between int8 ones (train's QAT and quantize's PTQ): its input
+    dequantized, its output quantized again for the int8 layer after it (a QuantStub at the
+    scale calibration observed), no 'float layer feeding an int8 one' error."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "experiment=smoke_shapesnet", f"data.root={shapes_root}",
+                     f"out_dir={run}", "trainer.max_iters=4", "trainer.eval_every=0",
+                     "trainer.progress=false"]) == 0
+    out = tmp_path / "kept.json"
+    assert cli.main(["quantize", "model=shapesnet", "data=shapes", f"data.root={shapes_root}",
+                     f"weights={run}/model_final.safetensors", "method=both", "calib_batches=2",
+                     "qat.iters=2", "trainer.progress=false", f"out_dir={tmp_path}/qat",
+                     "report.repeats=1", "report.batches=[1]", "report.sensitivity_images=4",
+                     "quant.keep_float=[features.2]", f"out={out}"]) == 0
+    kept = json.load(open(out))
+    assert kept["keep_float"] == ["features.2"]
+    for method in ("ptq", "qat"):
+        layers = {r["layer"] for r in kept["sensitivity"][method]}
+        # features.2 became Sequential(the float block, QuantStub): only the stub is int8
+        assert "features.4.0" in layers
+        assert {n for n in layers if n.startswith("features.2")} == {"features.2.1"}
