@@ -7,22 +7,29 @@ import tianyuan as ty
 import tianyuan.functional as F
 from tianyuan import nn
 from tianyuan import quantization as Q
-from tianyuan.nn.qat.conv import exact_in_float32
+from tianyuan.nn.qat.conv import exact_chunks
 from tianyuan.quantization import reference as R
 
 
-def test_sums_equal_the_reference_on_both_paths():
-    """A conv of 8 channels sums on the float32 GEMM; one of 64 channels at +-127 weights and
-    inputs up to 255 (576 * 127 * 255 >= 2**24) on the reference: both the exact integers."""
+def test_sums_equal_the_reference_in_one_chunk_or_several():
+    """A conv of 8 channels sums in one float32 chunk; one of 64 channels at +-127 weights and
+    inputs up to 255 (576 * 127 * 255 >= 2**24) in two or more: both the exact integers; a
+    depthwise conv on its own kernel, likewise."""
     rng = np.random.default_rng(0)
-    for channels, path in ((8, "float32"), (64, "reference")):
+    for channels, pieces in ((8, 1), (64, 2)):
         conv = Q.quantize_qat(nn.Sequential(nn.QuantStub(), nn.Conv2d(channels, 6, 3,
                                                                       padding=1)))[1].eval()
         qx = rng.integers(0, 256, (2, channels, 7, 5)).astype(np.uint8)
         qx[0, :, 0, 0] = 255
         qw = rng.choice(np.array([-127, 127], np.int8), (6, channels, 3, 3))
-        assert (exact_in_float32(qx, 0, qw)[0] is not None) == (path == "float32")
+        chunks = exact_chunks(qx, 0, qw)[2]
+        assert len(chunks) >= pieces and chunks[0][0] == 0 and chunks[-1][1] == channels
         np.testing.assert_array_equal(conv.int8_sums(qx, 3, qw), R.conv2d(qx, 3, qw, 1, 1))
+    dw = Q.quantize_qat(nn.Sequential(nn.QuantStub(), nn.Conv2d(5, 5, 3, 2, 1, groups=5)))[1]
+    qx = rng.integers(0, 256, (2, 5, 9, 8)).astype(np.uint8)
+    qw = rng.integers(-127, 128, (5, 1, 3, 3)).astype(np.int8)
+    np.testing.assert_array_equal(dw.eval().int8_sums(qx, 7, qw),
+                                  R.conv2d(qx, 7, qw, 2, 1, groups=5))
 
 
 def test_grid_mark_survives_reshape_permute_and_max_pool():

@@ -38,16 +38,29 @@ def activate(y, activation):
     return y
 
 
-def exact_in_float32(qx, zx, qw):
-    """(x - zx, w) as float32 arrays when a float32 conv of them sums exactly, else (None,
-    None): integer products and sums are exact in float32 below 2**24, and no partial sum
-    (in any order, any blocking) exceeds max|x - zx| * max over output channels of sum|w|."""
+EXACT_FLOAT32 = 2.0 ** 24   # integers below this add exactly in float32
+
+
+def exact_chunks(qx, zx, qw):
+    """(x - zx, w) as float32 arrays and the input-channel chunks [(start, stop), ...] over
+    which a float32 conv of them sums exactly: integer products and sums are exact in float32
+    below 2**24, and no partial sum of a chunk (in any order, any blocking) exceeds
+    max|x - zx| * max over output channels of the chunk's sum|w|. (None, None, None) where
+    one input channel alone may reach 2**24 (kernels of over ~500 taps)."""
     x = qx.astype(np.float32) - np.float32(zx)
     w = qw.astype(np.float32)
-    reach = np.abs(w).reshape(w.shape[0], -1).sum(1).max(initial=0.0)
-    if float(np.abs(x).max(initial=0.0)) * float(reach) >= 2.0 ** 24:
-        return None, None
-    return x, w
+    reach = np.abs(w).reshape(w.shape[0], w.shape[1], -1).sum(2) * float(
+        np.abs(x).max(initial=0.0))                                     # (OC, C)
+    chunks, start, total = [], 0, np.zeros(w.shape[0])
+    for c in range(w.shape[1]):
+        if (total + reach[:, c]).max(initial=0.0) >= EXACT_FLOAT32:
+            if c == start:
+                return None, None, None
+            chunks.append((start, c))
+            start, total = c, np.zeros(w.shape[0])
+        total += reach[:, c]
+    chunks.append((start, w.shape[1]))
+    return x, w, chunks
 
 
 def conv_padding(module):
@@ -84,14 +97,26 @@ class Conv2d(float_conv.Conv2d, QATModule):
         return self.fake_quant_act(activate(y, self.activation))
 
     def int8_sums(self, qx, zx, qw):
-        """The int32 sums of the int8 conv: on the float32 GEMM conv where that is exact (see
-        `exact_in_float32`), else reference.conv2d (float64 on numpy's BLAS, 2-3x slower)."""
+        """The int32 sums of the int8 conv, exactly: on the float32 GEMM conv over input-channel
+        chunks each exact in float32 (`exact_chunks`; their exact integer results added in
+        float64), the depthwise kernel for depthwise convs (9 taps: always exact), else
+        reference.conv2d (float64 matmuls on numpy's BLAS: several times slower)."""
         padding = conv_padding(self)
         if self.groups == 1:
-            x, w = exact_in_float32(qx, zx, qw)
-            if x is not None:
-                return _C.conv2d_gemm(x, w, None, None, self.stride, padding,
-                                      self.dilation).astype(np.int64)
+            x, w, chunks = exact_chunks(qx, zx, qw)
+            if chunks is not None:
+                acc = None
+                for a, b in chunks:
+                    part = _C.conv2d_gemm(np.ascontiguousarray(x[:, a:b]),
+                                          np.ascontiguousarray(w[:, a:b]), None, None,
+                                          self.stride, padding, self.dilation)
+                    acc = part.astype(np.float64) if acc is None else acc + part
+                return acc.astype(np.int64)
+        if self.groups == qx.shape[1] == qw.shape[0] and qw.shape[1] == 1:
+            x, w, chunks = exact_chunks(qx, zx, qw)
+            if chunks is not None:
+                return _C.depthwise_conv2d(x, w, None, self.stride, padding,
+                                           self.dilation).astype(np.int64)
         return R.conv2d(qx, zx, qw, self.stride, padding, self.dilation, self.groups)
 
 
