@@ -32,6 +32,18 @@ def test_sums_equal_the_reference_in_one_chunk_or_several():
                                   R.conv2d(qx, 7, qw, 2, 1, groups=5))
 
 
+def test_transposed_conv_sums_equal_the_reference():
+    rng = np.random.default_rng(2)
+    for channels in (6, 64):      # one chunk; several (64 * 16 taps * 127 * 255 >= 2**24)
+        up = Q.quantize_qat(nn.Sequential(nn.QuantStub(), nn.ConvTranspose2d(
+            channels, 5, 4, 2, 1, output_padding=1)))[1].eval()
+        qx = rng.integers(0, 256, (2, channels, 5, 4)).astype(np.uint8)
+        qw = rng.choice(np.array([-127, 127], np.int8), (5, channels, 4, 4))   # conv layout
+        want = R.conv_transpose2d(qx, 9, np.ascontiguousarray(qw.transpose(1, 0, 2, 3)), 2, 1,
+                                  1)
+        np.testing.assert_array_equal(up.int8_sums(qx, 9, qw), want)
+
+
 def test_grid_mark_survives_reshape_permute_and_max_pool():
     x = ty.randn(2, 4, 6, 6)
     p = Q.QParams(np.float32(0.1), 3, np.dtype(np.uint8), None)

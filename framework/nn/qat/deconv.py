@@ -8,10 +8,14 @@ weight in the conv layout (OC, C/groups, kh, kw) (`conv_layout`), and the transp
 reads it back (`deconv_layout`): both are permutations, so the values are exactly the ones
 `nn.quantized.ConvTranspose2d` quantizes.
 """
+import numpy as np
+
 from ... import functional as F
+from ...autograd import no_grad
 from ...quantization import reference as R
+from ...tensor import Tensor
 from .. import conv as float_conv
-from .conv import BnFolding, activate
+from .conv import BnFolding, activate, exact_chunks
 from .module import QATModule
 
 
@@ -54,6 +58,22 @@ class ConvTranspose2d(float_conv.ConvTranspose2d, QATModule):
         return self.fake_quant_act(activate(y, self.activation))
 
     def int8_sums(self, qx, zx, qw):
+        """The int32 sums of the int8 transposed conv, exactly: the float32 transposed conv
+        over input-channel chunks each exact in float32 (qat/conv.py's `exact_chunks`: every
+        output sums a subset of the same terms), else reference.conv_transpose2d."""
+        if self.groups == 1:
+            x, w, chunks = exact_chunks(qx, zx, qw)
+            if chunks is not None:
+                w = deconv_layout(w, 1)
+                acc = None
+                with no_grad():
+                    for a, b in chunks:
+                        part = F.conv_transpose2d(
+                            Tensor(np.ascontiguousarray(x[:, a:b])),
+                            Tensor(np.ascontiguousarray(w[a:b])), None, self.stride,
+                            self.padding, self.output_padding, 1, self.dilation).numpy()
+                        acc = part.astype(np.float64) if acc is None else acc + part
+                return acc.astype(np.int64)
         return R.conv_transpose2d(qx, zx, deconv_layout(qw, self.groups), self.stride,
                                   self.padding, self.output_padding, self.dilation, self.groups)
 
