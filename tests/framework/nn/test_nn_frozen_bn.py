@@ -98,16 +98,16 @@ def test_conv_frozen_bn_fuses_and_quantizes():
     out = qat.train()(x)          # QAT training folds with the fixed statistics
     out.sum().backward()
     assert qat[1].weight.grad is not None
-    with ty.no_grad():
-        np.testing.assert_allclose(out.numpy(), qat.eval()(x).numpy(), rtol=1e-5, atol=1e-5)
+    with ty.no_grad():   # eval computes the int8 integers, training the float form: a step
+        step = float(np.max(qat[4].act_qparams().scale))
+        off = np.abs(out.numpy() - qat.eval()(x).numpy())
+        assert off.max() <= step * 1.001 and (off > 1e-6).mean() < 0.02
     assert len(stats) == 8 and all(np.array_equal(qat.state_dict()[k], v)
                                    for k, v in stats.items())
     Q.calibrate(qat, [x.numpy()])
     int8 = Q.quantize(qat)
     with ty.no_grad():
-        ref, got = qat(x).numpy(), int8(x).numpy()
-    step = float(np.max(qat[4].act_qparams().scale))   # the output's quantization step
-    assert np.abs(got - ref).max() <= 2 * step + 1e-6
+        np.testing.assert_array_equal(int8(x).numpy(), qat(x).numpy())
 
 
 def test_float_fuse_and_jit_fold_a_frozen_bn():
