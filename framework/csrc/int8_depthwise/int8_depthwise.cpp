@@ -1,7 +1,9 @@
 // int8 depthwise convolution (groups == C): the dispatch between the VNNI kernels, the AVX-512,
 // AVX-VNNI and AVX2 ones (VNNI's and AVX2's two: per plane, and with the channels in the
 // lanes) and the generic direct loops (one channel's K is tiny, so no GEMM), and the lane
-// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept.
+// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept. The
+// ISA's kernels are chosen once into the family's table (fill_int8_depthwise), in the order
+// they are tried on a geometry.
 #include <array>
 #include <cstring>
 #include <map>
@@ -11,6 +13,7 @@
 #include <omp.h>
 
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 #include "int8_cgemm/int8_cgemm.h"
 #include "int8_gemm/int8_ops.h"
 
@@ -174,6 +177,110 @@ std::vector<int64_t> lanes_at(const ConvGeom& g) {
     return at;
 }
 
+// One call's arguments, as every kernel of the family takes them.
+struct DwCall {
+    const QIn& x;
+    const ConvGeom& g;
+    const int8_t* w;
+    const int32_t* bias;
+    const Requant& r;
+    uint8_t* out;
+    const int32_t* words;
+    const int32_t* sums;
+};
+
+// A kernel and the geometries the automatic choice gives it.
+struct DwKernel {
+    bool (*runs)(const ConvGeom& g, const Requant& r);
+    void (*call)(const DwCall& c);
+};
+
+// The ISA's kernels in the order they are tried; the generic loops take what none runs.
+struct DepthwiseKernels {
+    DwKernel tries[5];
+    int count;
+};
+
+void lanes_vnni_call(const DwCall& c) {
+    depthwise_lanes_vnni(c.x, c.g, c.words, c.sums, c.bias, c.r, lanes_at(c.g).data(), c.out);
+}
+
+void vnni_call(const DwCall& c) {
+    std::vector<uint64_t> local;
+    const int nd = depthwise_words_per_row(c.g.kw);
+    const uint64_t* masks = depthwise_vnni_unpadded(c.g) ? masks_for(c.g, nd, local) : nullptr;
+    depthwise_conv2d_vnni(c.x, c.g, c.words, c.sums, c.bias, c.r, masks, c.out);
+}
+
+void lanes_avx2_call(const DwCall& c) {
+    depthwise_lanes_avx2(c.x, c.g, c.w, c.bias, c.r, lanes_at(c.g).data(), c.out);
+}
+
+template <PlaneFn plane>
+void plane_call(const DwCall& c) {
+    depthwise_simd(c.x, c.g, c.w, c.bias, c.r, plane, c.out);
+}
+
+bool unit_or_double_stride(const ConvGeom& g, const Requant&) { return g.sw == 1 || g.sw == 2; }
+
+template <bool (*takes)(const ConvGeom&)>
+bool takes_any_requant(const ConvGeom& g, const Requant&) {
+    return takes(g);
+}
+
+// The family's one ISA decision: the kernels each level tries, fastest first; a level runs
+// the kernels of those below it, but avxvnni's, which sits below avx512 and vnni, whose CPUs
+// need not have it.
+void fill_int8_depthwise(DepthwiseKernels& k, Isa isa) {
+    const DwKernel lanes_vnni{[](const ConvGeom& g, const Requant& r) {
+                                  return lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r);
+                              },
+                              lanes_vnni_call};
+    const DwKernel vnni{takes_any_requant<depthwise_vnni_takes>, vnni_call};
+    const DwKernel avx512{unit_or_double_stride, plane_call<depthwise_plane_avx512>};
+    const DwKernel avxvnni{takes_any_requant<depthwise_avxvnni_takes>,
+                           plane_call<depthwise_plane_avxvnni>};
+    const DwKernel lanes_avx2{[](const ConvGeom& g, const Requant&) {
+                                  return depthwise_lanes_avx2_takes(g) && lanes_wins(g);
+                              },
+                              lanes_avx2_call};
+    const DwKernel avx2{takes_any_requant<depthwise_avx2_takes>, plane_call<depthwise_plane_avx2>};
+    k.count = 0;
+    const auto add = [&k](const DwKernel& kernel) { k.tries[k.count++] = kernel; };
+    if (isa >= Isa::vnni) {
+        add(lanes_vnni);
+        add(vnni);
+    }
+    if (isa >= Isa::avx512) add(avx512);
+    if (isa == Isa::avxvnni) add(avxvnni);
+    if (isa >= Isa::avx2) {
+        add(lanes_avx2);
+        add(avx2);
+    }
+}
+
+Dispatch<DepthwiseKernels> kernels(fill_int8_depthwise);
+
+// Direct loops per output plane, then one requantization per image.
+void depthwise_generic(const DwCall& c) {
+    const QIn& x = c.x;
+    const ConvGeom& g = c.g;
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
+    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
+    for (int64_t n = 0; n < g.n; ++n) {
+#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
+        for (int64_t oc = 0; oc < g.oc; ++oc) {
+            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
+            depthwise_plane(plane, c.w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
+                            acc.data() + oc * p);
+        }
+        Requant rq = c.r;
+        rq.bias = c.bias;
+        rq.step = 1;
+        requantize(acc.data(), p, g.oc, p, rq, true, c.out + n * g.oc * p, p);
+    }
+}
+
 }  // namespace
 
 void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32_t* words,
@@ -198,48 +305,12 @@ void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                       const Requant& r, uint8_t* out, const int32_t* words,
                       const int32_t* sums) {
-    if (current_isa() >= Isa::vnni && lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r)) {
-        depthwise_lanes_vnni(x, g, words, sums, bias, r, lanes_at(g).data(), out);
-        return;
+    const DwCall call{x, g, w, bias, r, out, words, sums};
+    const DepthwiseKernels& k = kernels();
+    for (int i = 0; i < k.count; ++i) {
+        if (k.tries[i].runs(g, r)) return k.tries[i].call(call);
     }
-    if (current_isa() >= Isa::vnni && depthwise_vnni_takes(g)) {
-        std::vector<uint64_t> local;
-        const int nd = depthwise_words_per_row(g.kw);
-        const uint64_t* masks = depthwise_vnni_unpadded(g) ? masks_for(g, nd, local) : nullptr;
-        depthwise_conv2d_vnni(x, g, words, sums, bias, r, masks, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx512, out);
-        return;
-    }
-    // avxvnni sits below avx512 and vnni, whose CPUs need not have it
-    if (current_isa() == Isa::avxvnni && depthwise_avxvnni_takes(g)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avxvnni, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2 && depthwise_lanes_avx2_takes(g) && lanes_wins(g)) {
-        depthwise_lanes_avx2(x, g, w, bias, r, lanes_at(g).data(), out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx2, out);
-        return;
-    }
-    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
-    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
-    for (int64_t n = 0; n < g.n; ++n) {
-#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
-        for (int64_t oc = 0; oc < g.oc; ++oc) {
-            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
-            depthwise_plane(plane, w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
-                            acc.data() + oc * p);
-        }
-        Requant rq = r;
-        rq.bias = bias;
-        rq.step = 1;
-        requantize(acc.data(), p, g.oc, p, rq, true, out + n * g.oc * p, p);
-    }
+    depthwise_generic(call);
 }
 
 }  // namespace int8
