@@ -84,6 +84,10 @@ void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_
 // Whether the real tiles give the emulated tiles' bits, both algorithms' and the rows form's
 // (checked once per process; false where the OS grants no AMX; int8_amx_check.cpp).
 bool amx_verified();
+// Whether the automatic algorithm choice may take the AMX algorithms: a planning decision on
+// the ISA, read once per call from the conv family's table (int8_conv_kernels.h: the amx
+// level), with verified tiles.
+bool amx_automatic();
 
 // An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
 // (channel o's parameters at q.*[o]) to base + o * ld as win[p / 16] says for position p;

@@ -156,13 +156,12 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             const int8_t* wamx, const NarrowWeights* narrow, const int8_t* wgemm) {
     check_algo(g, algo, wamx, wgemm);
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    const bool automatic = algo == ConvAlgo::automatic;
     const bool gemm_amx = algo == ConvAlgo::packed_amx ||
-                          (algo == ConvAlgo::automatic && current_isa() == Isa::amx && wgemm &&
-                           amx_gemm_wins(g) && amx_verified());
+                          (automatic && amx_automatic() && wgemm && amx_gemm_wins(g));
     const NarrowWeights* nw = narrow && narrow_tile() && !gemm_amx ? narrow : nullptr;
     if (nw) packed = nw->packed;
-    const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
-    if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
+    if (algo == ConvAlgo::amx || (automatic && amx_automatic() && wamx && amx_wins(g))) {
         conv2d_amx(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, wamx, b.data(), r,
                    out, !cpu_features().os_amx);
         return;

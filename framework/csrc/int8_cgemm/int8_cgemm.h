@@ -200,8 +200,9 @@ constexpr int64_t kChanBytes = 352;
 void make_chans_avx2(const int32_t* bias, const int32_t* multiplier, const int32_t* shift,
                      int64_t n, const Requant& r, uint8_t* out);
 
-// The tile of the current ISA; narrow: the weights are in the narrow form (above), which
-// only cgemm_tile_avx2_narrow reads (the AVX2 tiles without VNNI).
+// The tile of the current ISA (the family's table, int8_conv_kernels.h); narrow: the weights
+// are in the narrow form (above), which only cgemm_tile_avx2_narrow reads (the AVX2 tiles
+// without VNNI).
 CTileFn cgemm_tile(bool narrow = false);
 // Whether the current ISA's tile takes the narrow form.
 inline bool narrow_tile() { return cgemm_tile(true) == cgemm_tile_avx2_narrow; }

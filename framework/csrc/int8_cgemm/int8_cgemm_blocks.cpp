@@ -2,7 +2,7 @@
 // int8_cgemm_blocks.h): the bias's zero-point correction, padding, position blocks.
 #include "int8_cgemm/int8_cgemm_blocks.h"
 
-#include "runtime/cpu.h"
+#include "int8_conv/int8_conv_kernels.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -12,15 +12,6 @@ bool needs_padding(const QIn& x, const ConvGeom& g) {
 }
 
 namespace {
-using PadFn = void (*)(const uint8_t*, const PadPlane&, uint8_t*);
-
-// masked stores per row, where memset / memcpy per row had been 3 library calls for a 1-byte
-// border (256 channels at 14x14, batch 16: 6 % of the convolution)
-PadFn pad_fn() {
-    return current_isa() >= Isa::avx512 ? pad_plane_avx512
-           : current_isa() >= Isa::avx2 ? pad_plane_avx2 : pad_plane_generic;
-}
-
 PadPlane pad_geometry(const QIn& x, const ConvGeom& g) {
     return {g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)), flip_of(x),
             x.data + g.n * g.c * g.h * g.w};
@@ -36,7 +27,7 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     uint8_t* xp = thread_space(Space::pad, g.n * g.c * hp * wp + 2 * kPos);
     *end = xp + g.n * g.c * hp * wp + 2 * kPos;
     const PadPlane p = pad_geometry(x, g);
-    const PadFn pad = pad_fn();
+    const PadPlaneFn pad = conv_kernels().pad_plane;
 #pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
     for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
         pad(x.data + plane * g.h * g.w, p, xp + plane * hp * wp);
@@ -47,7 +38,7 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
 void pad_image(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp, int64_t n,
                uint8_t* dst) {
     const PadPlane p = pad_geometry(x, g);
-    const PadFn pad = pad_fn();
+    const PadPlaneFn pad = conv_kernels().pad_plane;
     for (int64_t c = 0; c < g.c; ++c)
         pad(x.data + (n * g.c + c) * g.h * g.w, p, dst + c * hp * wp);
 }

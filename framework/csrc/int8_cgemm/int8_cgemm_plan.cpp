@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_cgemm/int8_cgemm_blocks.h"
+#include "int8_conv/int8_conv_kernels.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -47,8 +47,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
         s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));  // planes: conv2d
-        s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
-                  : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
+        s.qpack = conv_kernels().pack_quads;
         s.xpad = s.xend = nullptr;
     } else {
         s.xpad = s.xend = nullptr;  // conv2d: the batch's padded input, or packed_images' own
@@ -81,8 +80,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     }
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
-    s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512
-             : current_isa() >= Isa::avx2 ? pack_block_avx2 : pack_block_generic;
+    s.pack = conv_kernels().pack_block;
     s.tile = cgemm_tile(narrow);
     if (!amx && s.chunks == 1 && s.kp <= kRunMaxDepth && g.n * g.oc * s.p >= kRunMinOutput &&
         s.blocks >= 16 * kRunBlocks * threads) {

@@ -203,8 +203,7 @@ class Int8Conv {
         const int64_t strides[4] = {x.strides(0), x.strides(1), x.strides(2), x.strides(3)};
         const bool nchw = strides[1] != 1 && g.c > 1;
         const CpuFeatures& cpu = cpu_features();
-        const bool run_amx = algo_ == 3 || (algo_ == 0 && current_isa() == Isa::amx &&
-                                            int8::amx_verified());
+        const bool run_amx = algo_ == 3 || (algo_ == 0 && int8::amx_automatic());
         const bool amx = amx_ && int8::amx_takes(g) && cpu.os_avx512 && cpu.avx512vbmi &&
                          run_amx;
         // the rows form reads C-contiguous x (rows_ is made only where it may run)

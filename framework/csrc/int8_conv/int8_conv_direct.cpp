@@ -13,9 +13,9 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_cgemm/int8_cgemm.h"
 #include "int8_cgemm/int8_cgemm_blocks.h"
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_gemm/int8_ops.h"
 
 namespace tianyuan {
@@ -99,8 +99,10 @@ QuadPlanes plane_geometry(const ConvGeom& g) {
 // the lanes, packed's 4 % copy against direct's 4 % more lanes there).
 constexpr int64_t kPackChannels = 6;
 
+// A planning decision on the ISA: the lanes counted below are the VNNI tile's; below the vnni
+// level (conv_kernels().direct false) the packed algorithm runs.
 bool direct_wins(const ConvGeom& g) {
-    if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
+    if (!direct_takes(g) || g.kh * g.kw == 1 || !conv_kernels().direct) return false;
     const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
     if ((g.sh != 1 || g.sw != 1) && kq < 576) return false;
     const int64_t v = (g.oh - 1) * plane_geometry(g).wph + g.ow;  // an image's positions
@@ -132,10 +134,7 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
         }
     }
     in.planes = nullptr;
-    // at the vnni and amx levels (VBMI2 came with VNNI), so that TIANYUAN_ISA=avx512 still runs
-    // the row-by-row planes on the same host
-    if (g.sh == 1 && g.sw == 1 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi2)
-        in.lanes = plane_lanes(in.qp);
+    if (g.sh == 1 && g.sw == 1 && conv_kernels().quad_lanes) in.lanes = plane_lanes(in.qp);
     return in;
 }
 
@@ -157,13 +156,6 @@ uint8_t* batch_planes(const ConvGeom& g, const QuadInput& in) {
 }
 
 namespace {
-using QuadPlanesFn = void (*)(const uint8_t* const*, const QuadPlanes&, uint8_t*);
-
-QuadPlanesFn quad_planes_fn() {
-    return current_isa() >= Isa::avx512 ? quad_planes_avx512
-           : current_isa() >= Isa::avx2 ? quad_planes_avx2 : quad_planes_generic;
-}
-
 // Channel quad t (= gi * cq + c, over the groups) of image n into dst.
 void fill_plane(QuadPlanesFn quads, const uint8_t* x, const ConvGeom& g, const QuadInput& in,
                 int64_t n, int64_t t, uint8_t* dst) {
@@ -179,7 +171,7 @@ void fill_plane(QuadPlanesFn quads, const uint8_t* x, const ConvGeom& g, const Q
 }  // namespace
 
 void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) {
-    const QuadPlanesFn quads = quad_planes_fn();
+    const QuadPlanesFn quads = conv_kernels().quad_planes;
     const int64_t per_image = g.groups * in.cq;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < g.n * per_image; ++t) {  // t = (n * groups + gi) * cq + c
@@ -190,7 +182,7 @@ void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) 
 
 void fill_image_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in, int64_t n,
                        uint8_t* dst) {
-    const QuadPlanesFn quads = quad_planes_fn();
+    const QuadPlanesFn quads = conv_kernels().quad_planes;
     for (int64_t t = 0; t < g.groups * in.cq; ++t)
         fill_plane(quads, x, g, in, n, t, dst + t * in.span * kGroup);
 }

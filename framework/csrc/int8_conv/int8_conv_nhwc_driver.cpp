@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_conv/int8_conv_nhwc.h"
 
 namespace tianyuan {
@@ -242,9 +243,8 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
         p.bias[j] = static_cast<int32_t>(static_cast<uint32_t>(r.bias[j]) -
                                          static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[j]));
     }
-    const bool fast = nhwc_fast();
-    p.tile = fast ? nhwc_tile_vnni : nhwc_tile_generic;
-    p.requant = fast ? nhwc_requant_vnni : nhwc_requant_generic;
+    p.tile = conv_kernels().nhwc_tile;
+    p.requant = conv_kernels().nhwc_requant;
     const int64_t threads = omp_get_max_threads();
     const bool by_block = all < 8 * kNhwcPos * threads && nb >= 2 * threads;
 #pragma omp parallel num_threads(threads)
