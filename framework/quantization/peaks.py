@@ -1,7 +1,7 @@
 """The machine's int8 peaks in operations per second (2 per multiply-add), for bench_int8's
 TOP/s: the median of `repeat` runs of a register-only loop of one kernel path's instruction
 (`steps` iterations) on every kernel thread, after one run that wakes the threads and the
-cores' 512-bit units (a first run reads up to 30 % low). RuntimeError where the CPU or its OS
+cores' 512-bit units (a first run reads low). RuntimeError where the CPU or its OS
 lacks the path.
 """
 import numpy as np
@@ -17,8 +17,7 @@ def _peak(name, native, steps, repeat):
 
 
 def vnni_peak(steps=10_000_000, repeat=5):
-    """AVX512-VNNI: vpdpbusd on zmm (`steps` x 12 instructions; ~15 ms a run on a 2-core
-    Sapphire Rapids VM)."""
+    """AVX512-VNNI: vpdpbusd on zmm (`steps` x 12 instructions)."""
     return _peak("vnni_peak", _C.testing.int8_vnni_peak, steps, repeat)
 
 

@@ -117,9 +117,7 @@ void add_run(ConvGemmOut* o, float* base, int64_t lo, int64_t hi) {
 }
 
 // The partial sums the next channel block will reload (they sit in L2; the kernel's first
-// multiply-adds wait on them otherwise). With the unmasked panel loads, ResNet-18's 3x3
-// layers at batch 4, one thread, interleaved: 0.97-0.98x the time (two threads at batch 16:
-// 0.99-1.0x).
+// multiply-adds wait on them otherwise); bench/RESULTS.md, fp32 kernels.
 inline void prefetch_rows(const ConvGemmOut& o, int64_t row0, int64_t co) {
     const int64_t rows = co - row0 < kMr ? co - row0 : kMr;
     for (int64_t i = 0; i < o.count; ++i)

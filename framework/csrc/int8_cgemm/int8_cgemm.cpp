@@ -45,8 +45,7 @@ void task_blocks(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_
 #pragma omp parallel if (g.groups * s.blocks > 1)
     {
         prologue(s, g, x, packed, b, r, table, wide);
-        // once a thread, not a block: its guard check had been 3 % of a 1x1 layer of
-        // 144 -> 24 channels at 56x56 (49 blocks)
+        // once a thread, not a block: its guard check shows on 1x1 layers of many blocks
         const int64_t run = s.run, runs = (s.blocks + run - 1) / run;
         // the AMX tiles read the last chunk's quads past kp too
         const int64_t depth = s.amx ? s.amx_chunks * kAmxK : s.kp;

@@ -88,18 +88,16 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 // Blocks of at most kPos positions. With few blocks per thread, each thread's equal share of
 // the positions is cut into whole blocks and one remainder, so that a static schedule gives
 // every thread the same work: 196 positions (14x14, batch 1) on 2 threads had been 3 blocks
-// of 64 and one of 4, and the thread with two full blocks 1.8x the other's work (the other
-// idled 17 % of samples at the barrier). Positions that fit one block stay one block, whose
+// of 64 and one of 4, and the thread with two full blocks had nearly twice the other's work.
+// Positions that fit one block stay one block, whose
 // output channels the threads share (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24
 // had run 32 + 24 lanes (the tile steps 16 and 8 wide), and one thread waited for the other;
 // one block is 56 lanes, halved.
 // A share's last block of more positions than the VNNI tile's extras but at most 16 (one
 // panel) takes 16 from the whole block before it: 48 + (16 + r) positions run the same lanes
 // as 64 + r, in blocks of 3 and 2 panels, where a one-panel block's loop (6 accumulators)
-// waits on vpdpbusd's latency: the 6-row tile on 1 panel had cost 1.5 panels' time. ResNet-18
-// at batch 1 (28x28: 392 positions a thread, 6 x 64 + 8) 0.96-0.99x on those layers (56x56
-// ones, not cut so, level), its 7x7 layers at batch 16 0.985-0.996x (Zen 5, 2 threads, minima
-// over 3 alternating processes); the AVX2 tile, which steps 8 positions, level.
+// waits on vpdpbusd's latency (bench/RESULTS.md, int8 kernels: no one-panel block after a
+// whole one); the AVX2 tile, which steps 8 positions, neither gains nor loses.
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     if (all <= kPos) return {0, all};
     std::vector<int64_t> start{0};

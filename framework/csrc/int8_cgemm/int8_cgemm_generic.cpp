@@ -189,8 +189,7 @@ void scribble_spaces(uint8_t value) {
 }
 
 uint8_t* chans_space(CTileFn tile, int64_t visits, int64_t n) {
-    // a grow-only buffer: a fresh allocation had cost MobileNetV2's 1x1 layers at batch 1
-    // (384 channels: 135 KB, mapped anew) up to 0.03 ms a call
+    // a grow-only buffer: a fresh allocation (mapped anew) shows on small layers' calls
     return tile_takes_chans(tile) && visits >= kChanMinVisits
                ? thread_space(Space::chans, n * kChanBytes) : nullptr;
 }

@@ -179,8 +179,8 @@ void output_rows(const DeconvKernels& k, const DeconvGeom& g, const Plan& p,
 
 // Images [n0, n1) in chunks whose int32 columns fit kChunkBytes: gather, GEMM, col2im and
 // requantization per chunk; each step threaded unless called from a parallel region (nested
-// teams are not wanted: libgomp may grant them, and their spinning threads had made a 0.4 ms
-// layer take 12 ms on 2 threads).
+// teams are not wanted: libgomp may grant them, and their spinning threads multiply a small
+// layer's time; bench/RESULTS.md, int8 transposed convolution).
 void images(const DeconvKernels& k, const QIn& x, const DeconvGeom& g, const Plan& p,
             const int8_t* packed, const int32_t* fix, const Requant& r, int64_t n0, int64_t n1,
             uint8_t* out) {

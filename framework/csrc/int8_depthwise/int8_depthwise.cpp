@@ -141,26 +141,18 @@ const uint64_t* masks_for(const ConvGeom& g, int nd, std::vector<uint64_t>& loca
 }
 
 // Whether the AVX2 kernel with channels in the lanes runs g: where its blocks of 16
-// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28.
-// On Zen 3 (2 threads, batch 16) it took 0.19-0.37x the plane kernel's time on MobileNetV2's
-// 7x7 and 14x14 layers, 0.5-0.8x at 28x28 and at stride 2 from 112x112 down; at stride 1 on
-// 56x56 and 112x112 maps the plane kernel's rows fill its lanes, and it was level or
-// faster (batch 1: 141 against 150-198 us, 116-148 against 142-190).
+// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28; at
+// stride 1 on larger maps the plane kernel's rows fill its lanes (bench/RESULTS.md, int8
+// kernels: depthwise).
 bool lanes_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            (g.sw >= 2 || g.oh * g.ow <= 28 * 28);
 }
 
 // Whether the VNNI kernel with channels in the lanes runs g (where it takes g): maps of up to
-// 14x14 at stride 2, 7x7 at stride 1. On Zen 4 (2 threads; batch 16 / 1) it took 0.36-0.49x /
-// 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
-// 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
-// ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
-// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. On Emerald
-// Rapids' full-width AVX-512 (2 vCPUs, `amx` level, 2026-12-06, minima over 3-4 alternating
-// processes) the layers it takes ran in 0.50-0.54x / 0.67x at stride 2 to 14x14, 0.35x /
-// 0.58x to 7x7, 0.83-1.19x / 1.00-1.07x at 7x7 stride 1; forced on MobileNetV2's others,
-// 1.07-1.67x / 1.06-2.06x (stride 2 to 28x28 level).
+// 14x14 at stride 2, 7x7 at stride 1; on larger maps (14x14 at stride 1, 28x28, stride 2 to
+// 28x28) the plane kernel's rows fill its lanes and it keeps them, on Zen 4 and on Emerald
+// Rapids alike (bench/RESULTS.md, int8 kernels: depthwise).
 bool lanes_vnni_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);

@@ -59,8 +59,7 @@ std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
                                     " is outside [" + std::to_string(lo) + ", " +
                                     std::to_string(hi) + "]");
     }
-    // the messages are built only to be thrown: per part and call they had cost ~10 % of a
-    // concat of ShuffleNetV2's size
+    // the messages are built only to be thrown: per part and call they show on small concats
     const auto shapes = [&parts] {
         std::string all;
         for (size_t i = 0; i < parts.size(); ++i) all += (i ? ", " : "") + shape_str(parts[i]);
