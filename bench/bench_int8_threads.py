@@ -47,7 +47,7 @@ def region_costs(counts, pauses=(0.0, 50.0)):
     out = {}
     for n in counts:
         ty.set_num_threads(n)
-        out[n] = [_C.region_cost_us(2000, p) for p in pauses]
+        out[n] = [_C.testing.region_cost_us(2000, p) for p in pauses]
     print("an empty parallel region, us back to back / 50 us after the last: " + ", ".join(
         f"{n} threads {a:.2f} / {b:.2f}" for n, (a, b) in out.items()))
     return out

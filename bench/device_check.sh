@@ -56,8 +56,8 @@ python3 -c "
 import tianyuan as ty, tianyuan._C as C
 for n in sorted({2, $CORES}):
     ty.set_num_threads(n)
-    print(f'{n} threads: an empty parallel region {C.region_cost_us(2000):.2f} us back to back,',
-          f'{C.region_cost_us(2000, 50.0):.2f} us 50 us after the last')"
+    print(f'{n} threads: an empty parallel region {C.testing.region_cost_us(2000):.2f} us back to back,',
+          f'{C.testing.region_cost_us(2000, 50.0):.2f} us 50 us after the last')"
 
 step tests
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n $(( CORES < 8 ? CORES : 8 ))")

@@ -20,14 +20,10 @@ def _default_env(name, value):
 
 # OpenMP's idle policy is libgomp's default (this import sets nothing; a user's
 # OMP_WAIT_POLICY or GOMP_SPINCOUNT applies): after a parallel region our workers spin
-# 300,000 times (a few ms here) before they sleep. Waking sleeping threads is slow on this VM
-# in stretches (an empty parallel region after 0.3-3 ms idle: median 75-480 us, up to 7 ms),
-# and the short spin set here until 2026-12-01 (10,000, ~0.2 ms) made batch-1 networks pay
-# it per layer. Whole models, 2 runs each (2026-12-01): int8 at batch 1 ResNet-18 9.8 ->
-# 9.5-9.9 ms, MobileNetV2 8.6 -> 5.1, ShuffleNetV2 16.1 -> 6.9; fp32 at batch 1 38 -> 32,
-# 15.6 -> 14.6-16.4, 26.9 -> 13.4-13.8; batch 16 and training steps level or faster. The
-# price: a numpy GEMM that starts while our workers still spin shares a core with them
-# (1.85 GFLOP right after a conv: 11.5-12.5 -> 18 ms).
+# 300,000 times (a few ms) before they sleep. Waking sleeping threads is slow on VMs in
+# stretches, and a short spin made batch-1 networks pay it per layer. The price: a numpy GEMM
+# that starts while our workers still spin shares a core with them, hence numpy's GEMM out of
+# the hot paths (bench/RESULTS.md, threads, memory and the process: OpenMP's idle policy).
 # The converse: after each call OpenBLAS's workers spin for 2**28 cycles (~0.1 s) by default,
 # taking a core from our next OpenMP kernel (a conv right after a numpy GEMM ran at one
 # core's speed on two). 2**4 cycles: they sleep at once. OpenBLAS reads it when numpy is
@@ -37,8 +33,8 @@ _default_env("OPENBLAS_THREAD_TIMEOUT", "4")
 
 def _openblas_read_timeout():
     """numpy imported before tianyuan: its OpenBLAS read the environment without the timeout
-    set above, and a fused fp32 MobileNetV2 at batch 1 took 16.0 ms instead of 4.3-4.6 (its fc
-    woke OpenBLAS's workers, which then spun through the next forward's convolutions). Make
+    set above, and a fused fp32 model's fc woke OpenBLAS's workers, which then spun through the
+    next forward's convolutions (bench/RESULTS.md, OpenBLAS's workers). Make
     the loaded OpenBLAS read its environment again (openblas_read_env) and stop its thread
     pool (blas_thread_shutdown_, as it does before a fork): the next BLAS call starts the pool
     anew with the short timeout. Linux only (the loaded libraries come from /proc/self/maps);
@@ -63,8 +59,8 @@ _openblas_read_timeout()
 
 def _keep_freed_blocks():
     """glibc hands every block over 32 MB back to the kernel on free, so the next step's
-    activation of that size page-faults again in full (ResNet-18's stem output at batch 16,
-    51 MB: 11 ms of faults per allocation and fill here, 5 ms with this). Training and
+    activation of that size page-faults again in full (ResNet-18's stem output at batch 16;
+    bench/RESULTS.md, freed memory). Training and
     inference reallocate the same sizes every step, so keep blocks up to 1 GB in the heap
     and trim it past 1 GB free. Off with TIANYUAN_MALLOC_KEEP=0; a no-op off glibc."""
     if _os.environ.get("TIANYUAN_MALLOC_KEEP", "1") == "0":

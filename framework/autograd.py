@@ -76,7 +76,8 @@ class Function:
     @classmethod
     def apply(cls, *tensors, **kwargs):
         # the Tensor class bound once (an import statement here ran on every op), lists
-        # where generators were: the overhead every eager op pays, 1.0 of a slice's 2.85 us
+        # where generators were: the overhead every eager op pays (bench/RESULTS.md, threads,
+        # memory and the process: Python overheads)
         make = (_Tensor or _tensor_class())._make
         ctx = cls()
         needs = tuple([t.requires_grad for t in tensors])

@@ -150,9 +150,9 @@ def check_quant(native, ref, *args, what="", **kwargs):
         where = f"{what}: ISA path {isa}" if what else f"ISA path {isa}"
         # junk in the scratch buffers: else a kernel that skips bytes it should write reads
         # the previous ISA's, which are right
-        _C.int8_scribble_scratch((0x5A + 0x3B * i) % 256)
+        _C.testing.int8_scribble_scratch((0x5A + 0x3B * i) % 256)
         got = native(*args, **kwargs)
-        broken = _C.int8_broken_scratch()
+        broken = _C.testing.int8_broken_scratch()
         assert not broken, f"{where}: a kernel wrote past its scratch buffer(s) {broken}"
         assert got.dtype == expected.dtype, f"{where}: dtype {got.dtype} != {expected.dtype}"
         assert got.shape == expected.shape, f"{where}: shape {got.shape} != {expected.shape}"

@@ -19,6 +19,10 @@ namespace bind {
 
 namespace py = pybind11;
 
+// The module's `testing` submodule (made first, in bindings.cpp): functions only the tests
+// and benchmarks call (register peaks, scratch canaries, ...), kept off the module's API.
+inline py::module_ testing_of(py::module_& m) { return m.attr("testing").cast<py::module_>(); }
+
 template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
 

@@ -31,7 +31,7 @@ struct Axis {
 
 int64_t axis_out(const char* op, const Dims& input, const Axis& a, PadRule rule, bool ceil,
                  int64_t* padded) {
-    // the strings are made only where the check fails (one a call had cost ~40 % of it)
+    // the strings are made only where the check fails (one a call dominated the check)
     const auto name = [&] { return std::string(a.name); };
     if (a.size < 1) refuse(op, "the input has no " + name(), input);
     const int64_t extent = checked_add(checked_mul(a.d, a.k - 1, op, "the dilated kernel"), 1,

@@ -216,7 +216,7 @@ def _resolve_shape(x, shape):
     shape = tuple(int(s) for s in shape)
     if shape.count(-1) > 1:
         raise ValueError("only one dimension can be -1")
-    known = math.prod(s for s in shape if s != -1)  # math.prod: np.prod costs ~3 us a call
+    known = math.prod(s for s in shape if s != -1)  # math.prod: np.prod's call costs more
     if -1 in shape:
         if known == 0 or x.data.size % known:
             raise ValueError("sizes do not divide")

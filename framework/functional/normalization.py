@@ -137,7 +137,7 @@ def eval_affine_arrays(dtype, running_mean, running_var, weight, bias, eps, conv
     operations in the same order, so the same bits, for inference paths (frozen BN folded into
     a conv) where building Tensors cost more than the arithmetic. conv_bias: a bias added
     before the BN, moved through it (shift + scale * conv_bias). All float32: one native call
-    (7.5 -> about 1 us), the same bits again."""
+    (bench/RESULTS.md, fp32 kernels: the BN fold), the same bits again."""
     if dtype == np.float32:
         folded = N.fold_eval_f32(running_mean, running_var, weight, bias, eps, conv_bias)
         if folded is not None:

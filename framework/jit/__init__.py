@@ -1,7 +1,7 @@
 """Tracing: `trace(model, example)` records the calls of a model's leaf modules into a static
 `Graph` that runs them in order, without the model's own Python between them (containers,
 identities, hooks on containers). Int8 modules run as their native kernel calls on plain
-arrays (`graph_step`), so an int8 MobileNetV2 at batch 1 loses about 3 us of Python a layer.
+arrays (`graph_step`), so an int8 model at batch 1 loses little Python a layer.
 
 >>> import numpy as np, tianyuan as ty
 >>> from tianyuan import jit, nn

@@ -67,8 +67,8 @@ class Fused(Sequential):
             return F.conv2d_affine_act(x, weight, *folded, stride=conv.stride,
                                        padding=conv.padding, dilation=conv.dilation,
                                        groups=conv.groups)
-        # F.conv2d_affine_act's checks once per input shape and geometry: its wrapper had
-        # been 4 of a 25 us call (ShuffleNetV2's 7x7 layers)
+        # F.conv2d_affine_act's checks once per input shape and geometry, not per call
+        # (bench/RESULTS.md, Python overheads)
         key = (x.shape, dtype, weight.shape, conv.stride, conv.padding, conv.dilation,
                conv.groups)
         plan = self.__dict__.get("_plan")
@@ -112,8 +112,8 @@ _ACTS = {"ReLU": "relu", "ReLU6": "relu6"}
 def _frozen_affine(fused):
     """(scale or None, shift or None, act) of conv bias + eval BN + activation: the BN's
     eval affine (F.batch_norm's own) with the conv bias moved through it; None when the BN
-    has no running statistics. Per call: it reads the parts' tables directly (each
-    Module.__getattr__ cost 0.3-0.45 us, 3.3 of this function's 5 us)."""
+    has no running statistics. Per call: it reads the parts' tables directly, not through
+    Module.__getattr__ (most of this function's time had been those look-ups)."""
     parts = fused.parts
     modules = list(fused._modules.values())
     conv = modules[0]

@@ -71,8 +71,8 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         if not (self._forward_pre_hooks or self._forward_hooks):
-            # the usual case, without copying two empty hook lists: a whole int8 MobileNetV2
-            # (227 module calls) at batch 1 takes 0.94-0.97x the time
+            # the usual case, without copying two empty hook lists (they show in a batch-1
+            # int8 model's module calls: bench/RESULTS.md, Python overheads)
             return self.forward(*args, **kwargs)
         for hook in list(self._forward_pre_hooks.values()):
             result = hook(self, args)

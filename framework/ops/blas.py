@@ -2,13 +2,12 @@
 
 Our OpenMP workers spin for a few ms after each kernel (libgomp's default; see
 tianyuan/__init__.py), so an OpenBLAS worker woken for a product right after one waits for a
-core. In training steps at batch 8 on a 2-vCPU Zen 3 VM the classifier's products (forward and
-backward) took 0.8-17.7 ms a step for ResNet-18 (0.9 every step on one thread) and 1.3-16.2
-for MobileNetV2 (2.0). `small_product(flops)` is a context in which numpy's OpenBLAS runs on
-the calling thread (`openblas_set_num_threads_local`, a per-thread setting, restored after)
-when the product takes at most SMALL_FLOPS floating-point operations (about 7 ms on one core
-here); larger ones keep every thread. A no-op where numpy's BLAS is not an OpenBLAS with that
-call, or off Linux (the loaded libraries come from /proc/self/maps).
+core, and a small product's time varies many-fold from step to step (bench/RESULTS.md,
+training: the classifier's products). `small_product(flops)` is a context in which numpy's
+OpenBLAS runs on the calling thread (`openblas_set_num_threads_local`, a per-thread setting,
+restored after) when the product takes at most SMALL_FLOPS floating-point operations (a few
+ms on one core); larger ones keep every thread. A no-op where numpy's BLAS is not an OpenBLAS
+with that call, or off Linux (the loaded libraries come from /proc/self/maps).
 """
 import contextlib
 import ctypes

@@ -29,8 +29,8 @@ def fma_peak(steps=10_000_000, repeat=5):
     after one run that wakes the threads. RuntimeError on the generic path."""
     if steps < 1 or repeat < 1:
         raise ValueError(f"fma_peak: steps and repeat must be >= 1, got {steps}, {repeat}")
-    _C.fma_peak(int(steps))
-    return float(np.median([_C.fma_peak(int(steps)) for _ in range(repeat)]))
+    _C.testing.fma_peak(int(steps))
+    return float(np.median([_C.testing.fma_peak(int(steps)) for _ in range(repeat)]))
 
 
 def batch_chunks(n, bytes_per_image):

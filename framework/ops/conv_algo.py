@@ -93,9 +93,9 @@ def rule(x, w, groups, geo, names):
         return "gemm_direct"
     oh, ow = geo.out_size(*x.shape[2:])
     if geo.pointwise and x.shape[0] > 1 and oh * ow < POINTWISE_MIN_PLANE:
-        # small maps of a batch: one GEMM with the batch folded into the columns beat the
-        # per-image batched matmul 1.4-1.8x (1x1 convs at 7x7, batch 16); on big maps the
-        # columns' transpose costs more (56x56: 1.6x slower)
+        # small maps of a batch: one GEMM with the batch folded into the columns beats the
+        # per-image batched matmul; on big maps the columns' transpose costs more
+        # (bench/RESULTS.md, fp32 kernels: the algorithm rule)
         return "im2col_gemm"
     return min(names, key=_RULE_ORDER.index)
 
@@ -105,20 +105,10 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
     forward convolution, and for the adjoint one of an input gradient (`adjoint`: its kernel is
     a flipped copy made per call, _C.conv_flip_kernel) where it has few rows (C * kh * kw <=
     GEMM_DIRECT_STEM_DEPTH: the stems) or >= ADJOINT_MIN_POSITIONS output positions per call
-    (panels run over the whole batch, so a batch of 7x7 maps fills them). Measured at 2 threads
-    on a 2-core AVX-512 Xeon, interleaved in one process (tianyuan imported before numpy, so
-    OpenBLAS's workers sleep between calls): ResNet-18's stem 2.9x faster than im2col + OpenBLAS
-    at batch 16; 3x3 layers at batch 16, 64 channels at 56x56 to 512 at 7x7 (stride 1 and 2)
-    1.15-1.65x faster than im2col; at batch 1, since the kernel reads w once on small maps
-    (2026-12-01), 0.5-0.92x im2col's time on every ResNet-18 / ResNet-50 layer from 28x28 down
-    (256 channels at 14x14 1.79 -> 1.62 ms, 512 at 7x7 2.12 -> 1.96, strided 3x3 0.72-0.79x,
-    strided 1x1 0.46-0.56x). The adjoint at batch 1: 0.74x from 28x28 up, 0.87x at 14x14 (256
-    channels), 1.07x at 7x7 (512), where im2col's stays. With the AVX2 kernel (6 x 16
-    sub-blocks; a 2-core AMD EPYC Zen 3, 2026-12-03, tianyuan imported first), ResNet-18's
-    convolutions other than 1x1 stride 1 took 31.6 ms at batch 1 where the rule without it
-    (im2col + OpenBLAS, winograd) took 42.6, and 473 ms at batch 16 where it took 597 (the stem
-    75 -> 34 ms, 64 channels at 56x56 40-42 -> 30-41, 512 at 7x7 33-38 -> 26-33); pointwise
-    layers: `pointwise_direct_wins`."""
+    (panels run over the whole batch, so a batch of 7x7 maps fills them); at batch 1 on 7x7
+    maps the adjoint keeps im2col's. The measurements (AVX-512 and AVX2, batch 1 and 16):
+    bench/RESULTS.md, fp32 kernels: the algorithm rule; pointwise layers:
+    `pointwise_direct_wins`."""
     isa = _C.current_isa()
     if isa not in ("avx2", "avxvnni", "avx512", "vnni", "amx"):
         return False
@@ -131,29 +121,13 @@ def gemm_direct_wins(x, w, geo, adjoint=False):
 
 
 def pointwise_direct_wins(batch, plane, depth, out_channels):
-    """1x1 convolutions read x in place (no packing): 1.2-1.9x faster than numpy's batched
-    matmul at batch 16 on maps of >= 14x14 (ShuffleNetV2, MobileNetV2 shapes) with >= 24
-    input channels. At batch 1 (2 threads, interleaved, 2026-12-01): 0.4-0.8x the time for
-    every MobileNetV2 and ShuffleNetV2 1x1 layer with >= 16 input channels (0.25-0.5x in the
-    fused inference path, where it also applies the folded BN and the activation in its
-    store), on par (0.84-1.13x) for ResNet-50's, 0.98-1.09x with >= 2^19 weights, where the
-    per-call weight packing told; since w is read once on small maps (the kernel's few-positions
-    plan), 0.75-0.9x with >= 2^19 weights at 7x7 and 14x14 (ResNet-50's 2048 -> 512 at 7x7
-    0.78 -> 0.58 ms). Batches of maps under POINTWISE_MIN_PLANE (7x7) had stayed on one
-    GEMM with the batch folded into the columns; since the kernel's panels run over the whole
-    batch and its few-positions plan takes the wide ones (2026-12-01, batch 16, interleaved):
-    0.25-0.93x that GEMM's time on every MobileNetV2 / ShuffleNetV2 7x7 layer (232 -> 232
-    0.88 -> 0.82 ms, 960 -> 160 2.10 -> 1.47, 58 -> 58 0.19 -> 0.05), 0.4-0.8x at batch 2-4.
-    With the AVX2 kernel (Zen 3, 2026-12-03) the same rule; whole fused models at batch 16, 3
-    alternating runs against numpy's GEMM for the batched 1x1 layers: ShuffleNetV2 138-215 ->
-    77-122 ms, MobileNetV2 310-373 -> 229-348, ResNet-50 1343-1750 -> 1458-1595. Layer by
-    layer, in isolation, numpy's GEMM had looked level or faster on MobileNetV2 (93 against
-    103 ms); in a model its workers start while ours still spin and share their cores. At
-    batch 1: MobileNetV2's 1x1 layers 6.0 -> 5.4 ms, ShuffleNetV2's 4.1 -> 3.5. Batches had
-    needed >= 24 input channels, from layers timed alone; MobileNetV2's 16 -> 96 at 112x112 on
-    the direct kernel too (2026-12-04, Zen 5, 2 threads, alternating in one process): a fused
-    fp32 forward at batch 16 0.88-0.92x the time (two runs), a training step at batch 8
-    0.91-0.96x."""
+    """1x1 convolutions read x in place (no packing), from POINTWISE_MIN_DEPTH input
+    channels: at batch 1 with fewer than POINTWISE_MAX_WEIGHTS_B1 weights, or on maps of up to
+    POINTWISE_FEW_PLANE positions (the kernel's few-positions plan reads w once); every batch
+    of more than one image, small maps too (the kernel's panels run over the whole batch).
+    Layers timed alone had favoured numpy's GEMM; in a model its workers start while ours
+    still spin and share their cores, so the rule comes from whole models (bench/RESULTS.md,
+    fp32 kernels: the algorithm rule, and training)."""
     if depth < POINTWISE_MIN_DEPTH:
         return False
     return batch > 1 or depth * out_channels < POINTWISE_MAX_WEIGHTS_B1 or (
@@ -163,15 +137,10 @@ def pointwise_direct_wins(batch, plane, depth, out_channels):
 def wgrad_direct_wins(x, w, groups):
     """Whether the weight gradient runs on the direct kernel (_C.conv2d_gemm_weight_grad, AVX-512 or
     AVX2) rather than im2col + numpy's GEMM, whatever algorithm ran the forward: every float32
-    layer of one group on a SIMD ISA. Until 2026-12-04 a rule by positions per call and by
-    widening (Co > C * kh * kw) sent small calls and widening 1x1 layers to numpy, from layers
-    timed alone, where numpy's GEMM had the cores to itself. In a training step it starts while
-    our OpenMP workers still spin from the last kernel: ResNet-50's widening 1x1 layers at batch 8
-    spent 74 ms a step there on a 2-core Zen 5. Everything on the direct kernel, training steps
-    at 2 threads, alternating in one process: batch 8 ResNet-50 0.92-0.94x the time, MobileNetV2
-    0.93x, ShuffleNetV2 1.00x; ResNet-50 batch 16 0.96x, batch 2 0.94x; batch 1 ResNet-18 and
-    MobileNetV2 0.96x; AVX2 code there at batch 8 ResNet-18, ResNet-50 and MobileNetV2
-    0.95-0.96x; a DCGAN generator's transposed convolutions level (0.97-1.00x)."""
+    layer of one group on a SIMD ISA. A rule by positions per call and by widening had sent
+    small calls and widening 1x1 layers to numpy, from layers timed alone, where numpy's GEMM
+    had the cores to itself; in a training step it starts while our OpenMP workers still spin
+    from the last kernel (bench/RESULTS.md, training: numpy's GEMM out of the backward)."""
     return (groups == 1 and x.dtype == np.float32 and w.dtype == np.float32
             and _C.current_isa() != "generic")
 
@@ -180,12 +149,8 @@ def columns_on_direct_wins(x, w, groups, geo):
     """Whether an input gradient that no convolution kernel takes (strided layers) computes
     its columns on the direct kernel (conv._columns_input_grad) rather than numpy's GEMM: float32
     groups of one, a SIMD ISA, not pointwise, >= COLUMNS_DIRECT_MIN_POSITIONS output positions
-    per call. The whole backward of one strided layer at 2 threads on a 2-core Zen 5
-    (2026-12-04, both paths in one process): ResNet-18's stride-2 3x3 layers at batch 8 and 16
-    0.35-0.44x the time (64 channels at 56x56, batch 8, 8.1 -> 3.0 ms), their 1x1 shortcuts
-    0.48-0.79x; AVX2 code there at batch 8 0.59-0.97x. At batch 1 on 7x7 and 14x14 outputs (49,
-    196 positions) the per-call transpose and packing of w lose (1.14-1.24x on AVX-512, up to
-    1.55x on AVX2); 784 positions 0.75x (AVX2 0.92-1.03x)."""
+    per call: below it (7x7 and 14x14 outputs at batch 1) the per-call transpose and packing of
+    w lose (bench/RESULTS.md, training: numpy's GEMM out of the backward)."""
     if not wgrad_direct_wins(x, w, groups) or geo.pointwise:  # float32, groups 1, SIMD
         return False
     oh, ow = geo.out_size(*x.shape[2:])
@@ -195,11 +160,9 @@ def columns_on_direct_wins(x, w, groups, geo):
 def winograd_wins(x, w, geo):
     """Shapes where F(2x2, 3x3) beats the GEMMs: >= WINO_MIN_TILES tiles per call on output
     maps of >= WINO_MIN_SIZE (odd 7x7 maps waste 30% of 2x2 tiles) with >= WINO_MIN_CHANNELS
-    channels. Measured at 2 threads on this repo's 2-core AVX-512 Xeon, 3x3 C -> C for C in
-    64-512, maps 7-56, batch 1 and 16, interleaved: winograd 1.2-1.9x faster than the best
-    other algorithm for 256+ channels on >= 14x14 maps at batch 16 and >= 28x28 at batch 1;
-    1.2-1.6x slower at 14x14 batch 1 (49 tiles: the per-call weight transform, 16 Co C
-    floats, dominates) and on 7x7 maps (equal at 512 channels, 1.25x slower at 256)."""
+    channels: 256+ channels on >= 14x14 maps at batch 16 and >= 28x28 at batch 1; at 14x14
+    batch 1 the per-call weight transform (16 Co C floats) dominates, and 7x7 maps lose
+    (bench/RESULTS.md, fp32 kernels: the algorithm rule)."""
     n, c, h, wd = x.shape
     oh, ow = geo.out_size(h, wd)
     tiles = n * ((oh + 1) // 2) * ((ow + 1) // 2)
@@ -209,9 +172,8 @@ def winograd_wins(x, w, geo):
 
 def winograd_beats_direct(x, w, geo):
     """Where both would win over im2col, winograd takes maps of >= WINO_OVER_DIRECT_SIZE with
-    >= WINO_OVER_DIRECT_CHANNELS channels (measured as above, batch 16: 256 channels at 28x28
-    1.2x faster than gemm_direct; at 14x14 the two tied, with 128 channels at 28x28 and 64
-    at 56x56 gemm_direct was 1.1x and 1.6x faster)."""
+    >= WINO_OVER_DIRECT_CHANNELS channels (bench/RESULTS.md, fp32 kernels: the algorithm
+    rule)."""
     oh, ow = geo.out_size(*x.shape[2:])
     return (min(oh, ow) >= WINO_OVER_DIRECT_SIZE
             and min(x.shape[1], w.shape[0]) >= WINO_OVER_DIRECT_CHANNELS)

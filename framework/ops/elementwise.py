@@ -183,8 +183,8 @@ def clamp_grad_ref(g, y, lo, hi):
 class Clamp(Function):
     """min(max(x, lo), hi) for the activations (ReLU: 0, inf; ReLU6: 0, 6). The gradient is
     taken from the output (g where lo < y < hi), so no mask is kept; float32 runs natively
-    (one pass on every core: ResNet-18's ReLUs at batch 8 took 165 ms of a 975 ms training
-    step as numpy's compare + where, single-threaded)."""
+    (one pass on every core, not numpy's single-threaded compare + where; bench/RESULTS.md,
+    training)."""
 
     def forward(self, x, lo=0.0, hi=np.inf):
         self.lo, self.hi = lo, hi

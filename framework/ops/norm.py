@@ -89,8 +89,8 @@ class ChannelAffine(Function):
     """y = x * scale[c] + shift[c] (eval-mode batch norm once its statistics are folded; QAT's
     conv output rescaled per channel). The backward runs on the batch-norm kernels, in
     parallel: gx = g * scale[c] is the affine pass, sum g * x and sum g per channel the
-    training gradient's sums with mean 0 and invstd 1 (numpy's passes had been 28 of a 441 ms
-    ResNet-18 QAT step)."""
+    training gradient's sums with mean 0 and invstd 1, not numpy's passes (bench/RESULTS.md,
+    training: quantization-aware training)."""
 
     def forward(self, x, scale, shift):
         self.x, self.scale = x, scale

@@ -73,8 +73,8 @@ class GetItem(Function):
     def backward(self, g):
         grad = np.zeros(self.shape, self.dtype)
         if is_basic_index(self.index):
-            # np.add.at is a generic scatter: ShuffleNetV2's channel split spent 22 % of a
-            # training step in it
+            # np.add.at is a generic scatter, slow enough to show in ShuffleNetV2's training
+            # step (its channel split)
             grad[self.index] = g
         else:
             np.add.at(grad, self.index, g)
@@ -112,7 +112,7 @@ class Concat(Function):
 class ConcatShuffle(Function):
     """Parts (N, k, H, W) of one shape joined with their channels interleaved (output channel
     j * parts + i is part i's channel j): one stack along a new axis 2, as one op (through
-    stack and reshape it had cost 26-30 us a call where the copy takes 5-7)."""
+    stack and reshape it cost several times the copy)."""
 
     def forward(self, *xs):
         n, k, h, w = xs[0].shape

@@ -45,7 +45,7 @@ def _fake_quant(x, scale, zero_point, dtype, axis):
 
 def _fake_quant_native(x, scale, zero_point, dtype, axis):
     """_fake_quant's y and inside mask in one native pass (float32 x; the same bits):
-    numpy's dozen passes through int64 had been 176 of a 574 ms ResNet-18 QAT step."""
+    not numpy's dozen passes through int64 (bench/RESULTS.md, training: QAT)."""
     R.qrange(dtype)  # uint8 or int8, else the reference's error
     return _C.fake_quantize(x, np.atleast_1d(np.asarray(scale, np.float32)),
                             np.atleast_1d(np.asarray(zero_point, np.int32)),

@@ -48,8 +48,8 @@ class HistogramObserver(Observer):
         hi = hi if hi > lo else lo + 1e-8
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"HistogramObserver: the data's range [{lo}, {hi}] is not finite")
-        # numpy.histogram's counts (numpy 2), in one parallel pass: calibrating MobileNetV2
-        # had spent 75 % of its time in numpy's
+        # numpy.histogram's counts (numpy 2), in one parallel pass (bench/RESULTS.md,
+        # training: `_C.histogram`)
         counts += _C.histogram(x, self.bins, lo, hi) if native else \
             np.histogram(x, self.bins, (lo, hi))[0]
         self.histogram = Tensor(counts)

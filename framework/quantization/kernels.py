@@ -70,16 +70,15 @@ def requantize(acc, bias, multiplier, shift, zero_point, relu, dtype):
 
 
 # PreparedLinear on the amx ISA runs the GEMM on AMX tiles from this many rows (M) and
-# multiply-adds (M N K) on: below them the VNNI GEMM's shorter call wins. At N = K = 1024 the
-# tiles took 0.74x the VNNI time at M = 8, 0.28-0.39x from 16 on (1.18x at M = 4); at N = K = 64
-# 0.97x at M = 64 (262 k multiply-adds), 0.51x at 256 (bench/RESULTS.md, 2026-12-07).
+# multiply-adds (M N K) on: below them the VNNI GEMM's shorter call wins (bench/RESULTS.md,
+# int8 kernels: AMX, the int8 linear).
 AMX_LINEAR_MIN_ROWS = 8
 AMX_LINEAR_MIN_MACS = 1 << 19
 
 
 class PreparedLinear:
-    """An int8 linear with its per-channel int32 parameters converted once (they had cost
-    10 of a 14 us call), so a call is one native call: `PreparedLinear(...)(x, zp)`.
+    """An int8 linear with its per-channel int32 parameters converted once (per call they
+    were most of its time), so a call is one native call: `PreparedLinear(...)(x, zp)`.
 
     Made on the amx ISA (and amx=True), where the AMX planes kernel takes the weights (K a
     multiple of 64, N of 32), a uint8 x of AMX_LINEAR_MIN_ROWS rows and AMX_LINEAR_MIN_MACS
@@ -193,7 +192,7 @@ class PreparedConv:
         """x u8/s8 (N, C, H, W), any layout -> (N, OC, OH, OW) channels-last: the channels-last
         engine where it runs (uint8 x, groups 1, on VNNI and AMX hosts and the generic ISA),
         reading x as it lies if channels-last, else copying it channels-last padded with the zero
-        point (16 x 3 x 224 x 224: ~0.1 ms with VBMI, the stem then 0.94x its time); elsewhere
+        point (cheap with VBMI, and the stem then runs without border tiles); elsewhere
         (or made on an ISA without the engine) the NCHW algorithms and a copy of their result."""
         zp = int(x_zero_point)
         if self.nhwc and x.dtype == np.uint8 and (
@@ -272,7 +271,7 @@ def quantize(x, scale, zero_point, dtype):
 class PreparedAdd:
     """An int8 add with its zero points, multipliers, shift and output fixed once, so a call
     is one native call: `PreparedAdd(...)(a, b)` (the residual adds of the zoo models: their
-    arguments' conversions had taken half of a 5.4 us module call)."""
+    arguments' conversions had taken half of a module call)."""
 
     def __init__(self, a_zero_point, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
                  dtype):
@@ -299,8 +298,8 @@ class PreparedAdd:
 
 def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu, dtype):
     """a, b (...) same shape -> dtype (...); (m_a, m_b, shift) from reference.add_multipliers.
-    Channels-last in, channels-last out, as `PreparedAdd` (C-contiguous copies of both had
-    made a 16 x 64 x 56 x 56 add 3.6 ms where it takes 0.36)."""
+    Channels-last in, channels-last out, as `PreparedAdd` (not C-contiguous copies of both:
+    bench/RESULTS.md, other int8 ops)."""
     prepared = PreparedAdd(a_zero_point, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
                            dtype)
     a, b = np.asarray(a), np.asarray(b)
@@ -312,8 +311,7 @@ def add(a, a_zero_point, b, b_zero_point, m_a, m_b, shift, out_zero_point, relu,
 class PreparedConcat:
     """An int8 concat with the parts' requantization (zero points, multipliers, shifts) and
     the output fixed once, so a call is one native call: `PreparedConcat(...)(xs)`, xs u8/s8
-    arrays as `concat` takes them (building the argument lists per call had taken 1.5 of
-    ShuffleNetV2's 4.7 us concats)."""
+    arrays as `concat` takes them (the argument lists built once, not per call)."""
 
     def __init__(self, zero_points, multipliers, shifts, out_zero_point, dtype, axis=1,
                  shuffle=False):

@@ -13,8 +13,8 @@ def channels_last_wins():
     """Whether int8 models carry channels-last activations here (`Conv2d.channels_last`):
     on the vnni ISA, where the channels-last engine runs its VNNI tile, and on amx, where
     the AMX convolutions read channels-last rows and store their accumulator rows as they lie
-    (no transposes: ResNet-18's 3x3 layers at batch 16 took 0.75-0.90x their NCHW time,
-    framework/csrc/int8_amx/int8_amx.h). Not without VNNI (the engine's generic tile)."""
+    (no transposes: faster than NCHW there, bench/RESULTS.md, int8 kernels: AMX). Not
+    without VNNI (the engine's generic tile)."""
     return _C.current_isa() in ("vnni", "amx")
 
 

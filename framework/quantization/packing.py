@@ -110,7 +110,7 @@ class PackedWeight:
 
 def _aligned(a):
     """A copy of `a` whose data starts on a 64-byte boundary: the kernels read packed weights
-    in 64-byte rows, and a row across two cache lines made an AMX tile load ~4x slower
+    in 64-byte rows, and a row across two cache lines makes an AMX tile load far slower
     (numpy's own buffers start on 16-byte boundaries)."""
     buf = np.empty(a.nbytes + 64, np.uint8)
     off = -buf.ctypes.data % 64

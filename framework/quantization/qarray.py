@@ -61,7 +61,7 @@ def quantized_tensor(x, scale, zero_point, dtype):
 def wrap(values, scale, zero_point):
     """uint8/int8 numpy result of a kernel -> Tensor(QArray). Every int8 layer's output
     passes here: given a float32 scale and an int zero point (`QuantizedModule.output`), it
-    converts nothing (0.5 us a call, where QArray() takes 1.1)."""
+    converts nothing (half of QArray()'s cost)."""
     if values.dtype not in _QDTYPES:
         R.qrange(values.dtype)  # raises, naming the dtype
     q = values.view(QArray)

@@ -187,8 +187,8 @@ def carries_channels_last(convs):
     """Whether an int8 model of these convs (float, QAT or int8 modules) carries its
     activations channels-last (`nn.quantized.Conv2d.channels_last`): where every conv takes
     the channels-last engine (groups 1; depthwise and grouped convs read NCHW) and fills its
-    tile (64 output channels or more: with 16 or 32 a tile runs 6 or 12 accumulators, and the
-    demo's small net at batch 16 took 1.65x its NCHW time)."""
+    tile (64 output channels or more: with 16 or 32 a tile runs 6 or 12 accumulators, and a
+    small net loses to NCHW)."""
     return bool(convs) and all(conv.groups == 1 and conv.out_channels >= 64 for conv in convs)
 
 

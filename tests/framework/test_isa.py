@@ -56,3 +56,12 @@ def test_fma_peak_measures_or_says_why_not():
             assert 0.1e9 * lanes * 2 < per_core < 6.5e9 * 2 * lanes * 2, isa
     finally:
         ty.set_isa(original)
+
+
+def test_probes_live_in_the_testing_submodule():
+    """Register peaks, scratch canaries and the AMX store's helpers are for the tests and
+    benchmarks: `_C.testing`, not the module's own functions."""
+    for name in ("fma_peak", "int8_vnni_peak", "int8_avx2_peak", "int8_avxvnni_peak",
+                 "int8_amx_peak", "int8_amx_window", "int8_amx_offsets", "int8_amx_verified",
+                 "int8_broken_scratch", "int8_scribble_scratch", "region_cost_us"):
+        assert hasattr(_C.testing, name) and not hasattr(_C, name), name

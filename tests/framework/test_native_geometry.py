@@ -341,7 +341,7 @@ def test_int8_gemm_and_linear_refuse_bad_sizes():
     if ty.current_isa() != "generic":   # the FMA loop needs AVX2 (RuntimeError below)
         for steps in (0, -5, 2 ** 40):
             with pytest.raises(ValueError, match="steps"):
-                _C.fma_peak(steps)
+                _C.testing.fma_peak(steps)
 
 
 # ------------------------------------------------------------------ a hostile graph file

@@ -135,7 +135,7 @@ def test_conv2d_amx_rows(case, relu, out_dtype, out_zp, scales):
 def test_amx_tiles_match_their_emulation():
     # where the OS grants tiles, the tests above run the real ones; this is the emulated tiles'
     # check there (both algorithms: TDPBUSD's and TDPBSUD's), which the automatic choice needs
-    assert _C.int8_amx_verified()
+    assert _C.testing.int8_amx_verified()
 
 
 @needs_avx512
@@ -150,7 +150,7 @@ def test_amx_window():
             for oh in (1, 2, 7):
                 nv = (oh - 1) * wph + ow
                 for v in range(0, nv + 16, 16):
-                    runs = _C.int8_amx_window(v, wph, ow, nv)
+                    runs = _C.testing.int8_amx_window(v, wph, ow, nv)
                     for i in range(16):
                         p = v + i
                         real = p < nv and p % wph < ow
@@ -171,7 +171,7 @@ def test_amx_offsets():
                 for v in range(0, nv + 32, 32):
                     want = [(p // wph * ow + p % wph) * 64 if p < nv and p % wph < ow else -1
                             for p in range(v, v + 32)]
-                    assert _C.int8_amx_offsets(v, wph, ow, nv, 64) == want, (wph, ow, nv, v)
+                    assert _C.testing.int8_amx_offsets(v, wph, ow, nv, 64) == want, (wph, ow, nv, v)
 
 
 @needs_avx512

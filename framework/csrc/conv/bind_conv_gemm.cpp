@@ -81,7 +81,7 @@ py::array conv2d_gemm_weight_grad(const py::array& x_any, const py::array& gy_an
 }  // namespace
 
 void bind_conv_gemm(py::module_& m) {
-    m.def("fma_peak", &fma_peak, py::arg("steps"), py::call_guard<py::gil_scoped_release>(),
+    testing_of(m).def("fma_peak", &fma_peak, py::arg("steps"), py::call_guard<py::gil_scoped_release>(),
           "float32 operations per second of a register-only FMA loop (steps x 12 "
           "instructions on every thread, zmm from avx512 up, else ymm): the fp32 peak; "
           "RuntimeError below AVX2");

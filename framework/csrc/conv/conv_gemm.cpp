@@ -117,9 +117,7 @@ void add_run(ConvGemmOut* o, float* base, int64_t lo, int64_t hi) {
 }
 
 // The partial sums the next channel block will reload (they sit in L2; the kernel's first
-// multiply-adds wait on them otherwise). With the unmasked panel loads, ResNet-18's 3x3
-// layers at batch 4, one thread, interleaved: 0.97-0.98x the time (two threads at batch 16:
-// 0.99-1.0x).
+// multiply-adds wait on them otherwise); bench/RESULTS.md, fp32 kernels.
 inline void prefetch_rows(const ConvGemmOut& o, int64_t row0, int64_t co) {
     const int64_t rows = co - row0 < kMr ? co - row0 : kMr;
     for (int64_t i = 0; i < o.count; ++i)
@@ -202,24 +200,27 @@ const float* panel_at(const Plan& p, int64_t t, int64_t k0, int64_t kc, float* p
 namespace {
 
 // The kernels for the ISA in use (the family's one ISA decision): `few` is the few-channel
-// plan, built for AVX-512 only (conv_gemm_few_avx512.cpp).
+// plan, built for AVX-512 only (conv_gemm_few_avx512.cpp); fma_steps the FMA peak loop of the
+// kernel's registers (12 FMAs a step of fma_lanes floats; null on the generic path).
 struct ConvGemmKernels {
     ConvGemmKernel kernel;
     ConvGemmPack pack;
     ConvGemmPackWeights pack_weights;
     bool few;
+    int64_t (*fma_steps)(int64_t);
+    int fma_lanes;
 };
 
 void fill_conv_gemm(ConvGemmKernels& k, Isa isa) {
     using namespace conv_gemm_detail;
     if (isa >= Isa::avx512) {
         k = {conv_gemm_kernel_avx512(), conv_gemm_pack_avx512(), conv_gemm_pack_weights_avx512(),
-             true};
+             true, fma_peak_steps_avx512, 16};
     } else if (isa >= Isa::avx2) {
         k = {conv_gemm_kernel_avx2(), conv_gemm_pack_avx2(), conv_gemm_pack_weights_avx2(),
-             false};
+             false, fma_peak_steps_avx2, 8};
     } else {
-        k = {kernel_generic, pack_generic, pack_weights_generic, false};
+        k = {kernel_generic, pack_generic, pack_weights_generic, false, nullptr, 0};
     }
 }
 
@@ -232,11 +233,9 @@ ConvGemmPack conv_gemm_pack() {
 }
 
 double fma_peak(int64_t steps) {
-    const Isa isa = current_isa();
-    if (isa < Isa::avx2) throw std::runtime_error("fma_peak: the current ISA path has no FMA");
-    const bool zmm = isa >= Isa::avx512;
-    return peak_ops(zmm ? fma_peak_steps_avx512 : fma_peak_steps_avx2, steps,
-                    12 * (zmm ? 16 : 8) * 2);
+    const ConvGemmKernels& k = kernels();
+    if (!k.fma_steps) throw std::runtime_error("fma_peak: the current ISA path has no FMA");
+    return peak_ops(k.fma_steps, steps, 12 * k.fma_lanes * 2);
 }
 
 int64_t conv_gemm_segments(int64_t p0, int64_t nvalid, int64_t ow, ConvGemmSegment* seg) {

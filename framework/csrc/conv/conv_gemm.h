@@ -24,9 +24,8 @@ namespace tianyuan {
 
 constexpr int64_t kConvGemmNr = 32;   // positions per panel (two AVX-512 vectors)
 constexpr int64_t kConvGemmMr = 12;   // output channels per register block
-// reduction rows per packed panel at most (32 KiB; the depth runs in equal chunks). 256
-// instead of 128: ResNet-18's 3x3 layers at batch 16, 2 threads, interleaved: 0.94-0.97x
-// the time (the partial sums are reloaded half as often), level at batch 1.
+// reduction rows per packed panel at most (32 KiB; the depth runs in equal chunks). 256, not
+// 128: the partial sums are reloaded half as often (bench/RESULTS.md, fp32 kernels).
 constexpr int64_t kConvGemmKc = 256;
 
 struct ConvEpilogue {

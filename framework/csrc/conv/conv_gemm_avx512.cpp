@@ -46,8 +46,7 @@ void block(const float* a, const float* b, int64_t ldb, int64_t kc, const ConvGe
         }
     }
     for (int64_t k = 0; k < kc; ++k) {
-        // full rows load unmasked (the kernel alone, one thread, interleaved: 121 -> 131
-        // GFLOP/s at kc 128, 125 -> 135 at 512)
+        // full rows load unmasked (bench/RESULTS.md, fp32 kernels)
         const __m512 b0 = MASKED ? _mm512_maskz_loadu_ps(b0m, b + k * ldb)
                                  : _mm512_loadu_ps(b + k * ldb);
         const __m512 b1 = MASKED ? _mm512_maskz_loadu_ps(b1m, b + k * ldb + 16)
@@ -113,7 +112,7 @@ inline __mmask16 high_lanes(const TapReads& t, int64_t s) {
 }
 
 // Stride 2: each 16 lanes are the even columns of 32 consecutive ones, two masked loads and
-// a permute (a gather of 16 was 6-20 % of ResNet-18's strided 3x3 layers).
+// a permute, not a gather of 16 (bench/RESULTS.md, fp32 kernels).
 inline void pack_row_stride2(const float* plane, const TapReads& t, __m512* lo, __m512* hi) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                            28, 30);
@@ -169,7 +168,7 @@ void pack(const float* xn, const Conv2dGeometry& g, const ConvGemmSegment* seg, 
 }
 
 // dst[k][r] = w[cb * 12 + r][k]: 16 columns a step, the 12 rows transposed in
-// registers (the scalar loop ran at a third of memory speed: 2.1 ms for 512 channels at 3x3).
+// registers (the scalar loop ran at a third of memory speed).
 void pack_weights(const float* w, int64_t co, int64_t depth, int64_t cb, float* dst) {
     const int64_t r0 = cb * kConvGemmMr, rows = co - r0 < kConvGemmMr ? co - r0 : kConvGemmMr;
     const __mmask16 row_lanes = lanes(kConvGemmMr);

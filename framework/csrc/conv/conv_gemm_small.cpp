@@ -84,16 +84,12 @@ constexpr int64_t kFewBlocksPerPanel = kFewPanel / kFewMr;
 
 constexpr int64_t kFewMaxPositions = 1024;
 
-// Where the few-positions plan is taken. Measured at 2 threads, interleaved with the other
-// plans (2026-12-01): up to kFewMaxPositions positions in the batch, with more than 1024
-// reduction rows (3x3 layers from 128 channels: 512 at 7x7, batch 1 1.82 -> 1.39 ms, batch
-// 8 12.5 -> 9.8; 256 at 14x14 1.68 -> 1.26; 128 at 28x28 1.55 -> 1.42) or >= 512 output
-// channels from >= 128 (1x1 layers: 512 -> 2048 at 7x7 0.64 -> 0.52 ms, 160 -> 960 0.10 ->
-// 0.085; batch 16 2048 -> 512 13.0 -> 8.8), and a channel block for every thread. 1x1 layers
-// with fewer channels, 64 -> 128 3x3 at 28x28 and the stems ran 1.1-3x slower on it. Batches
-// of 1x1 layers from >= 192 channels with more than 512 positions (batch 16 at 7x7, batch 4
-// at 14x14): 0.66-0.93x the slab plan's time (960 -> 160 at 7x7 1.74 -> 1.39 ms, 232 -> 232
-// 0.57 -> 0.46), level or slower with fewer channels or at 196 positions.
+// Where the few-positions plan is taken: up to kFewMaxPositions positions in the batch, with
+// more than 1024 reduction rows (3x3 layers from 128 channels) or >= 512 output channels from
+// >= 128 (1x1 layers), and a channel block for every thread; and batches of 1x1 layers from
+// >= 192 channels with more than 512 positions. 1x1 layers with fewer channels, 64 -> 128 3x3
+// at 28x28 and the stems run slower on it (bench/RESULTS.md, fp32 kernels: the few-positions
+// plan).
 bool few_plan_wins(const Plan& p, int64_t threads) {
     const int64_t co_blocks = (p.co + kFewNr - 1) / kFewNr, all = p.g->n * p.positions;
     return all <= kFewMaxPositions && co_blocks >= threads &&

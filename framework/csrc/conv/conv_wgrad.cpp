@@ -200,11 +200,8 @@ constexpr int64_t kPwMaxWeights = 1 << 14;  // 8 shares of 64 bytes a weight: 8 
 
 // Where the dot products beat the gather-and-pack kernel, whose k rows come in blocks of 12
 // and whose gather costs as much per output channel whatever the depth: maps of >= 56x56
-// with <= 32 channels on one side. One layer at batch 8 on 2 Zen 5 threads (alternating
-// builds): 32 -> 16 at 112x112 0.75-1.22 -> 0.36-0.47 ms, 16 -> 96 at 112x112 2.9-3.6 ->
-// 1.3-1.9, 144 -> 24 at 56x56 0.73-1.21 -> 0.54-0.71, 24 -> 144 0.72-1.51 -> 0.51-0.79;
-// AVX2 code there 0.51-0.58x. Level for 64 -> 64 and 64 <-> 256 at 56x56 (AVX2 0.8x), and
-// 1.0-1.3x slower at 28x28 (3 chunks an image: the partial sums' traffic tells).
+// with <= 32 channels on one side; level with more channels, slower at 28x28 (3 chunks an
+// image: the partial sums' traffic tells). bench/RESULTS.md, training.
 bool pointwise_path(const Conv2dGeometry& g, int64_t co) {
     return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pb == 0 &&
            g.pl == 0 && g.pr == 0 && g.h * g.w >= kPwMinPlane &&

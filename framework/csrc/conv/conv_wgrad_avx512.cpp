@@ -44,7 +44,7 @@ inline __mmask16 lanes(int64_t n) {
 }
 
 // 16 channels by 16 positions a step: 16 row loads, a register transpose, 16 half-row
-// stores (a gather per position and 16 channels had been 12 % of a 1x1 layer's gradient).
+// stores, not a gather per position and 16 channels (bench/RESULTS.md, training).
 void gather(const float* gy, int64_t co, int64_t positions, const int64_t* image,
             const int64_t* p0, const int64_t* nvalid, int64_t npanels, float* at,
             int64_t ldblock) {

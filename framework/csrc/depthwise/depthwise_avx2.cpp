@@ -52,8 +52,8 @@ struct Avx2Rows {
 // The forward plane by plane from a zero-padded copy: every tap of 8 or 16 outputs is then an
 // unconditional load (stride 1), two loads and a shuffle (stride 2: the even columns of 16) or
 // a gather, accumulated in registers and stored once. The row kernel (a load and store of the
-// output row per tap, strided rows scalar) ran MobileNetV2's depthwise layers at batch 16 at
-// 4 GMAC/s on 2 Zen 3 cores (96 channels at 112x112, stride 2: 10.9 ms).
+// output row per tap, strided rows scalar) was several times slower (bench/RESULTS.md, fp32
+// kernels: depthwise on AVX2).
 struct Padded {
     int64_t oh, ow, hp, wp;
 };

@@ -20,8 +20,8 @@ inline __mmask16 low_bits(int64_t n) {
 // The output plane as one flat run of positions, 16 a step, each tap's reads worked out once
 // per call: a lane mask per step and tap, plus a constant offset when stride 1 keeps the rows
 // aligned (out_w == w), else gather offsets. A 7x7 map fills 49 of 64 lanes instead of 7 of
-// 16 per row, and no tap recomputes its column range per row (row kernel / this, 2 threads,
-// 3x3: 232 ch 7x7 b16 0.92 / 0.14 ms, 144 ch 56x56 b16 10.9 / 4.0 ms).
+// 16 per row, and no tap recomputes its column range per row (bench/RESULTS.md, fp32
+// kernels: depthwise).
 constexpr int64_t kFlatMaxPlane = 1 << 14, kFlatMaxTaps = 25;
 
 // No STL in an ISA translation unit: its template instances compiled with AVX-512 flags
@@ -252,8 +252,8 @@ void quad_grad_plane(const float* gy, const float* w, const Conv2dGeometry& g,
     interleave(space, g, f, gx);
 }
 
-// Planes up to 64x64: the quarters stay in L1 between the sums and the interleave (at
-// 112x112 the row kernel was 15 % faster).
+// Planes up to 64x64: the quarters stay in L1 between the sums and the interleave (larger
+// planes: the row kernel is faster).
 constexpr int64_t kQuadGradMaxPlane = 64 * 64;
 
 bool backward_input_quad(const float* gy, const float* w, const Conv2dGeometry& g, float* gx) {

@@ -127,8 +127,7 @@ void weight_sums(const float* xt, const float* gt, const Conv2dGeometry& g, int6
 
 // Where the channels-in-lanes kernels pay: blocks of 8 channels; the forward on small maps or
 // at stride 2 (at stride 1 from 56x56 the plane kernel's rows fill its lanes), the weight
-// gradient everywhere (Zen 3, batch 16: 144 at 56x56 stride 1 5.3-8.7 -> 2.4-2.5 ms, 32 at
-// 112x112 3.8-4.7 -> 2.1-2.8; batch 1 level or faster).
+// gradient everywhere (bench/RESULTS.md, training).
 bool lanes_pay(const Conv2dGeometry& g, bool forward) {
     return g.c >= 8 && g.kh * g.kw <= kMaxTaps && g.out_h() > 0 && g.out_w() > 0 &&
            (!forward || g.sw >= 2 || g.out_h() * g.out_w() <= 28 * 28);

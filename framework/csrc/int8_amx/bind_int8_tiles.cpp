@@ -1,6 +1,6 @@
 // pybind11 glue: the AMX tiles' helpers (framework/csrc/int8_amx/int8_amx.h): their peak, the store's
-// windows and offsets and the real tiles' check against their emulation (for the tests and
-// benchmarks), and the planes kernel's weight packer. The convolutions themselves are
+// windows and offsets and the real tiles' check against their emulation (in _C.testing, for
+// the tests and benchmarks), and the planes kernel's weight packer. The convolutions themselves are
 // bind_int8_conv.cpp's Int8Conv. (Not named *_amx.cpp: setup.py would build it with AMX flags.)
 #include <stdexcept>
 #include <string>
@@ -14,11 +14,12 @@ namespace tianyuan {
 namespace bind {
 
 void bind_int8_tiles(py::module_& m) {
-    m.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
+    py::module_ testing = testing_of(m);
+    testing.def("int8_amx_peak", &int8::amx_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only TDPBUSD loop (steps x 4 "
           "instructions on every thread): the AMX peak; RuntimeError without AMX");
-    m.def("int8_amx_window", [](int64_t v, int64_t wph, int64_t ow, int64_t nv) {
+    testing.def("int8_amx_window", [](int64_t v, int64_t wph, int64_t ow, int64_t nv) {
         if (wph < 1 || ow < 1 || ow > wph || v < 0) {
             throw std::invalid_argument("int8_amx_window: needs v >= 0 and 1 <= ow <= wph, got "
                                         "v=" + std::to_string(v) + ", ow=" +
@@ -32,7 +33,7 @@ void bind_int8_tiles(py::module_& m) {
     }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"),
        "the AMX store's runs of virtual positions [v, v + 16): [(offset, 16-bit mask)] "
        "(int8_amx.h, AmxWindow); for the tests, on CPUs with AVX-512");
-    m.def("int8_amx_offsets", [](int64_t v, int64_t wph, int64_t ow, int64_t nv, int64_t oc) {
+    testing.def("int8_amx_offsets", [](int64_t v, int64_t wph, int64_t ow, int64_t nv, int64_t oc) {
         if (wph < 1 || ow < 1 || ow > wph || v < 0 || oc < 1) {
             throw std::invalid_argument("int8_amx_offsets: needs v >= 0, 1 <= ow <= wph and "
                                         "oc >= 1, got v=" + std::to_string(v) + ", ow=" +
@@ -45,7 +46,7 @@ void bind_int8_tiles(py::module_& m) {
     }, py::arg("v"), py::arg("wph"), py::arg("ow"), py::arg("nv"), py::arg("oc"),
        "the AMX channels-last store's offsets of virtual positions [v, v + 32) (-1: "
        "dropped); int8_amx.h, amx_offsets; for the tests");
-    m.def("int8_amx_verified", &int8::amx_verified,
+    testing.def("int8_amx_verified", &int8::amx_verified,
           "whether the real AMX tiles gave the emulated ones' bits (both conv algorithms "
           "and the rows form), "
           "checked once per process; False where the OS grants no AMX");

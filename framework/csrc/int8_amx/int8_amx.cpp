@@ -23,15 +23,10 @@ bool amx_takes(const ConvGeom& g) {
 bool amx_wins(const ConvGeom& g) { return amx_takes(g) && g.kh * g.kw > 1; }
 
 // 1x1 layers of 32 or more output channels: over 2048 or more output positions (the batch's),
-// 784 or more (a 7x7 map at batch 16) with C >= 64, 64 or fewer, or where OC <= 2 C. Against
-// the VNNI packed blocks on a 2-vCPU Emerald Rapids host (minima over 3-4 alternating
-// processes, 2026-12-06): at batch 16 MobileNetV2's 1x1 layers took 0.23-0.78x their time
-// (the stem too: 0.71x) but 1.17-1.31x at 16 and 24 output channels (one chunk of tiles,
-// half of it wasted, against a VNNI tile of 6 channels), ShuffleNetV2's 0.61-0.90x but
-// 1.18-1.29x at 24 input channels, ResNet-18's downsamples 0.62-0.82x. At batch 1 (channels
-// split over the threads where the blocks are few) the layers with OC <= 2 C took 0.69-1.08x,
-// the 7x7 ones 0.70-0.90x, the other expansions 1.02-1.46x (the store, not the products, is
-// their work).
+// 784 or more (a 7x7 map at batch 16) with C >= 64, 64 or fewer, or where OC <= 2 C. Not 16
+// or 24 output channels (one chunk of tiles, half of it wasted, against a VNNI tile of 6
+// channels), nor 24 input channels, nor the other expansions at batch 1 (the store, not the
+// products, is their work): bench/RESULTS.md, int8 kernels: AMX (1x1 layers).
 bool amx_gemm_wins(const ConvGeom& g) {
     if (!amx_gemm_may_win(g.oc, g.c, g.kh * g.kw, g.groups)) return false;
     if (g.kh * g.kw > 1) return true;
@@ -101,17 +96,15 @@ AmxPlan amx_plan(const ConvGeom& g) {
     // Work items run a group of channel blocks over every (image, position block) before the
     // next group: a block's weights are taps * C * 32 bytes (147 KB at 512 channels 3x3), and
     // with the channel blocks innermost every position block streamed all of them from L3
-    // (ResNet-18's 512-channel layers at batch 16 ran at ~10 % of the AMX peak).
+    // (bench/RESULTS.md, int8 kernels: AMX).
     constexpr int64_t kWeightBudget = 512 * 1024;
     const int64_t per_block = p.taps * g.c * kAmxOc;
     p.group = std::max<int64_t>(1, std::min(p.oblocks, kWeightBudget / per_block));
     // Where a block's weights (taps > 1) fit half of L1 (48 KB here) but the group's exceed
     // 2/3 of it, each block passes a window of 16 position blocks before the next does: its
-    // weights stay in L1, the window's rows in L2. ResNet-18's 64-channel 3x3 layers (two
-    // blocks of 18 KB) at batch 16: 0.94-0.96x the time of one position block a window
-    // (alternating processes; windows of 4 0.95x, 32-128 as 16). Windows for larger blocks
-    // (128-512 channels) left those layers level, and 1x1 layers (256 -> 512, stride 2)
-    // 1.05-1.10x in three runs: they keep one position block a window.
+    // weights stay in L1, the window's rows in L2 (ResNet-18's 64-channel 3x3 layers). Larger
+    // blocks gain nothing from it and 1x1 layers lose: they keep one position block a window
+    // (bench/RESULTS.md, int8 kernels: AMX windows).
     constexpr int64_t kWindow = 16;
     p.window = p.taps > 1 && per_block <= 24 * 1024 && p.group * per_block > 32 * 1024
                    ? kWindow : 1;
@@ -140,8 +133,8 @@ AmxPlan amx_plan(const ConvGeom& g) {
 // row too). At stride 1, and at stride 2 paired, the source rows of 16 channels at a time go
 // straight into the byte transpose, which at stride 2 sends the even and odd padded columns
 // to the two phases; otherwise the phase row of every channel is gathered into tmp (c x wph)
-// first, then transposed. Stride 2 had gathered: ResNet-18's stride-2 3x3 layers at batch 16
-// took 1.34-1.50x PyTorch's time on the AMX host, the stride-1 ones 0.9-1.07x.
+// first, then transposed. Stride 2 had gathered, and lost to PyTorch where stride 1 did not
+// (bench/RESULTS.md, int8 kernels: AMX stride-2 planes).
 void nhwc_row(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g, const AmxPlan& p,
               int64_t n, int64_t ph, bool paired, int64_t y, uint8_t* tmp, uint8_t* planes) {
     const int64_t a = ph / g.sw, b = ph % g.sw, row = g.sh * y + a - g.pt;
@@ -259,8 +252,7 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
     const int64_t passes = static_cast<int64_t>(phs.size());
     const int64_t rows = g.n * passes * p.hph, items = g.n * p.vblocks * p.oblocks;
     const int64_t plane_out = g.oh * g.ow, positions = g.n * p.vblocks;
-    // out_nhwc: every position block's offsets in an image, made once (per block they had
-    // taken ~3 % of a 64-channel layer at batch 16)
+    // out_nhwc: every position block's offsets in an image, made once, not per block
     std::vector<int64_t> offs(out_nhwc ? static_cast<size_t>(p.vblocks * kAmxPos) : 0);
     for (int64_t vb = 0; out_nhwc && vb < p.vblocks; ++vb) {
         amx_offsets(vb * kAmxPos, p.wph, g.ow, p.nv, g.oc, offs.data() + vb * kAmxPos);
@@ -286,7 +278,7 @@ void conv2d_amx(const uint8_t* x, uint8_t flip, uint8_t z, const ConvGeom& g,
         // Items in order: a group gi of channel blocks, then a window of p.window (image,
         // position block)s pos from win0 (the last may be smaller), then block k of the group
         // (the last group may be smaller), then pos = win0 + j in the window; each thread a
-        // contiguous run, walked with counters (its divisions had cost 5 % of an item).
+        // contiguous run, walked with counters, not divided out an item.
         const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t first = items * tid / threads, last = items * (tid + 1) / threads;
         const int64_t span = p.group * positions, wi = p.window;

@@ -10,7 +10,7 @@
 // kAmxPos, tap t reads the block at v + toff[t] positions, and the wph - ow columns past each
 // row end are computed and dropped. Only the phases some tap reads are written (a 1x1
 // stride-2 layer reads one of four). The planes and the packed weights start on 64-byte
-// boundaries (every tile row then is one cache line; across two, a tile load took ~4x as long).
+// boundaries (every tile row then is one cache line; across two, tile loads are far slower).
 // Weights (packed once, amx_pack_weights), per block of kAmxOc output channels, tap and
 // chunk of kAmxK input channels, two s8 tiles of 16 k-quad rows x 16 channels x 4 bytes:
 //   w[((ob*taps + t)*chunks + cc)*2048 + h*1024 + q*64 + o*4 + i]
@@ -21,8 +21,8 @@
 // vectors, then transposes the bytes into 16-position runs of channel rows stored straight
 // into the NCHW output. On channels-last activations (conv2d_amx's xs, out_nhwc) the planes'
 // rows are copies of the input's rows (no transpose) and each accumulator row, a position's
-// 32 channels, is requantized and stored as it lies: ResNet-18's 3x3 layers at batch 16 took
-// 0.75-0.90x their NCHW time on a 2-vCPU AMX host (bench/RESULTS.md, 2026-12-07).
+// 32 channels, is requantized and stored as it lies, faster than the NCHW form for the int8
+// ResNets (bench/RESULTS.md, int8 kernels: channels-last on AMX).
 //
 // Where the OS grants no AMX the same kernel runs on emulated tiles (plain C++ with the
 // instructions' semantics), which is what the tests check bit for bit against the reference
@@ -48,10 +48,9 @@ constexpr int64_t kAmxK = 64;    // input channels per k step (one tile row of u
 
 // groups 1, C a multiple of kAmxK, OC of kAmxOc.
 bool amx_takes(const ConvGeom& g);
-// The automatic choice: kernels of more than one tap. On a Sapphire Rapids-class host (2
-// threads, interleaved runs) 3x3 layers ran in 0.5-0.8x the VNNI algorithms' time, 1x1
-// layers in 1.05-3.5x: one k step of 64 per tile load, and the NHWC copy and the
-// requantizing store a larger share of less work.
+// The automatic choice: kernels of more than one tap. 1x1 layers lose to the VNNI algorithms
+// here (one k step of 64 per tile load, and the NHWC copy and the requantizing store a larger
+// share of less work): bench/RESULTS.md, int8 kernels: AMX.
 bool amx_wins(const ConvGeom& g);
 int64_t amx_packed_size(int64_t oc, int64_t c, int64_t taps);
 // W (OC, C, taps) s8 row-major -> the layout above.
@@ -84,6 +83,10 @@ void conv2d_amx_rows(const uint8_t* x, uint8_t z, const ConvGeom& g, const int8_
 // Whether the real tiles give the emulated tiles' bits, both algorithms' and the rows form's
 // (checked once per process; false where the OS grants no AMX; int8_amx_check.cpp).
 bool amx_verified();
+// Whether the automatic algorithm choice may take the AMX algorithms: a planning decision on
+// the ISA, read once per call from the conv family's table (int8_conv_kernels.h: the amx
+// level), with verified tiles.
+bool amx_automatic();
 
 // An item's requantizing store: acc (kAmxPos x kAmxOc s32, row stride kAmxOc) requantized
 // (channel o's parameters at q.*[o]) to base + o * ld as win[p / 16] says for position p;

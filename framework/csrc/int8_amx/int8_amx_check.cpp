@@ -8,6 +8,7 @@
 #include "runtime/cpu.h"
 #include "int8_amx/int8_amx.h"
 #include "int8_cgemm/int8_cgemm.h"
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_gemm/int8_gemm.h"
 #include "int8_gemm/int8_ops.h"
 
@@ -20,6 +21,8 @@ double amx_peak(int64_t steps) {
     }
     return peak_ops(amx_peak_steps, steps, 4 * 16 * 16 * 64 * 2);
 }
+
+bool amx_automatic() { return conv_kernels().amx && amx_verified(); }
 
 bool amx_verified() {
     static const bool ok = [] {

@@ -16,9 +16,8 @@ void TY_ITEM_NAME(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int64
     int piece = 0;
     int64_t due = 0;  // kAmxPieces * (steps done) - steps * (pieces done)
     Drain drain(prev ? *prev : AmxPending{});
-    // the weights first, then each position half just before its two products: on an
-    // Emerald Rapids host the loop alone took 0.71-0.95x the time of loading all four
-    // operands first, a whole item 0.91-1.0x (bench/RESULTS.md)
+    // the weights first, then each position half just before its two products, not all four
+    // operands first (bench/RESULTS.md, int8 kernels: AMX)
     for (int64_t s = 0; s < steps; ++s, w += 2048) {
         TY_TILE_LOAD(6, w, 64);
         TY_TILE_LOAD(7, w + 1024, 64);

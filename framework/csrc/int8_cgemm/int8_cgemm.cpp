@@ -45,8 +45,7 @@ void task_blocks(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_
 #pragma omp parallel if (g.groups * s.blocks > 1)
     {
         prologue(s, g, x, packed, b, r, table, wide);
-        // once a thread, not a block: its guard check had been 3 % of a 1x1 layer of
-        // 144 -> 24 channels at 56x56 (49 blocks)
+        // once a thread, not a block: its guard check shows on 1x1 layers of many blocks
         const int64_t run = s.run, runs = (s.blocks + run - 1) / run;
         // the AMX tiles read the last chunk's quads past kp too
         const int64_t depth = s.amx ? s.amx_chunks * kAmxK : s.kp;
@@ -156,13 +155,12 @@ void conv2d(const QIn& x, const ConvGeom& g, const int8_t* packed, const int32_t
             const int8_t* wamx, const NarrowWeights* narrow, const int8_t* wgemm) {
     check_algo(g, algo, wamx, wgemm);
     const std::vector<int32_t> b = corrected_bias(bias, row_sums, g.oc, zero_of(x));
+    const bool automatic = algo == ConvAlgo::automatic;
     const bool gemm_amx = algo == ConvAlgo::packed_amx ||
-                          (algo == ConvAlgo::automatic && current_isa() == Isa::amx && wgemm &&
-                           amx_gemm_wins(g) && amx_verified());
+                          (automatic && amx_automatic() && wgemm && amx_gemm_wins(g));
     const NarrowWeights* nw = narrow && narrow_tile() && !gemm_amx ? narrow : nullptr;
     if (nw) packed = nw->packed;
-    const bool real_amx = current_isa() == Isa::amx && wamx && amx_wins(g);
-    if (algo == ConvAlgo::amx || (algo == ConvAlgo::automatic && real_amx && amx_verified())) {
+    if (algo == ConvAlgo::amx || (automatic && amx_automatic() && wamx && amx_wins(g))) {
         conv2d_amx(x.data, flip_of(x), static_cast<uint8_t>(zero_of(x)), g, wamx, b.data(), r,
                    out, !cpu_features().os_amx);
         return;

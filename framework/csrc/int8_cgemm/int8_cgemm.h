@@ -133,14 +133,9 @@ struct RowParams {
 // RowParams.ahead for an output of `bytes`. The blocks a thread runs next write further along
 // the same rows; an output not in cache (a model's fresh buffer, every layer in between having
 // passed through the cache) had made each 64-byte store wait for its line's read for
-// ownership: MobileNetV2's 16 -> 96 layer at 112x112 at batch 16 (19 MB out, 96 rows written
-// at once) took 3.2-4.0 ms in the model against 1.0-1.1 alone, 1.2-1.8 ms with the lines
-// 512 bytes ahead asked for (256-768 alike); whole int8 models at batch 16: MobileNetV2
-// 0.87-0.98x (median 0.90), ShuffleNetV2 0.91-0.95x (its stem, 4.8 MB out, 0.66-0.85x),
-// ResNet-18 (3 MB outputs) level. At batch 1 (outputs of 0.1-0.8 MB, in cache) ShuffleNetV2
-// had taken 1.021-1.028x with every store asking: hence from 1 MiB on (Zen 5, 2 threads,
-// alternating processes). On the `avx2` path of that host the 19 MB layer 2.96-3.13 ->
-// 2.74-2.82 ms in the model.
+// ownership. Asked 512 bytes ahead (256-768 alike) from outputs of 1 MiB on: smaller ones
+// (batch 1) are in cache, where asking on every store cost a little (bench/RESULTS.md, int8
+// kernels: stores request the line).
 constexpr int64_t kStoreAhead = 512, kStoreAheadMin = int64_t{1} << 20;
 inline int64_t store_ahead(int64_t bytes) { return bytes >= kStoreAheadMin ? kStoreAhead : 0; }
 
@@ -194,14 +189,15 @@ using CTileFn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t,
 // constants (Chan, int8_requant_avx2.h; kChanBytes a channel). A tile makes its rows' own
 // unless RowParams.chans has them, made once per convolution by make_chans_avx2: with few
 // k-quads a tile's work is small (MobileNetV2's 16-deep 1x1 layer: 6 channels x 64 positions
-// x 4 k-quads), and the tile's code outside its loops, mostly making them, had taken 13 % of
-// that layer's time on Zen 3.
+// x 4 k-quads), and the tile's code outside its loops, mostly making them, was a large share
+// of such a layer's time (bench/RESULTS.md, int8 kernels: AVX2).
 constexpr int64_t kChanBytes = 352;
 void make_chans_avx2(const int32_t* bias, const int32_t* multiplier, const int32_t* shift,
                      int64_t n, const Requant& r, uint8_t* out);
 
-// The tile of the current ISA; narrow: the weights are in the narrow form (above), which
-// only cgemm_tile_avx2_narrow reads (the AVX2 tiles without VNNI).
+// The tile of the current ISA (the family's table, int8_conv_kernels.h); narrow: the weights
+// are in the narrow form (above), which only cgemm_tile_avx2_narrow reads (the AVX2 tiles
+// without VNNI).
 CTileFn cgemm_tile(bool narrow = false);
 // Whether the current ISA's tile takes the narrow form.
 inline bool narrow_tile() { return cgemm_tile(true) == cgemm_tile_avx2_narrow; }
@@ -214,8 +210,7 @@ inline bool tile_takes_chans(CTileFn tile) {
 // takes one and each weight block's tile runs `visits` >= kChanMinVisits times in the call,
 // else null; fill_chans writes it, as an orphaned `omp for` (inside a parallel region, its
 // threads share the channels). With fewer visits (batch 1, small maps) the tiles' own
-// constants had been cheaper than the table: ResNet-18 and ShuffleNetV2 at batch 1 were 4 %
-// slower with a table for every convolution.
+// constants are cheaper than the table (bench/RESULTS.md, int8 kernels: AVX2).
 constexpr int64_t kChanMinVisits = 8;
 uint8_t* chans_space(CTileFn tile, int64_t visits, int64_t n);
 void fill_chans(const int32_t* bias, const int32_t* multiplier, const int32_t* shift, int64_t n,

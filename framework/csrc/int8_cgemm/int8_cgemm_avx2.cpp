@@ -70,7 +70,7 @@ inline __attribute__((always_inline)) void sub_tile(
     const __m256i b0 = cs[0].bias, b1 = R > 1 ? cs[1].bias : z, b2 = R > 2 ? cs[2].bias : z,
                   b3 = R > 3 ? cs[3].bias : z;
     __m256i c00 = b0, c01 = b0, c10 = b1, c11 = b1, c20 = b2, c21 = b2, c30 = b3, c31 = b3;
-    // unrolled: 54 -> 58.5 GMAC/s a thread on 6 channels x 64 positions x 576 k (Zen 3)
+    // unrolled by 4 (bench/RESULTS.md, int8 kernels: AVX2)
 #pragma GCC unroll 4
     for (int64_t g = 0; g < nq; ++g) {
         const uint8_t* a = acts + qoff[g];
@@ -90,7 +90,7 @@ inline __attribute__((always_inline)) void sub_tile(
 #undef TY_STORE
 
 // R channels x all npos positions, 16 a step (8 in the last where 8 or fewer are left), in
-// one function rather than a call through a pointer per step (level to 0.95x the time).
+// one function rather than a call through a pointer per step (never slower).
 template <int R>
 void sub_rows(const uint8_t* acts, const int64_t* qoff, const int32_t* wx, int64_t rows,
               int64_t nq, int64_t npos, const Chan* cs, const Requant& r, uint8_t* out,
@@ -121,8 +121,8 @@ SubFn pick(int64_t rows) {
 // int32), then the residual quads of each row (NarrowWeights): as many multiply-port
 // operations as the split form, but no split and no widened weights, so all 6 channels of a
 // block fit one pass over the activations (int8_tile6_impl.h; of its 12 accumulators and the
-// ones, GCC keeps one on the stack). On Zen 3, 6 channels x 16 positions took 0.94-0.98x the
-// time of two passes of 3 (ResNet-18's 3x3 layers, 1x1 and stem, interleaved in one process).
+// ones, GCC keeps one on the stack), faster than two passes of 3 (bench/RESULTS.md, int8
+// kernels: AVX2).
 void cgemm_tile_avx2_narrow(const uint8_t* acts, const int64_t* qoff, const int8_t* w,
                             int64_t kp, int64_t rows, int64_t npos, const RowParams& q,
                             const Requant& r, uint8_t* out, int64_t ldo) {
@@ -151,7 +151,7 @@ void widen_weights_avx2(const int8_t* w, int64_t groups, int32_t* out) {
 }
 
 // A block of up to kStackWidened words widens on the stack: thread_space's look-up and canary
-// check had taken 8 % of MobileNetV2's 16-deep 1x1 layer (batch 16), its widening 5 %.
+// check outweigh the widening itself on shallow layers (bench/RESULTS.md, int8 kernels: AVX2).
 constexpr int64_t kStackWidened = 2048;
 
 void cgemm_tile_avx2(const uint8_t* acts, const int64_t* qoff, const int8_t* w, int64_t kp,
@@ -174,9 +174,8 @@ void cgemm_tile_avx2_wide(const uint8_t* acts, const int64_t* qoff, const int32_
         __builtin_prefetch(out + i * ldo + q.ahead, 1, 3);
     // 5 or 6 channels: 3 + 2 or 3 + 3 (as many vector operations per product as 4 + 1, 4 + 2)
     const int64_t first = rows > 4 ? 3 : rows;
-    // The channels' constants once per call, not per 16 positions: with the widening on the
-    // stack, MobileNetV2's 16-deep 1x1 layer (96 channels at 112x112, batch 16) 9.5-10.2 ->
-    // 6.7-7.6 ms on Zen 3, where the requantization outweighs the 4 k-quads' products.
+    // The channels' constants once per call, not per 16 positions: on shallow layers the
+    // requantization outweighs the k-quads' products (bench/RESULTS.md, int8 kernels: AVX2).
     Chan local[kOcBlock];
     const Chan* cs = reinterpret_cast<const Chan*>(q.chans);
     if (!cs) {

@@ -6,8 +6,7 @@
 // vpmovwb, merged at the run's place; larger strides through a small buffer), then
 // interleaved so each 32-bit lane holds 4 consecutive k of one position. Every k row of a
 // block reads the same runs at its own offset, so their masks are worked out once per block
-// (per row they had cost more than the loads: 2.5 -> 1.5 us per 64-position block of a
-// 64-channel 3x3 layer).
+// (per row they cost more than the loads: bench/RESULTS.md, int8 kernels).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -26,8 +25,8 @@ struct RowReads {
     __mmask64 lanes[kPos + 2], lo[kPos + 2], hi[kPos + 2];
     int64_t count;
     // Prefetched per row: the bytes two blocks on, where the blocks continue the last run.
-    // A 1x1 layer's k rows are as many streams, too many for the hardware prefetcher:
-    // 256 -> 64 channels at 56x56, batch 16 took 0.8-0.94x the time with it (2 threads).
+    // A 1x1 layer's k rows are as many streams, too many for the hardware prefetcher
+    // (bench/RESULTS.md, int8 kernels).
     int64_t ahead;
 };
 
@@ -234,9 +233,8 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
         // row's two column phases (phase_pair_row), at stride 1 two rows (row_pair); panels 0-1
         // the first, 2-3 the second, each row's last panel masked (at stride 2 phase 0's
         // last row would run into phase 1's plane, written before it here). Stride 2 had
-        // taken two loads, two `vpmovwb` and a transpose of 64 lanes a phase row: ResNet-18's
-        // stride-2 3x3 layers 0.93-0.96x; pairs of stride-1 rows took ResNet-18's 28x28, 14x14
-        // and 7x7 3x3 layers 0.99x (Zen 4).
+        // taken two loads, two `vpmovwb` and a transpose of 64 lanes a phase row
+        // (bench/RESULTS.md, int8 kernels: quad planes).
         const bool two = p.wph > 16;
         const __mmask16 last = static_cast<__mmask16>(low_mask64(p.wph - (two ? 16 : 0)));
         const auto put = [&](uint8_t* out, __m512i lo, __m512i hi) {
@@ -299,10 +297,8 @@ void quad_planes_avx512(const uint8_t* const* rows4, const QuadPlanes& p, uint8_
 // which of each 64 are input). The input bytes of a channel fill, in order, the plane's
 // positions that are not padding, so each 64 of them is one load of the next bytes spread
 // onto those lanes (vpexpandb, AVX512-VBMI2) over the zero point, then the 4-row transpose.
-// Row by row (quad_planes_avx512), each row's masks and pieces had been mostly scalar work:
-// ResNet-18's planes 1.9-2.0x faster at 56x56 and 28x28, 3.2-3.7x at 14x14 and 7x7 (Zen 5,
-// one thread, L2-resident: 4.4-11.8 input bytes a cycle, from 1.2-6.0); its convolutions
-// 0.992x (0.969-1.007) at batch 16, 0.98x at batch 1 (2 threads, alternating processes).
+// Row by row (quad_planes_avx512), each row's masks and pieces had been mostly scalar work
+// (bench/RESULTS.md, int8 kernels: quad planes, `vpexpandb`).
 // VBMI2 by a target attribute, not a unit of its own, to share this unit's transpose; callers
 // check CpuFeatures::avx512vbmi2 (quad_input).
 __attribute__((target("avx512vbmi2"))) void quad_planes_vbmi2(const uint8_t* const* rows4,

@@ -2,7 +2,7 @@
 // int8_cgemm_blocks.h): the bias's zero-point correction, padding, position blocks.
 #include "int8_cgemm/int8_cgemm_blocks.h"
 
-#include "runtime/cpu.h"
+#include "int8_conv/int8_conv_kernels.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -12,15 +12,6 @@ bool needs_padding(const QIn& x, const ConvGeom& g) {
 }
 
 namespace {
-using PadFn = void (*)(const uint8_t*, const PadPlane&, uint8_t*);
-
-// masked stores per row, where memset / memcpy per row had been 3 library calls for a 1-byte
-// border (256 channels at 14x14, batch 16: 6 % of the convolution)
-PadFn pad_fn() {
-    return current_isa() >= Isa::avx512 ? pad_plane_avx512
-           : current_isa() >= Isa::avx2 ? pad_plane_avx2 : pad_plane_generic;
-}
-
 PadPlane pad_geometry(const QIn& x, const ConvGeom& g) {
     return {g.h, g.w, g.pt, g.pb, g.pl, g.pr, static_cast<uint8_t>(zero_of(x)), flip_of(x),
             x.data + g.n * g.c * g.h * g.w};
@@ -36,7 +27,7 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
     uint8_t* xp = thread_space(Space::pad, g.n * g.c * hp * wp + 2 * kPos);
     *end = xp + g.n * g.c * hp * wp + 2 * kPos;
     const PadPlane p = pad_geometry(x, g);
-    const PadFn pad = pad_fn();
+    const PadPlaneFn pad = conv_kernels().pad_plane;
 #pragma omp parallel for schedule(static) if (g.n * g.c * hp * wp > (1 << 16))
     for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
         pad(x.data + plane * g.h * g.w, p, xp + plane * hp * wp);
@@ -47,7 +38,7 @@ const uint8_t* padded_input(const QIn& x, const ConvGeom& g, int64_t hp, int64_t
 void pad_image(const QIn& x, const ConvGeom& g, int64_t hp, int64_t wp, int64_t n,
                uint8_t* dst) {
     const PadPlane p = pad_geometry(x, g);
-    const PadFn pad = pad_fn();
+    const PadPlaneFn pad = conv_kernels().pad_plane;
     for (int64_t c = 0; c < g.c; ++c)
         pad(x.data + (n * g.c + c) * g.h * g.w, p, dst + c * hp * wp);
 }
@@ -97,18 +88,16 @@ std::vector<int32_t> corrected_bias(const int32_t* bias, const int32_t* row_sums
 // Blocks of at most kPos positions. With few blocks per thread, each thread's equal share of
 // the positions is cut into whole blocks and one remainder, so that a static schedule gives
 // every thread the same work: 196 positions (14x14, batch 1) on 2 threads had been 3 blocks
-// of 64 and one of 4, and the thread with two full blocks 1.8x the other's work (the other
-// idled 17 % of samples at the barrier). Positions that fit one block stay one block, whose
+// of 64 and one of 4, and the thread with two full blocks had nearly twice the other's work.
+// Positions that fit one block stay one block, whose
 // output channels the threads share (plan's chunks): 49 positions (7x7, batch 1) cut 25 + 24
 // had run 32 + 24 lanes (the tile steps 16 and 8 wide), and one thread waited for the other;
 // one block is 56 lanes, halved.
 // A share's last block of more positions than the VNNI tile's extras but at most 16 (one
 // panel) takes 16 from the whole block before it: 48 + (16 + r) positions run the same lanes
 // as 64 + r, in blocks of 3 and 2 panels, where a one-panel block's loop (6 accumulators)
-// waits on vpdpbusd's latency: the 6-row tile on 1 panel had cost 1.5 panels' time. ResNet-18
-// at batch 1 (28x28: 392 positions a thread, 6 x 64 + 8) 0.96-0.99x on those layers (56x56
-// ones, not cut so, level), its 7x7 layers at batch 16 0.985-0.996x (Zen 5, 2 threads, minima
-// over 3 alternating processes); the AVX2 tile, which steps 8 positions, level.
+// waits on vpdpbusd's latency (bench/RESULTS.md, int8 kernels: no one-panel block after a
+// whole one); the AVX2 tile, which steps 8 positions, neither gains nor loses.
 std::vector<int64_t> block_starts(int64_t all, int64_t threads) {
     if (all <= kPos) return {0, all};
     std::vector<int64_t> start{0};

@@ -1,7 +1,8 @@
 // int8 convolution (layouts in int8_cgemm.h), the parts every ISA shares: the weight packer
 // (run once, at quantize() time), the generic activation pack, pad and register tile (the
 // reference the SIMD twins in int8_cgemm_avx2.cpp, int8_pack_avx2.cpp, int8_cgemm_avx512.cpp
-// and int8_cgemm_vnni.cpp match bit for bit), the tile dispatch, and the per-thread scratch
+// and int8_cgemm_vnni.cpp match bit for bit), the tile's reader of the family's table
+// (int8_conv_kernels.h), and the per-thread scratch
 // (here, in a generic unit, because ISA units must not instantiate STL templates). The driver
 // is int8_cgemm.cpp.
 #include <atomic>
@@ -10,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_cgemm/int8_cgemm.h"
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_gemm/int8_ops.h"
 
 namespace tianyuan {
@@ -188,8 +189,7 @@ void scribble_spaces(uint8_t value) {
 }
 
 uint8_t* chans_space(CTileFn tile, int64_t visits, int64_t n) {
-    // a grow-only buffer: a fresh allocation had cost MobileNetV2's 1x1 layers at batch 1
-    // (384 channels: 135 KB, mapped anew) up to 0.03 ms a call
+    // a grow-only buffer: a fresh allocation (mapped anew) shows on small layers' calls
     return tile_takes_chans(tile) && visits >= kChanMinVisits
                ? thread_space(Space::chans, n * kChanBytes) : nullptr;
 }
@@ -205,10 +205,8 @@ void fill_chans(const int32_t* bias, const int32_t* multiplier, const int32_t* s
 }
 
 CTileFn cgemm_tile(bool narrow) {
-    if (current_isa() >= Isa::vnni) return cgemm_tile_vnni;
-    if (current_isa() < Isa::avx2) return cgemm_tile_generic;
-    if (current_isa() == Isa::avxvnni) return cgemm_tile_avxvnni;
-    return narrow ? cgemm_tile_avx2_narrow : cgemm_tile_avx2;
+    const ConvKernels& k = conv_kernels();
+    return narrow && k.narrow_tile ? k.narrow_tile : k.tile;
 }
 
 }  // namespace int8

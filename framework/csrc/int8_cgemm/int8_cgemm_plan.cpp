@@ -8,17 +8,16 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_cgemm/int8_cgemm_blocks.h"
+#include "int8_conv/int8_conv_kernels.h"
 
 namespace tianyuan {
 namespace int8 {
 
 // Shallow layers with large outputs run kRunBlocks position blocks a task, the weight blocks
 // outer, so that each output row is written kRunBlocks * kPos bytes in a row rather than
-// every row 64 bytes a block: MobileNetV2's 16 -> 96 1x1 layer at batch 16 (19 MB of output,
-// 96 rows written at once) had stalled on its stores; 4.97-5.43 -> 4.20-4.32 ms on Zen 3. Its
-// 32 -> 16 and 24 / 32 -> 144 layers (2-7 MB) were 3-5 % slower so.
+// every row 64 bytes a block: such layers (MobileNetV2's 16 -> 96 at batch 16) had stalled on
+// their stores; outputs under kRunMinOutput lose (bench/RESULTS.md, int8 kernels: AVX2).
 constexpr int64_t kRunBlocks = 8, kRunMaxDepth = 64, kRunMinOutput = int64_t{1} << 23;
 
 bool own_blocks_wins(const ConvGeom& g, int64_t oblocks, int64_t threads) {
@@ -47,13 +46,12 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     s.from_quads = direct_takes(g) && g.kh * g.kw > 1;
     if (s.from_quads) {
         s.quads = quad_input(g, flip_of(x), static_cast<uint8_t>(zero_of(x)));  // planes: conv2d
-        s.qpack = current_isa() >= Isa::avx512 ? pack_quads_avx512
-                  : current_isa() >= Isa::avx2  ? pack_quads_avx2 : pack_quads_generic;
+        s.qpack = conv_kernels().pack_quads;
         s.xpad = s.xend = nullptr;
     } else {
         s.xpad = s.xend = nullptr;  // conv2d: the batch's padded input, or packed_images' own
-        // k row q's offset in a padded group, in k_row's order, from nested loops: k_row's 3
-        // integer divisions a row had cost a 1x1 layer of 2048 channels 8 us a call
+        // k row q's offset in a padded group, in k_row's order, from nested loops, not k_row's
+        // 3 integer divisions a row (deep 1x1 layers had paid for them)
         const int64_t taps = g.kh * g.kw, plane = s.hp * s.wp;
         std::vector<int64_t> tap_off(static_cast<size_t>(taps));
         for (int64_t t = 0; t < taps; ++t) tap_off[t] = t / g.kw * g.dh * s.wp + t % g.kw * g.dw;
@@ -81,8 +79,7 @@ ConvPlan plan(const QIn& x, const ConvGeom& g, bool narrow, bool amx) {
     }
     s.chunks = s.chunks < oblocks ? s.chunks : oblocks;
     s.ob_per_chunk = (oblocks + s.chunks - 1) / s.chunks;
-    s.pack = current_isa() >= Isa::avx512 ? pack_block_avx512
-             : current_isa() >= Isa::avx2 ? pack_block_avx2 : pack_block_generic;
+    s.pack = conv_kernels().pack_block;
     s.tile = cgemm_tile(narrow);
     if (!amx && s.chunks == 1 && s.kp <= kRunMaxDepth && g.n * g.oc * s.p >= kRunMinOutput &&
         s.blocks >= 16 * kRunBlocks * threads) {
@@ -192,8 +189,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 // in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
 // direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
 // rewritten by both. The batch's planes or padded copy, written first and shared, had gone
-// through L3 both ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their
-// time so, its 7x7 stem 0.94-1.01x (median 0.96; Zen 5, 2 threads, alternating processes).
+// through L3 both ways (bench/RESULTS.md, int8 kernels: the planes one image at a time).
 void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_t* packed,
                    const std::vector<int32_t>& b, const Requant& r, uint8_t* out) {
     const int64_t me = omp_get_thread_num(), threads = omp_get_num_threads();

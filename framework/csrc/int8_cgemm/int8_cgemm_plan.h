@@ -54,15 +54,11 @@ struct ConvPlan {
     bool amx_emulate = false;
 };
 
-// ResNet-18's 3x3 layers on Zen 3 at batch 1, interleaved against per-tile widening (4-5 % of
-// their samples): 14 to 49 blocks (28x28, 56x56) 0.88-0.98x the time; 2 and 4 blocks (7x7,
-// 14x14) 1.02-1.12x, where the widened copy (twice the bytes) is read back from L2 / L3
-// while a tile's own stays in L1; the stem (148 deep) and 1x1 layers (64-256) 1.04-1.08x.
-// Small weights widened stay in L1 as a tile's own do, and the tiles skip their widening:
-// MobileNetV2's 32 -> 16 1x1 layer at batch 16 1.44-1.46 -> 1.38-1.39 ms (8-bit weights, Zen
-// 3). The 10 % of its 16 -> 96 layer that `perf` had put in the per-tile widening was mostly
-// a wait on the output's stores (the whole layer's stall: 96 rows of NCHW bytes written 64
-// at a time), which moved into the tile.
+// The AVX2 tile's weights widened once a call, against per tile: where there are at least
+// kWideMinBlocks blocks and kWideMinDepth deep (with few blocks the widened copy, twice the
+// bytes, is read back from L2 / L3 while a tile's own stays in L1; shallow stems and 1x1
+// layers lose too), or where the widened weights are small enough to stay in L1
+// (kWideMaxSmall). bench/RESULTS.md, int8 kernels: AVX2.
 constexpr int64_t kWideMinBlocks = 8, kWideMinDepth = 512, kWideMaxSmall = 8192;
 
 // A thread's ring of images (packed_images): image n's quad planes or padded input at
@@ -77,13 +73,10 @@ struct Ring {
 // at 14x14) or the output channels over blocks packed once by all threads: the threads then
 // wrote the same cache line of every output row (a row of 196 bytes split at 98), or read the
 // blocks from the other core's cache behind a barrier. Each thread packing every block itself
-// (the input read twice) and writing whole rows, MobileNetV2's 1x1 layers at batch 1 took
-// 0.50-0.52x their time at 14x14 where they widen (64 -> 384, 96 -> 576), 0.75-0.91x at 7x7,
-// 0.86x at 28x28 (32 -> 192); its forward 0.93x (AVX2 too), ShuffleNetV2's 0.97x, ResNet-18
-// level (Zen 5, 2 threads, alternating in one process). Layers that narrow at 14x14 and 28x28
-// (384 -> 64, 192 -> 32: the input the larger) took 1.08-1.15x, those at 56x56 and beyond
-// 1.03-2.3x, and grouped ones, every group's blocks packed by every thread, ShuffleNetV1's
-// forward 1.03x (3 groups) and 1.14x (8): taken for one image, groups 1, of one position block
+// (the input read twice) and writing whole rows wins where the layer widens the channels;
+// layers that narrow them (the input the larger), maps of 56x56 and beyond, and grouped
+// layers (every group's blocks packed by every thread) lose (bench/RESULTS.md, int8 kernels:
+// each thread packs every block at b1). Taken for one image, groups 1, of one position block
 // or of up to 16 that widen the channels, with at least two weight blocks a thread, on up to
 // kOwnBlocksMaxThreads threads: each thread's copy of the packing grows with their number
 // (a one-block 3x3 layer of 256 channels: 147 KB a thread against 1/16 of its products on
@@ -116,8 +109,7 @@ void pack_part(const ConvPlan& s, const ConvGeom& g, int64_t gi, int64_t blk, in
 // in its L2), asking meanwhile for the next image's input (prefetcht1) a slice a block, as
 // direct_images does (int8_conv_direct.cpp). An image at the edge of two threads' shares is
 // rewritten by both. The batch's planes or padded copy, written first and shared, had gone
-// through L3 both ways: ResNet-18's stride-2 3x3 layers at batch 16 took 0.93-0.97x their
-// time so, its 7x7 stem 0.94-1.01x (median 0.96; Zen 5, 2 threads, alternating processes).
+// through L3 both ways (bench/RESULTS.md, int8 kernels: the planes one image at a time).
 void packed_images(const ConvPlan& s, const ConvGeom& g, const QIn& x, const int8_t* packed,
                    const std::vector<int32_t>& b, const Requant& r, uint8_t* out);
 

@@ -9,12 +9,9 @@
 // the other way round, the channels in the lanes: per k-quad one ymm of the block's weight
 // quads against each position's activation quad broadcast, E ymm `vpdpbusd` where one more
 // panel costs R zmm ones. Batch 1 at 7x7 (49 positions: 3 panels + 1) and 14x14 (blocks of
-// 64 and 34 on 2 threads: 34 = 2 panels + 2) had computed 64 and 48 lanes for them: ResNet-18
-// at batch 1 took 0.95x its convolutions' time (layer3 and layer4 0.88-0.90x, with the
-// direct_wins rule that counts the extras), ShuffleNetV2 0.95x, MobileNetV2 0.98x, batch 16
-// level (Zen 4, 2 threads, minima over 3 alternating processes). 8 positions alone as extras
-// (the last block of a thread's share of 392, ResNet-18's 7x7 layers at batch 16) took 1.007x
-// the time of one more panel, an eighth of a panel each: extras stop at kExtraMax = 4.
+// 64 and 34 on 2 threads: 34 = 2 panels + 2) had computed 64 and 48 lanes for them. 8
+// positions alone as extras cost as much as one more panel, an eighth of a panel each: extras
+// stop at kExtraMax = 4 (bench/RESULTS.md, int8 kernels: extras).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -51,9 +48,9 @@ namespace {
     }
 // The accumulators go to the stack once the loop is done, and each channel's row is then
 // requantized as one 64-byte vector (requant_row64) and stored at once, unmasked when the row
-// is whole (it had been P conversions and 16-byte stores; masked, whole rows had made
-// MobileNetV2's batch-16 forward 1.07x slower). Requantizing straight from the registers,
-// every row's vectors live at once, had made GCC spill accumulators inside the loop (2x).
+// is whole (it had been P conversions and 16-byte stores; masked stores of whole rows are
+// slower). Requantizing straight from the registers, every row's vectors live at once, had
+// made GCC spill accumulators inside the loop (bench/RESULTS.md, int8 kernels: tried).
 #define TY_SAVE(i)                                                           \
     if (R > i) {                                                             \
         if (P > 0) _mm512_store_si512(acc + (4 * i) * 16, c##i##0);          \
@@ -63,9 +60,8 @@ namespace {
     }
 
 // The weights are one sequential stream per call, read from memory where they pass L2
-// (layer4 of ResNet-18: 2.4 MB a layer); prefetched 2 KB ahead, ResNet-18's 7x7 layers took
-// 0.93-0.96x their in-model time at batch 1 and 16, the others level (0.97-1.02x; Zen 5,
-// 2 threads, alternating forwards).
+// (layer4 of ResNet-18: 2.4 MB a layer): prefetched 2 KB ahead (bench/RESULTS.md, int8
+// kernels: weights prefetched).
 constexpr int64_t kWeightAhead = 2048;
 
 // R channels x (P panels + E positions) = npos.

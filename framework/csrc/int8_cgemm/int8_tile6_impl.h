@@ -50,8 +50,8 @@ namespace {
     }
 
 // The weights are prefetched 2 KB ahead (where they pass L2, as ResNet-18's 7x7 layers'
-// 2.4 MB do, the stream comes from memory): those layers took 0.935-0.97x their in-model
-// time at batch 1 on AVX-VNNI and on AVX2 (Zen 5, alternating forwards).
+// 2.4 MB do, the stream comes from memory), as in the VNNI tile (bench/RESULTS.md, int8
+// kernels: weights prefetched).
 constexpr int64_t kWeightAhead = 2048;
 
 // R channels (the rows of the packed block w; cs: their requantization) x 8P positions from
@@ -98,8 +98,8 @@ using Tile6Fn = void (*)(const uint8_t*, const int64_t*, const int8_t*, int64_t,
 // spends one per channel on 8 lanes; then each channel's residual quads (the N positions' 16
 // bytes in one load: the last few of a block start at a multiple of 8, at most kPos - 8) and
 // the scalar requantization (requant_one, the reference's formula). The lanes' int32 sums
-// wrap as the register tile's do. On Zen 3 a block of 49 positions (7x7, batch 1) had spent
-// 0.54 of a 16-position step on its last one, in a step of 8; this takes 0.29.
+// wrap as the register tile's do. A block's last 1-4 positions so cost about half of a step
+// of 8 (bench/RESULTS.md, int8 kernels: AVX2, the last positions the other way round).
 constexpr int64_t kFewMax = 4;
 
 template <class Dot, int N>

@@ -73,12 +73,13 @@ int8::ConvGeom int8_geom(const py::array& x, Quad wshape, Pair stride, Quad pad,
             stride.second, dil.first, dil.second, pt, pb, pl, pr, groups, out.oh, out.ow};
 }
 
-// A convolution with everything but its input fixed and checked once, so that a call converts
-// two arguments where a function of them all had converted 19 (a 1x1 conv on a 2x2 map: about
-// 1 us of 2). Errors name int8_conv2d or int8_depthwise_conv2d.
-// The arrays are held, so the pointers in `r` and `nw` stay valid; whether the narrow form is
-// read is decided per call, by the ISA then current, as int8::conv2d does. depthwise: w is the
-// raw (OC, 1, kh, kw) weights for int8::depthwise_conv2d, else packed conv weights.
+// A convolution with everything but its input fixed and checked once, so that a call converts two
+// arguments where a function of them all had converted 19 (half a small layer's call:
+// bench/RESULTS.md, threads, memory and the process). Errors name int8_conv2d or
+// int8_depthwise_conv2d. The arrays are held, so the pointers in `r` and `nw` stay valid; whether
+// the narrow form is read is decided per call, by the ISA then current, as int8::conv2d does.
+// depthwise: w is the raw (OC, 1, kh, kw) weights for int8::depthwise_conv2d, else packed conv
+// weights.
 class Int8Conv {
   public:
     Int8Conv(bool depthwise, const Array<int8_t>& w, const std::optional<Array<int32_t>>& sums,
@@ -182,7 +183,7 @@ class Int8Conv {
 
     // x u8 (N, C, H, W) with its channels side by side (channels-last, any other strides), or
     // C-contiguous (an image: copied channels-last here, padded with zp, so that no tile is on
-    // the border: the ResNet stem 0.94x the time with the padding's tables) -> (N, OH, OW, OC):
+    // the border: cheaper than the padding's tables, bench/RESULTS.md) -> (N, OH, OW, OC):
     // int8_conv_nhwc.h (needs the channels-last weights), or AMX tiles where the layer takes
     // them (amx weights; algo 3, or the automatic choice on the amx ISA): int8_amx.h, the
     // planes copied from channels-last rows (or transposed from C-contiguous ones), the
@@ -203,8 +204,7 @@ class Int8Conv {
         const int64_t strides[4] = {x.strides(0), x.strides(1), x.strides(2), x.strides(3)};
         const bool nchw = strides[1] != 1 && g.c > 1;
         const CpuFeatures& cpu = cpu_features();
-        const bool run_amx = algo_ == 3 || (algo_ == 0 && current_isa() == Isa::amx &&
-                                            int8::amx_verified());
+        const bool run_amx = algo_ == 3 || (algo_ == 0 && int8::amx_automatic());
         const bool amx = amx_ && int8::amx_takes(g) && cpu.os_avx512 && cpu.avx512vbmi &&
                          run_amx;
         // the rows form reads C-contiguous x (rows_ is made only where it may run)

@@ -13,9 +13,9 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_cgemm/int8_cgemm.h"
 #include "int8_cgemm/int8_cgemm_blocks.h"
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_gemm/int8_ops.h"
 
 namespace tianyuan {
@@ -64,43 +64,20 @@ QuadPlanes plane_geometry(const ConvGeom& g) {
 
 // Output lanes each algorithm computes: packed blocks run over the whole batch; direct ones
 // over one image's virtual positions, wph - ow of every wph dropped and the last block short.
-// Since the packed blocks copy from the same quad planes (int8_cgemm_plan.cpp), all the direct
-// algorithm saves is that copy, about 4 % of a 256-channel 3x3 layer, so it took only
-// shapes where it computes no more lanes (below: the copy is counted now). Measured on
-// ResNet-18's 3x3 layers (2 threads, 5 alternating rounds, 2026-12-02): at batch 16 direct
-// took 1.0x packed's time at 56x56 (1.04x the lanes) and 1.07-1.21x elsewhere; at batch 1,
-// 0.96-0.99x at 14x14 and 7x7 (the same lanes), 0.97-1.06x at 56x56 and 28x28. 1x1 layers run
-// packed (the gather is one pass anyway, and direct's staging copy is a large part of a short
-// depth).
-// The AVX2 tile steps 8 positions at the end of a block where the VNNI tile steps 16, so the
-// lanes packed blocks waste shrink and direct lost everywhere: 1.01-1.29x packed's time on
-// ResNet-18's 3x3 layers at batch 1 and 16 (AMD Zen 3, 2 threads, 15 alternating runs).
-// Strided layers of fewer than 576 k-quads stay packed: in int8 ResNet-18 and -50 forwards at
-// batch 1 on Zen 5 (one build toggling the rule, alternating forwards) the stride-2 3x3
-// layers with 64 and 128 input channels took 0.82-0.92x their time packed (the models
-// 0.990x and 0.994x), batch 16 unchanged (they ran packed already).
-// The lanes count the VNNI tile's extras (vnni_lanes) and the packed blocks' threads' shares
-// (block_starts). With the extras, packed beat direct on ResNet-18's 14x14 and 7x7 3x3 layers
-// at batch 1, which had run direct: 0.90-0.92x its time at stride 1 (196 positions against
-// 222 virtual ones, 49 against 61), 0.96x for the stride-2 one to 7x7 (Zen 4, 2 threads,
-// minima of 300 calls).
-// Since the VNNI tile stores direct blocks' rows by masked stores (no staging copy), the
-// packed lanes also count the copy of each block from the quad planes, as much as
-// kPackChannels output channels' tile work (`perf`, Zen 4: 6.4 % of a 64-channel 3x3 layer at
-// 56x56, 4.1 % of a 128-channel one at 28x28): ResNet-18's 64-channel 3x3 layers (56x56, 1.04x
-// packed's lanes) now run direct, 0.97-0.99x packed's time at batch 16 and 0.98x at batch 1;
-// at 28x28 (1.08x the lanes) direct took 1.05-1.07x.
-// On Zen 5 (full-width AVX-512: the tile twice as fast, the copy not) the copy was 5.7 % of a
-// 128-channel layer at 28x28, 7-8 channels' work. With rows sharing their padding column
-// (plane_geometry) the 28x28 layers' direct lanes are 1.04x packed's; at 6 channels they run
-// direct: 0.97x their packed time at batch 16 and 1, and the 56x56 ones, direct already,
-// 0.985x (b16) and 0.964x (b1) with one padding column a row (ResNet-18, Zen 5, 2 threads,
-// minima over 3 alternating processes). Not measured on Zen 4, where 4 had been set (at 1.04x
-// the lanes, packed's 4 % copy against direct's 4 % more lanes there).
+// The packed blocks copy from the same quad planes (int8_cgemm_plan.cpp), so all the direct
+// algorithm saves is that copy: it takes the shapes where its lanes are at most packed's plus
+// the copy, counted as kPackChannels output channels' tile work. The lanes count the VNNI
+// tile's extras (vnni_lanes) and the packed blocks' threads' shares (block_starts). 1x1
+// layers run packed (the gather is one pass anyway, and direct's staging copy is a large part
+// of a short depth); so do strided layers of fewer than 576 k-quads, and everything below the
+// vnni level (the AVX2 tiles step 8 positions at a block's end, so packed wastes fewer lanes).
+// The measurements behind each bound: bench/RESULTS.md, int8 kernels (the NCHW engine).
 constexpr int64_t kPackChannels = 6;
 
+// A planning decision on the ISA: the lanes counted below are the VNNI tile's; below the vnni
+// level (conv_kernels().direct false) the packed algorithm runs.
 bool direct_wins(const ConvGeom& g) {
-    if (!direct_takes(g) || g.kh * g.kw == 1 || current_isa() < Isa::vnni) return false;
+    if (!direct_takes(g) || g.kh * g.kw == 1 || !conv_kernels().direct) return false;
     const int64_t ocg = g.oc / g.groups, kq = g.c / g.groups * g.kh * g.kw / kGroup;
     if ((g.sh != 1 || g.sw != 1) && kq < 576) return false;
     const int64_t v = (g.oh - 1) * plane_geometry(g).wph + g.ow;  // an image's positions
@@ -132,10 +109,7 @@ QuadInput quad_input(const ConvGeom& g, uint8_t flip, uint8_t z) {
         }
     }
     in.planes = nullptr;
-    // at the vnni and amx levels (VBMI2 came with VNNI), so that TIANYUAN_ISA=avx512 still runs
-    // the row-by-row planes on the same host
-    if (g.sh == 1 && g.sw == 1 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi2)
-        in.lanes = plane_lanes(in.qp);
+    if (g.sh == 1 && g.sw == 1 && conv_kernels().quad_lanes) in.lanes = plane_lanes(in.qp);
     return in;
 }
 
@@ -157,13 +131,6 @@ uint8_t* batch_planes(const ConvGeom& g, const QuadInput& in) {
 }
 
 namespace {
-using QuadPlanesFn = void (*)(const uint8_t* const*, const QuadPlanes&, uint8_t*);
-
-QuadPlanesFn quad_planes_fn() {
-    return current_isa() >= Isa::avx512 ? quad_planes_avx512
-           : current_isa() >= Isa::avx2 ? quad_planes_avx2 : quad_planes_generic;
-}
-
 // Channel quad t (= gi * cq + c, over the groups) of image n into dst.
 void fill_plane(QuadPlanesFn quads, const uint8_t* x, const ConvGeom& g, const QuadInput& in,
                 int64_t n, int64_t t, uint8_t* dst) {
@@ -179,7 +146,7 @@ void fill_plane(QuadPlanesFn quads, const uint8_t* x, const ConvGeom& g, const Q
 }  // namespace
 
 void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) {
-    const QuadPlanesFn quads = quad_planes_fn();
+    const QuadPlanesFn quads = conv_kernels().quad_planes;
     const int64_t per_image = g.groups * in.cq;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < g.n * per_image; ++t) {  // t = (n * groups + gi) * cq + c
@@ -190,7 +157,7 @@ void fill_quad_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in) 
 
 void fill_image_planes(const uint8_t* x, const ConvGeom& g, const QuadInput& in, int64_t n,
                        uint8_t* dst) {
-    const QuadPlanesFn quads = quad_planes_fn();
+    const QuadPlanesFn quads = conv_kernels().quad_planes;
     for (int64_t t = 0; t < g.groups * in.cq; ++t)
         fill_plane(quads, x, g, in, n, t, dst + t * in.span * kGroup);
 }
@@ -300,10 +267,8 @@ void direct_tiles(const DirectPlan& d, const QuadInput& in, const uint8_t* plane
 // at a time: it rewrites the image into planes of its own (the same bytes every image, so
 // they stay in its L2 for the tiles' reads and the next image's writes) and runs the image's
 // blocks, asking meanwhile for the next image's input a slice a block (prefetcht1). The
-// planes of the whole batch, written first and shared, had gone through L3 both ways:
-// ResNet-18's 56x56 3x3 layers at batch 16 took 0.85-0.93x their time so in loops of calls
-// (0.94x without the prefetch; minima of 10 calls 0.94-0.98x), the 28x28 ones 0.95-0.99x
-// (Zen 5, 2 threads, alternating processes).
+// planes of the whole batch, written first and shared, had gone through L3 both ways
+// (bench/RESULTS.md, int8 kernels: the planes made one image at a time).
 void direct_images(const uint8_t* x, const ConvGeom& g, const QuadInput& in,
                    const DirectPlan& d, CTileFn tile, const int8_t* packed,
                    const NarrowWeights* nw, const int32_t* bias, const uint8_t* table,

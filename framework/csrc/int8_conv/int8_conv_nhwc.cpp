@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_conv/int8_conv_nhwc.h"
 
 namespace tianyuan {
@@ -124,7 +124,7 @@ void nhwc_block_q(const Requant& r, int64_t oc, NhwcBlockQ* q) {
     }
 }
 
-bool nhwc_fast() { return current_isa() >= Isa::vnni; }
+bool nhwc_fast() { return conv_kernels().nhwc_fast; }
 
 }  // namespace int8
 }  // namespace tianyuan

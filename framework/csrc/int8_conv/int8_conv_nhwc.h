@@ -5,9 +5,9 @@
 // input (no planes, no padded rows, no lanes for positions the output drops), and each
 // position's channels are stored as one run of bytes. Steps in the padding read a row of
 // zero-point bytes instead (an indirection like XNNPACK's, made only for the tiles on the
-// border). On Zen 5 (2 threads, batch 16) ResNet-18's layers took 0.88-0.99x their NCHW
-// algorithms' time, and int8 ResNets carry this layout there (nn.quantized.Conv2d's
-// channels_last; bench/RESULTS.md, twenty-sixth session).
+// border). The int8 ResNets carry this layout on the vnni level, where it beats their NCHW
+// algorithms (nn.quantized.Conv2d's channels_last; bench/RESULTS.md, int8 kernels: the
+// channels-last engine).
 //
 // Weights (nhwc_pack_weights): blocks of kNhwcOc output channels; block b holds, per tap
 // t = ky * kw + kx and channel quad q (nhwc_quads(C) of them, input channels past C zero), its
@@ -45,7 +45,7 @@ void nhwc_pack_weights(const int8_t* w, int64_t oc, int64_t c, int64_t kh, int64
 // table[s * kNhwcPos + m]; quad q of a step is the 4 bytes 4 q further. The sums, from the
 // block's corrected bias (bias - z * row sums, padded to the block's whole vectors), go to
 // sums + 64 m, 16 nv s32 a position: the tiles leave the requantization to nhwc_requant_*,
-// a few tiles' positions at a time (in the tile, its latency had cost the stem 4 %).
+// a few tiles' positions at a time (its latency shows in the tile: bench/RESULTS.md).
 struct NhwcTile {
     const uint8_t* const* base;
     const int64_t* soff;

@@ -1,21 +1,21 @@
-// The channels-last int8 convolution's driver (conv2d_nhwc, int8_conv_nhwc.h). It splits the
-// output positions into one contiguous share a thread (or, with fewer positions than 8 tiles a
-// thread and 2 or more weight blocks a thread, the blocks), runs a group of weight blocks over
-// all of a thread's tiles before the next group (up to 4 blocks, as many as keep their weights
-// in L2: 36 KB a block of a 64-channel 3x3 layer, 288 KB at 512 channels; each tile's pointers
-// and border copies made once for the group: ResNet-18's layers 2-4 0.97-0.98x their time with
-// one block a pass), and steps the k-loop by kernel rows where the pixels lie side by side
-// (column dilation 1), else by taps. A tile off the border gets its positions' base pointers
-// (the steps' offsets are shared); one on the border a table of each step's pointer: the
-// zero-point row for a step wholly in the padding, a copy for a row in part in it. Positions
-// are stepped as (image, row, column) counters: divisions a position had made the 56x56
-// layers' set-up cost 7 % of their time. Each block's sums of 4 tiles are requantized
-// together (in the tile, the requantization's latency had cost the stem 4 %).
+// The channels-last int8 convolution's driver (conv2d_nhwc, int8_conv_nhwc.h). It splits the output
+// positions into one contiguous share a thread (or, with fewer positions than 8 tiles a thread and
+// 2 or more weight blocks a thread, the blocks), runs a group of weight blocks over all of a
+// thread's tiles before the next group (up to 4 blocks, as many as keep their weights in L2: 36 KB
+// a block of a 64-channel 3x3 layer, 288 KB at 512 channels; each tile's pointers and border copies
+// made once for the group), and steps the k-loop by kernel rows where the pixels lie side by side
+// (column dilation 1), else by taps. A tile off the border gets its positions' base pointers (the
+// steps' offsets are shared); one on the border a table of each step's pointer: the zero-point row
+// for a step wholly in the padding, a copy for a row in part in it. Positions are stepped as
+// (image, row, column) counters, not divided out a position. Each block's sums of 4 tiles are
+// requantized together, not in the tile, where the requantization's latency shows
+// (bench/RESULTS.md, int8 kernels: the channels-last engine).
 #include <omp.h>
 
 #include <cstring>
 #include <vector>
 
+#include "int8_conv/int8_conv_kernels.h"
 #include "int8_conv/int8_conv_nhwc.h"
 
 namespace tianyuan {
@@ -159,10 +159,10 @@ void border_steps(const Plan& p, int m, int64_t py, int64_t px, const uint8_t* a
     }
 }
 
-// The tile of npos positions at c, c advanced past them: most tiles lie within one output row
-// and off the border, their positions' bases a column step apart (each position's own had
-// cost the stem 4 %); else each position's base, or on the border each step's pointer in tab.
-// Returns the table the tile reads, or null (base).
+// The tile of npos positions at c, c advanced past them: most tiles lie within one output row and
+// off the border, their positions' bases a column step apart (not each position's own:
+// bench/RESULTS.md, the channels-last engine); else each position's base, or on the border each
+// step's pointer in tab. Returns the table the tile reads, or null (base).
 const uint8_t* const* place(const Plan& p, Cursor& c, int npos, const uint8_t** base,
                             const uint8_t** tab, uint8_t* spill) {
     const ConvGeom& g = *p.g;
@@ -242,9 +242,8 @@ void conv2d_nhwc(const uint8_t* x, const int64_t* stride, int32_t z, const ConvG
         p.bias[j] = static_cast<int32_t>(static_cast<uint32_t>(r.bias[j]) -
                                          static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[j]));
     }
-    const bool fast = nhwc_fast();
-    p.tile = fast ? nhwc_tile_vnni : nhwc_tile_generic;
-    p.requant = fast ? nhwc_requant_vnni : nhwc_requant_generic;
+    p.tile = conv_kernels().nhwc_tile;
+    p.requant = conv_kernels().nhwc_requant;
     const int64_t threads = omp_get_max_threads();
     const bool by_block = all < 8 * kNhwcPos * threads && nb >= 2 * threads;
 #pragma omp parallel num_threads(threads)

@@ -24,16 +24,13 @@ void add_taps_generic(int32_t* acc, const int32_t* c, const int32_t* fix, int64_
 
 namespace {
 
-// The family's one ISA decision. avx512 without VNNI takes the AVX2 GEMM block (as
-// int8_gemm.cpp's driver); AVX-VNNI CPUs lack AVX-512.
+// The family's one ISA decision: the GEMM block and requantization row are the int8 GEMM
+// family's for the same ISA (fill_int8_gemm).
 void fill_int8_deconv(DeconvKernels& k, Isa isa) {
-    k.gemm_block = isa >= Isa::vnni        ? gemm_block_vnni
-                   : isa == Isa::avxvnni   ? gemm_block_avxvnni
-                   : isa >= Isa::avx2      ? gemm_block_avx2
-                                           : gemm_block_generic;
-    k.requant_row = isa >= Isa::avx512 ? requant_row_avx512
-                    : isa >= Isa::avx2 ? requant_row_avx2
-                                       : requant_row_generic;
+    GemmKernels gemm{};
+    fill_int8_gemm(gemm, isa);
+    k.gemm_block = gemm.block;
+    k.requant_row = gemm.requant_row;
     k.add_taps = isa >= Isa::avx512 ? add_taps_avx512
                  : isa >= Isa::avx2 ? add_taps_avx2
                                     : add_taps_generic;
@@ -182,8 +179,8 @@ void output_rows(const DeconvKernels& k, const DeconvGeom& g, const Plan& p,
 
 // Images [n0, n1) in chunks whose int32 columns fit kChunkBytes: gather, GEMM, col2im and
 // requantization per chunk; each step threaded unless called from a parallel region (nested
-// teams are not wanted: libgomp may grant them, and their spinning threads had made a 0.4 ms
-// layer take 12 ms on 2 threads).
+// teams are not wanted: libgomp may grant them, and their spinning threads multiply a small
+// layer's time; bench/RESULTS.md, int8 transposed convolution).
 void images(const DeconvKernels& k, const QIn& x, const DeconvGeom& g, const Plan& p,
             const int8_t* packed, const int32_t* fix, const Requant& r, int64_t n0, int64_t n1,
             uint8_t* out) {

@@ -1,7 +1,9 @@
 // int8 depthwise convolution (groups == C): the dispatch between the VNNI kernels, the AVX-512,
 // AVX-VNNI and AVX2 ones (VNNI's and AVX2's two: per plane, and with the channels in the
 // lanes) and the generic direct loops (one channel's K is tiny, so no GEMM), and the lane
-// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept.
+// masks of the VNNI plane kernel's unpadded path, worked out once per geometry and kept. The
+// ISA's kernels are chosen once into the family's table (fill_int8_depthwise), in the order
+// they are tried on a geometry.
 #include <array>
 #include <cstring>
 #include <map>
@@ -11,6 +13,7 @@
 #include <omp.h>
 
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 #include "int8_cgemm/int8_cgemm.h"
 #include "int8_gemm/int8_ops.h"
 
@@ -138,26 +141,18 @@ const uint64_t* masks_for(const ConvGeom& g, int nd, std::vector<uint64_t>& loca
 }
 
 // Whether the AVX2 kernel with channels in the lanes runs g: where its blocks of 16
-// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28.
-// On Zen 3 (2 threads, batch 16) it took 0.19-0.37x the plane kernel's time on MobileNetV2's
-// 7x7 and 14x14 layers, 0.5-0.8x at 28x28 and at stride 2 from 112x112 down; at stride 1 on
-// 56x56 and 112x112 maps the plane kernel's rows fill its lanes, and it was level or
-// faster (batch 1: 141 against 150-198 us, 116-148 against 142-190).
+// channels fill the lanes and give every thread work, at stride 2 or on maps up to 28x28; at
+// stride 1 on larger maps the plane kernel's rows fill its lanes (bench/RESULTS.md, int8
+// kernels: depthwise).
 bool lanes_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            (g.sw >= 2 || g.oh * g.ow <= 28 * 28);
 }
 
 // Whether the VNNI kernel with channels in the lanes runs g (where it takes g): maps of up to
-// 14x14 at stride 2, 7x7 at stride 1. On Zen 4 (2 threads; batch 16 / 1) it took 0.36-0.49x /
-// 0.46-0.62x the plane kernel's time on MobileNetV2's stride-2 layers to 14x14 and 7x7,
-// 0.39-0.55x / 0.50-0.65x on ShuffleNetV2's, 0.72-0.76x / 1.00-1.06x on their 7x7 stride-1
-// ones; 1.01-1.11x / 1.00-1.12x on 14x14 stride-1 maps, 1.35-1.40x at 28x28, and at stride 2
-// to 28x28 0.92-1.04x / 1.14-1.67x: the plane kernel's rows fill its lanes there. On Emerald
-// Rapids' full-width AVX-512 (2 vCPUs, `amx` level, 2026-12-06, minima over 3-4 alternating
-// processes) the layers it takes ran in 0.50-0.54x / 0.67x at stride 2 to 14x14, 0.35x /
-// 0.58x to 7x7, 0.83-1.19x / 1.00-1.07x at 7x7 stride 1; forced on MobileNetV2's others,
-// 1.07-1.67x / 1.06-2.06x (stride 2 to 28x28 level).
+// 14x14 at stride 2, 7x7 at stride 1; on larger maps (14x14 at stride 1, 28x28, stride 2 to
+// 28x28) the plane kernel's rows fill its lanes and it keeps them, on Zen 4 and on Emerald
+// Rapids alike (bench/RESULTS.md, int8 kernels: depthwise).
 bool lanes_vnni_wins(const ConvGeom& g) {
     return g.c >= 16 && g.n * ((g.c + 15) / 16) >= omp_get_max_threads() &&
            g.oh * g.ow <= (g.sw >= 2 ? 14 * 14 : 7 * 7);
@@ -172,6 +167,110 @@ std::vector<int64_t> lanes_at(const ConvGeom& g) {
         for (int64_t i = 0; i < g.w; ++i) at[y * g.w + i] = ((y + g.pt) * wp + i + g.pl) * 16;
     }
     return at;
+}
+
+// One call's arguments, as every kernel of the family takes them.
+struct DwCall {
+    const QIn& x;
+    const ConvGeom& g;
+    const int8_t* w;
+    const int32_t* bias;
+    const Requant& r;
+    uint8_t* out;
+    const int32_t* words;
+    const int32_t* sums;
+};
+
+// A kernel and the geometries the automatic choice gives it.
+struct DwKernel {
+    bool (*runs)(const ConvGeom& g, const Requant& r);
+    void (*call)(const DwCall& c);
+};
+
+// The ISA's kernels in the order they are tried; the generic loops take what none runs.
+struct DepthwiseKernels {
+    DwKernel tries[5];
+    int count;
+};
+
+void lanes_vnni_call(const DwCall& c) {
+    depthwise_lanes_vnni(c.x, c.g, c.words, c.sums, c.bias, c.r, lanes_at(c.g).data(), c.out);
+}
+
+void vnni_call(const DwCall& c) {
+    std::vector<uint64_t> local;
+    const int nd = depthwise_words_per_row(c.g.kw);
+    const uint64_t* masks = depthwise_vnni_unpadded(c.g) ? masks_for(c.g, nd, local) : nullptr;
+    depthwise_conv2d_vnni(c.x, c.g, c.words, c.sums, c.bias, c.r, masks, c.out);
+}
+
+void lanes_avx2_call(const DwCall& c) {
+    depthwise_lanes_avx2(c.x, c.g, c.w, c.bias, c.r, lanes_at(c.g).data(), c.out);
+}
+
+template <PlaneFn plane>
+void plane_call(const DwCall& c) {
+    depthwise_simd(c.x, c.g, c.w, c.bias, c.r, plane, c.out);
+}
+
+bool unit_or_double_stride(const ConvGeom& g, const Requant&) { return g.sw == 1 || g.sw == 2; }
+
+template <bool (*takes)(const ConvGeom&)>
+bool takes_any_requant(const ConvGeom& g, const Requant&) {
+    return takes(g);
+}
+
+// The family's one ISA decision: the kernels each level tries, fastest first; a level runs
+// the kernels of those below it, but avxvnni's, which sits below avx512 and vnni, whose CPUs
+// need not have it.
+void fill_int8_depthwise(DepthwiseKernels& k, Isa isa) {
+    const DwKernel lanes_vnni{[](const ConvGeom& g, const Requant& r) {
+                                  return lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r);
+                              },
+                              lanes_vnni_call};
+    const DwKernel vnni{takes_any_requant<depthwise_vnni_takes>, vnni_call};
+    const DwKernel avx512{unit_or_double_stride, plane_call<depthwise_plane_avx512>};
+    const DwKernel avxvnni{takes_any_requant<depthwise_avxvnni_takes>,
+                           plane_call<depthwise_plane_avxvnni>};
+    const DwKernel lanes_avx2{[](const ConvGeom& g, const Requant&) {
+                                  return depthwise_lanes_avx2_takes(g) && lanes_wins(g);
+                              },
+                              lanes_avx2_call};
+    const DwKernel avx2{takes_any_requant<depthwise_avx2_takes>, plane_call<depthwise_plane_avx2>};
+    k.count = 0;
+    const auto add = [&k](const DwKernel& kernel) { k.tries[k.count++] = kernel; };
+    if (isa >= Isa::vnni) {
+        add(lanes_vnni);
+        add(vnni);
+    }
+    if (isa >= Isa::avx512) add(avx512);
+    if (isa == Isa::avxvnni) add(avxvnni);
+    if (isa >= Isa::avx2) {
+        add(lanes_avx2);
+        add(avx2);
+    }
+}
+
+Dispatch<DepthwiseKernels> kernels(fill_int8_depthwise);
+
+// Direct loops per output plane, then one requantization per image.
+void depthwise_generic(const DwCall& c) {
+    const QIn& x = c.x;
+    const ConvGeom& g = c.g;
+    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
+    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
+    for (int64_t n = 0; n < g.n; ++n) {
+#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
+        for (int64_t oc = 0; oc < g.oc; ++oc) {
+            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
+            depthwise_plane(plane, c.w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
+                            acc.data() + oc * p);
+        }
+        Requant rq = c.r;
+        rq.bias = c.bias;
+        rq.step = 1;
+        requantize(acc.data(), p, g.oc, p, rq, true, c.out + n * g.oc * p, p);
+    }
 }
 
 }  // namespace
@@ -198,48 +297,12 @@ void depthwise_consts(const int8_t* w, int64_t oc, int64_t kh, int64_t kw, int32
 void depthwise_conv2d(const QIn& x, const ConvGeom& g, const int8_t* w, const int32_t* bias,
                       const Requant& r, uint8_t* out, const int32_t* words,
                       const int32_t* sums) {
-    if (current_isa() >= Isa::vnni && lanes_vnni_wins(g) && depthwise_lanes_vnni_takes(g, r)) {
-        depthwise_lanes_vnni(x, g, words, sums, bias, r, lanes_at(g).data(), out);
-        return;
+    const DwCall call{x, g, w, bias, r, out, words, sums};
+    const DepthwiseKernels& k = kernels();
+    for (int i = 0; i < k.count; ++i) {
+        if (k.tries[i].runs(g, r)) return k.tries[i].call(call);
     }
-    if (current_isa() >= Isa::vnni && depthwise_vnni_takes(g)) {
-        std::vector<uint64_t> local;
-        const int nd = depthwise_words_per_row(g.kw);
-        const uint64_t* masks = depthwise_vnni_unpadded(g) ? masks_for(g, nd, local) : nullptr;
-        depthwise_conv2d_vnni(x, g, words, sums, bias, r, masks, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx512, out);
-        return;
-    }
-    // avxvnni sits below avx512 and vnni, whose CPUs need not have it
-    if (current_isa() == Isa::avxvnni && depthwise_avxvnni_takes(g)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avxvnni, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2 && depthwise_lanes_avx2_takes(g) && lanes_wins(g)) {
-        depthwise_lanes_avx2(x, g, w, bias, r, lanes_at(g).data(), out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2 && depthwise_avx2_takes(g)) {
-        depthwise_simd(x, g, w, bias, r, depthwise_plane_avx2, out);
-        return;
-    }
-    const int64_t p = g.oh * g.ow, mult = g.oc / g.c;
-    std::vector<int32_t> acc(static_cast<size_t>(g.oc * p));
-    for (int64_t n = 0; n < g.n; ++n) {
-#pragma omp parallel for schedule(static) if (g.oc * p * g.kh * g.kw > (1 << 16))
-        for (int64_t oc = 0; oc < g.oc; ++oc) {
-            const uint8_t* plane = x.data + (n * g.c + oc / mult) * g.h * g.w;
-            depthwise_plane(plane, w + oc * g.kh * g.kw, g, flip_of(x), zero_of(x),
-                            acc.data() + oc * p);
-        }
-        Requant rq = r;
-        rq.bias = bias;
-        rq.step = 1;
-        requantize(acc.data(), p, g.oc, p, rq, true, out + n * g.oc * p, p);
-    }
+    depthwise_generic(call);
 }
 
 }  // namespace int8

@@ -99,8 +99,8 @@ void rows(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t, c
 // S * f, so steps run across row ends (small planes fill the lanes), into `flat` (oh * wp +
 // 64 bytes); then each row's ow columns are copied out in 32-byte steps, in order, the last
 // step of a row running into the next row's place (rewritten next); the rows whose steps
-// would pass the plane's end, exactly. A memcpy per row had taken 6 % of a 144-channel 56x56
-// layer.
+// would pass the plane's end, exactly: no memcpy per row (bench/RESULTS.md, int8 kernels:
+// depthwise).
 template <int KH, int ND, int S>
 void flat(const uint8_t* xp, int64_t wp, const ConvGeom& g, const TapWords& t, const Chan& c,
           uint8_t* out, uint8_t* flat) {

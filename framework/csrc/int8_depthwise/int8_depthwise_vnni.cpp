@@ -243,8 +243,8 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words
     const __m512i zv = _mm512_set1_epi8(static_cast<char>(z ^ flip));
     const int nd = depthwise_words_per_row(g.kw);
     // the padded planes' stores ask for the line `ahead` bytes on (the next planes' where
-    // planes are small): MobileNetV2's 144-channel stride-2 layer to 28x28 at batch 16
-    // (1.8 MB out) took 0.49 -> 0.33 ms in the model (Zen 5, alternating runs)
+    // planes are small), as the convolution tiles' stores do (bench/RESULTS.md, int8 kernels:
+    // depthwise)
     const int64_t ahead = store_ahead(g.n * g.oc * p);
 #pragma omp parallel if (g.n * g.oc * p * taps > (1 << 15))
     {
@@ -261,13 +261,9 @@ void depthwise_conv2d_vnni(const QIn& x, const ConvGeom& g, const int32_t* words
                 static_cast<uint32_t>(z) * static_cast<uint32_t>(sums[oc]));
             const ChannelQ c = channel_q(cbias, r.multiplier[oc], r.shift[oc], r);
             // the thread's next plane, asked for while this one runs: a plane that is not in the
-            // cache had waited on its reads (on 112x112 and 56x56 planes at batch 16: the inputs
-            // pass L2). MobileNetV2 at batch 16 (Zen 5, 2 threads, alternating in one process):
-            // its stride-2 layer on 112x112 planes (padded copies, asked for a row at a time)
-            // took 0.49x its in-model time, the unpadded stride-1 layers (the whole plane asked
-            // for first) 0.94-0.97x, its depthwise layers 0.85-0.88x, the forward 0.97x;
-            // ShuffleNetV2 level; inputs out of the cache (3 of them in turn) 0.48x and 0.73x
-            // on 112x112 and 56x56 planes.
+            // cache had waited on its reads (on 112x112 and 56x56 planes at batch 16 the inputs
+            // pass L2): padded copies ask a row at a time, unpadded planes the whole plane
+            // first (bench/RESULTS.md, int8 kernels: depthwise).
             const int64_t u = t + 1;
             const uint8_t* next =
                 u < g.n * g.oc ? x.data + (u / g.oc * g.c + u % g.oc / mult) * g.h * g.w : nullptr;

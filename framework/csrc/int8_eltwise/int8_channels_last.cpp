@@ -3,15 +3,15 @@
 // first conv to its DequantStub, so the transpose runs once, on the input image (3 channels:
 // int8_channels_last_vbmi.cpp where the CPU has VBMI); the pools loop over a pixel's C
 // contiguous bytes (max pooling's AVX-512 twin: int8_channels_last_avx512.cpp; global average
-// pooling's loop, shared with it: int8_channels_last_pool.h).
+// pooling's loop, shared with it: int8_channels_last_pool.h). The kernels come from the
+// family's table (int8_eltwise.h).
 #include <omp.h>
 
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu.h"
 #include "int8_eltwise/int8_channels_last_pool.h"
-#include "int8_gemm/int8_ops.h"
+#include "int8_eltwise/int8_eltwise.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -19,7 +19,7 @@ namespace int8 {
 void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t h, int64_t w,
                       const Border& pad, uint8_t* out) {
     const int64_t ph = pad.pt + h + pad.pb, pw = pad.pl + w + pad.pr;
-    const bool vbmi = c == 3 && current_isa() >= Isa::vnni && cpu_features().avx512vbmi;
+    const auto interleave3 = eltwise_kernels().channels_last3;
     // runs of pixels contiguous in x and in out: an image's rows, or each row where the border
     // has columns; long runs in pieces of 4096 pixels (a thread's share of a small batch)
     const bool rows = pad.pl || pad.pr;
@@ -36,8 +36,8 @@ void to_channels_last(const uint8_t* x, int64_t n, int64_t c, int64_t h, int64_t
         const uint8_t* src = x + img * c * h * w + r * run + p0;
         uint8_t* row = out + ((img * ph + pad.pt + r) * pw + pad.pl) * c;  // a run's first pixel
         uint8_t* dst = row + p0 * c;
-        if (vbmi) {
-            channels_last3_vbmi(src, h * w, len, dst);  // images: 0.46 -> 0.03 ms at 16 x 224^2
+        if (c == 3) {
+            interleave3(src, h * w, len, dst);  // the input image (bench/RESULTS.md, int8 layout)
         } else {
             for (int64_t ch = 0; ch < c; ++ch) {
                 const uint8_t* plane = src + ch * h * w;
@@ -75,7 +75,15 @@ void max_pool_nhwc(const T* x, const PoolGeom& g, int64_t c, T lowest, T* out) {
     }
 }
 
-void max_pool_nhwc_any(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
+}  // namespace
+
+void channels_last3_generic(const uint8_t* x, int64_t plane, int64_t len, uint8_t* out) {
+    for (int64_t ch = 0; ch < 3; ++ch) {
+        for (int64_t p = 0; p < len; ++p) out[p * 3 + ch] = x[ch * plane + p];
+    }
+}
+
+void max_pool_nhwc_generic(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
     if (x.is_signed) {
         max_pool_nhwc(reinterpret_cast<const int8_t*>(x.data), g, c, int8_t{-128},
                       reinterpret_cast<int8_t*>(out));
@@ -84,19 +92,18 @@ void max_pool_nhwc_any(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out)
     }
 }
 
-}  // namespace
+void avg_pool_global_nhwc_generic(const QIn& x, int64_t n, int64_t hw, int64_t c,
+                                  int32_t* sums, uint8_t* out) {
+    avg_global_nhwc_any(x, n, hw, c, sums, out);
+}
 
 void max_pool2d_nhwc(const QIn& x, const PoolGeom& g, int64_t c, uint8_t* out) {
-    if (current_isa() >= Isa::avx512) return max_pool2d_nhwc_avx512(x, g, c, out);
-    max_pool_nhwc_any(x, g, c, out);
+    eltwise_kernels().max_pool_nhwc(x, g, c, out);
 }
 
 void avg_pool_global_nhwc(const QIn& x, int64_t n, int64_t hw, int64_t c, uint8_t* out) {
     std::vector<int32_t> sums(n * c);
-    if (current_isa() >= Isa::avx512) {
-        return avg_pool_global_nhwc_avx512(x, n, hw, c, sums.data(), out);
-    }
-    avg_global_nhwc_any(x, n, hw, c, sums.data(), out);
+    eltwise_kernels().avg_pool_global_nhwc(x, n, hw, c, sums.data(), out);
 }
 
 }  // namespace int8

@@ -1,10 +1,9 @@
 // The channels-last pools (int8_ops.h) on AVX-512: max pooling 64 channels a step, the
 // window's taps into one register (GCC had vectorized the generic loop, int8_channels_last.cpp,
-// in 32-byte steps with a runtime alias check a tap: 0.60 ms for ResNet-18's pool at batch 16,
-// the NCHW kernel 0.34, this 0.24); global average pooling from int8_channels_last_pool.h.
-// Whole 64-channel steps load unmasked: in the model (its input out of L2) masked loads had
-// taken ResNet-18's pool at batch 16 1.21 ms, these 0.84 (Zen 5, alternating in one process;
-// prefetching the rows ahead as well gained nothing).
+// in 32-byte steps with a runtime alias check a tap); global average pooling from
+// int8_channels_last_pool.h. Whole 64-channel steps load unmasked: masked loads of an input
+// out of L2 are slower, and prefetching the rows ahead as well gained nothing
+// (bench/RESULTS.md, int8 kernels: other int8 ops).
 #include <immintrin.h>
 
 #include "int8_eltwise/int8_channels_last_pool.h"

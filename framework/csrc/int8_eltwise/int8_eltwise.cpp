@@ -1,8 +1,11 @@
 // int8 add (+relu), concat requantization, float -> int8 quantization and max/average
 // pooling: generic C++ loops of the reference formulas (concat through a table of its
-// formula); add, concat, quantization and max pooling (column strides 1, 2) dispatch to
-// int8_eltwise_avx512.cpp or int8_eltwise_avx2.cpp where the ISA allows, concat to
-// int8_lut_vbmi.cpp from the vnni level up where the CPU has VBMI.
+// formula), and the family's one ISA choice (fill_int8_eltwise, int8_eltwise.h): add, concat,
+// quantization and max pooling (column strides 1, 2) take int8_eltwise_avx512.cpp's or
+// int8_eltwise_avx2.cpp's kernels where the ISA allows, concat int8_lut_vbmi.cpp's from the
+// vnni level up where the CPU has VBMI.
+#include "int8_eltwise/int8_eltwise.h"
+
 #include <omp.h>
 
 #include <cmath>
@@ -10,7 +13,7 @@
 #include <vector>
 
 #include "runtime/cpu.h"
-#include "int8_gemm/int8_ops.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -33,17 +36,50 @@ inline uint8_t clamp_zp(int64_t y, int32_t zp, int32_t lo, int32_t hi) {
 // floor(a / b) for b > 0
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+void quantize_generic(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                      uint8_t* out);
+void fake_quantize_run(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1, float* y,
+                       uint8_t* inside);
+void concat_lut_generic(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                        int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
+void concat_lut_vbmi(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                     int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner);
+
+// The family's one ISA decision. Concat takes VBMI's table lookup from the vnni level up, so
+// that this machine's avx512 level still runs (and the tests check) the arithmetic kernel of
+// AVX-512 CPUs without VBMI; the channels-last transpose of 3 channels likewise.
+void fill_int8_eltwise(EltwiseKernels& k, Isa isa) {
+    const bool vbmi = isa >= Isa::vnni && cpu_features().avx512vbmi;
+    if (isa >= Isa::avx512) {
+        k = {add_avx512, quantize_avx512, fake_quantize_run_avx512, concat_part_avx512,
+             max_pool2d_avx512, avg_pool_runs_avx512, channels_last3_generic,
+             max_pool2d_nhwc_avx512, avg_pool_global_nhwc_avx512};
+    } else if (isa >= Isa::avx2) {
+        k = {add_avx2, quantize_avx2, fake_quantize_run_avx2, concat_part_avx2,
+             max_pool2d_avx2, avg_pool_inside_generic, channels_last3_generic,
+             max_pool_nhwc_generic, avg_pool_global_nhwc_generic};
+    } else {
+        k = {add_generic, quantize_generic, fake_quantize_run, concat_lut_generic,
+             max_pool_generic, avg_pool_inside_generic, channels_last3_generic,
+             max_pool_nhwc_generic, avg_pool_global_nhwc_generic};
+    }
+    if (vbmi) {
+        k.concat_part = concat_lut_vbmi;
+        k.channels_last3 = channels_last3_vbmi;
+    }
+}
+
+Dispatch<EltwiseKernels> kernels(fill_int8_eltwise);
+
 }  // namespace
 
+const EltwiseKernels& eltwise_kernels() { return kernels(); }
+
 void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
-    if (current_isa() >= Isa::avx512 && a.is_signed == b.is_signed) {
-        add_avx512(a, b, size, p, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2 && a.is_signed == b.is_signed) {
-        add_avx2(a, b, size, p, out);
-        return;
-    }
+    (a.is_signed == b.is_signed ? kernels().add : add_generic)(a, b, size, p, out);
+}
+
+void add_generic(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* out) {
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
     for (int64_t i = 0; i < size; ++i) {
         const int64_t s = static_cast<int64_t>(value(a, i) - a.zero_point) * p.m_a +
@@ -54,14 +90,13 @@ void add(const QIn& a, const QIn& b, int64_t size, const AddParams& p, uint8_t* 
 
 void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
               uint8_t* out) {
-    if (current_isa() >= Isa::avx512) {
-        quantize_avx512(x, size, scale, zp, out_signed, out);
-        return;
-    }
-    if (current_isa() >= Isa::avx2) {
-        quantize_avx2(x, size, scale, zp, out_signed, out);
-        return;
-    }
+    kernels().quantize(x, size, scale, zp, out_signed, out);
+}
+
+namespace {
+
+void quantize_generic(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
+                      uint8_t* out) {
     const float lo = static_cast<float>((out_signed ? -128 : 0) - zp);
     const float hi = static_cast<float>((out_signed ? 127 : 255) - zp);
 #pragma omp parallel for schedule(static) if (size > (1 << 16))
@@ -72,8 +107,6 @@ void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_si
         out[i] = static_cast<uint8_t>(static_cast<int32_t>(q) + zp);
     }
 }
-
-namespace {
 
 void fake_quantize_run(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1, float* y,
                        uint8_t* inside) {
@@ -94,9 +127,7 @@ void fake_quantize_run(const FakeQuantRows& f, int64_t r, int64_t i0, int64_t i1
 }  // namespace
 
 void fake_quantize(const FakeQuantRows& f, float* y, uint8_t* inside) {
-    const auto run = current_isa() >= Isa::avx512 ? fake_quantize_run_avx512
-                     : current_isa() >= Isa::avx2 ? fake_quantize_run_avx2
-                                                  : fake_quantize_run;
+    const auto run = kernels().fake_quantize_run;
     constexpr int64_t kRun = 1 << 14;  // elements per task
     const int64_t rows = f.outer * f.c, runs = (f.inner + kRun - 1) / kRun;
 #pragma omp parallel for schedule(static) if (rows * f.inner > (1 << 16))
@@ -148,56 +179,63 @@ void concat_part(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift
                         static_cast<size_t>(rows.inner));
         return;
     }
-    // VBMI's table lookup from the vnni level up, so that this machine's avx512 level still
-    // runs (and the tests check) the arithmetic kernel of AVX-512 CPUs without VBMI
-    const bool vbmi = current_isa() >= Isa::vnni && cpu_features().avx512vbmi;
-    if (!vbmi && current_isa() >= Isa::avx512) {
-        concat_part_avx512(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
-        return;
-    }
-    if (!vbmi && current_isa() >= Isa::avx2) {
-        concat_part_avx2(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
-        return;
-    }
-    // The output is a function of the input byte: tabulate the formula for all 256
+    kernels().concat_part(x, rows, mult, shift, out_zp, out_signed, out, out_inner);
+}
+
+namespace {
+
+// The output is a function of the input byte: the formula for all 256 of them.
+struct ByteTable {
+    alignas(64) uint8_t at[256];
+};
+
+ByteTable concat_table(const QIn& x, int32_t mult, int32_t shift, int32_t out_zp,
+                       bool out_signed) {
     const int32_t lo = out_signed ? -128 : 0, hi = out_signed ? 127 : 255;
-    alignas(64) uint8_t table[256];
+    ByteTable table;
     for (int b = 0; b < 256; ++b) {
         const int64_t d = (x.is_signed ? static_cast<int8_t>(b) : b) - int64_t{x.zero_point};
-        table[b] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
+        table.at[b] = clamp_zp(round_shift(d * mult, shift), out_zp, lo, hi);
     }
+    return table;
+}
+
+void concat_lut_vbmi(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                     int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    const ByteTable table = concat_table(x, mult, shift, out_zp, out_signed);
     const int64_t outer = rows.outer, inner = rows.inner;
-    if (vbmi) {
 #pragma omp parallel if (outer * inner > (1 << 16))
-        {
-            const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-            const int64_t per = (outer + threads - 1) / threads;
-            const int64_t r0 = t * per < outer ? t * per : outer;
-            map_rows_vbmi(table, x.data, rows, r0, r0 + per < outer ? r0 + per : outer, out,
-                          out_inner);
-        }
-        return;
+    {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t per = (outer + threads - 1) / threads;
+        const int64_t r0 = t * per < outer ? t * per : outer;
+        map_rows_vbmi(table.at, x.data, rows, r0, r0 + per < outer ? r0 + per : outer, out,
+                      out_inner);
     }
+}
+
+void concat_lut_generic(const QIn& x, const PartRows& rows, int32_t mult, int32_t shift,
+                        int32_t out_zp, bool out_signed, uint8_t* out, int64_t out_inner) {
+    const ByteTable table = concat_table(x, mult, shift, out_zp, out_signed);
+    const int64_t outer = rows.outer, inner = rows.inner;
 #pragma omp parallel for schedule(static) if (outer * inner > (1 << 16))
     for (int64_t o = 0; o < outer; ++o) {
         const uint8_t* in = rows.row(x.data, o);
         uint8_t* dst = out + o * out_inner;
-        for (int64_t i = 0; i < inner; ++i) dst[i] = table[in[i]];
+        for (int64_t i = 0; i < inner; ++i) dst[i] = table.at[in[i]];
     }
 }
 
+}  // namespace
+
 void max_pool2d(const QIn& x, const PoolGeom& g, uint8_t* out) {
     // the SIMD kernels pad the plane and read every tap: a kernel larger than the image (its
-    // padding up to half of it) takes the loops below, which read only the taps inside
-    const bool inside = g.kh <= g.h && g.kw <= g.w;
-    if (inside && current_isa() >= Isa::avx512 && (g.sw == 1 || g.sw == 2)) {
-        max_pool2d_avx512(x, g, out);
-        return;
-    }
-    if (inside && current_isa() >= Isa::avx2 && (g.sw == 1 || g.sw == 2)) {
-        max_pool2d_avx2(x, g, out);
-        return;
-    }
+    // padding up to half of it) takes the generic loops, which read only the taps inside
+    const bool simd = g.kh <= g.h && g.kw <= g.w && (g.sw == 1 || g.sw == 2);
+    (simd ? kernels().max_pool : max_pool_generic)(x, g, out);
+}
+
+void max_pool_generic(const QIn& x, const PoolGeom& g, uint8_t* out) {
     const uint8_t flip = x.is_signed ? 0x80 : 0;  // signed order == unsigned order of x ^ 0x80
 #pragma omp parallel for schedule(static) if (g.planes * g.oh * g.ow > (1 << 14))
     for (int64_t pl = 0; pl < g.planes; ++pl) {
@@ -233,30 +271,31 @@ int64_t window_sum(const T* p, int64_t w, int64_t kh, int64_t kw, int32_t zp) {
 
 }  // namespace
 
-void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out) {
-    if (!(g.pt || g.pb || g.pl || g.pr)) {  // every window inside: ResNet's global pooling
-        // (16, 2048, 7, 7): 2.1-2.3 ms through a loop checking each tap, 0.4-0.56 here
-        if (g.kw == g.w && current_isa() >= Isa::avx512) {
-            avg_pool_runs_avx512(x, g, out);
-            return;
-        }
-        const int64_t count = g.kh * g.kw;
-        // windows as wide as the plane are one contiguous run (one vectorisable loop)
-        const int64_t kh = g.kw == g.w ? 1 : g.kh, kw = g.kw == g.w ? count : g.kw;
+void avg_pool_inside_generic(const QIn& x, const PoolGeom& g, uint8_t* out) {
+    const int64_t count = g.kh * g.kw;
+    // windows as wide as the plane are one contiguous run (one vectorisable loop)
+    const int64_t kh = g.kw == g.w ? 1 : g.kh, kw = g.kw == g.w ? count : g.kw;
 #pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > (1 << 16))
-        for (int64_t pl = 0; pl < g.planes; ++pl) {
-            for (int64_t oy = 0; oy < g.oh; ++oy) {
-                for (int64_t ox = 0; ox < g.ow; ++ox) {
-                    const int64_t at = pl * g.h * g.w + oy * g.sh * g.w + ox * g.sw;
-                    const int64_t sum =
-                        x.is_signed ? window_sum(reinterpret_cast<const int8_t*>(x.data) + at,
-                                                 g.w, kh, kw, x.zero_point)
-                                    : window_sum(x.data + at, g.w, kh, kw, x.zero_point);
-                    out[(pl * g.oh + oy) * g.ow + ox] =
-                        static_cast<uint8_t>(floor_div(2 * sum + count, 2 * count) + x.zero_point);
-                }
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+                const int64_t at = pl * g.h * g.w + oy * g.sh * g.w + ox * g.sw;
+                const int64_t sum =
+                    x.is_signed ? window_sum(reinterpret_cast<const int8_t*>(x.data) + at,
+                                             g.w, kh, kw, x.zero_point)
+                                : window_sum(x.data + at, g.w, kh, kw, x.zero_point);
+                out[(pl * g.oh + oy) * g.ow + ox] =
+                    static_cast<uint8_t>(floor_div(2 * sum + count, 2 * count) + x.zero_point);
             }
         }
+    }
+}
+
+void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t* out) {
+    if (!(g.pt || g.pb || g.pl || g.pr)) {  // every window inside: ResNet's global pooling
+        // a window as wide as the plane is one run: the ISA's kernel (bench/RESULTS.md, int8
+        // pooling); other widths the generic loop
+        (g.kw == g.w ? kernels().avg_pool_runs : avg_pool_inside_generic)(x, g, out);
         return;
     }
     // Padded windows (ShuffleNetV1's 3x3 stride-2 shortcut), separably: per output row, the
@@ -264,8 +303,8 @@ void avg_pool2d(const QIn& x, const PoolGeom& g, bool count_include_pad, uint8_t
     // then per output the column sums of its columns inside; count as the formula's. The
     // quotient's floor through double is exact (numerator and denominator are integers exact
     // in double; a quotient that is no integer lies at least 1 / (2 count) from one, far past
-    // the division's rounding). Each window's taps had been checked against the plane's
-    // bounds and summed one by one, then divided as int64: 9 ns an output on Zen 3.
+    // the division's rounding). Not each window's taps checked against the plane's bounds
+    // and summed one by one, then divided as int64 (bench/RESULTS.md, other int8 ops).
     const int64_t oh = g.oh, ow = g.ow;
     std::vector<int64_t> c0(static_cast<size_t>(ow)), c1(static_cast<size_t>(ow));
     for (int64_t ox = 0; ox < ow; ++ox) {

@@ -4,7 +4,7 @@
 // in s64, narrowed to bytes; the add and the concat's rescale, where their shifts and
 // multipliers allow (all the models' adds), in the exact 16-bit form of int8_ops.h instead
 // (add_range16, rescale_row16: 16-bit products, no s64; with unmasked loads and stores but
-// for the tail, 4-6x faster on a Zen 5 host). Max pooling at
+// for the tail; bench/RESULTS.md, other int8 ops). Max pooling at
 // column stride 1 or 2: per output row, per 64 columns, the window's input rows are
 // max-reduced in a register into one padded row, then the kernel columns, 64 (stride 1) or
 // 32 (stride 2) outputs a step.
@@ -154,11 +154,9 @@ void rescale_row16(const uint8_t* x, int64_t n, __m512i z, const Split16& m, int
 // window's valid input rows (u8 order: signed input comes sign-flipped; lanes past the row
 // zero, the smallest value), stored after the left padding; then per output row the max
 // over each window's kw columns. Row by row, each row's columns had been read back right
-// after their store, every load spanning stores still in flight (no store forwarding):
-// this takes 0.76x / 0.81x that time on 64 channels at 112x112, batch 1, 1 / 2 threads.
-// A row's whole 64-byte steps load unmasked: masked, ShuffleNetV2's pool at batch 16 had taken
-// 182 us in the model, unmasked 135 (Zen 5, alternating in one process; the next plane asked
-// for ahead as well, 145).
+// after their store, every load spanning stores still in flight (no store forwarding).
+// A row's whole 64-byte steps load unmasked (masked ones are slower in the model; asking for
+// the next plane ahead as well gained nothing): bench/RESULTS.md, other int8 ops.
 void max_pool_plane(const uint8_t* in, const PoolGeom& g, __m512i flip, int64_t width,
                     uint8_t* rows, uint8_t* out) {
     const __m512i zero = _mm512_setzero_si512();
@@ -326,9 +324,8 @@ void concat_part_avx512(const QIn& x, const PartRows& rows, int32_t mult, int32_
 // s the sum less zp per byte. Through double the floor is exact: numerator and denominator
 // are integers exact in double, the quotient (at most 256 in size) lies within 2^-45 of its
 // double, and a quotient that is no integer lies at least 1 / 2n from one. A signed byte is
-// its unsigned one less 256 where the top bit is set. ShuffleNetV2's global pool (1024
-// planes of 7x7) at batch 1, a call on one Zen 5 thread: 7.6 us through the scalar loop
-// (every byte widened to 64 bits), 4.3 here.
+// its unsigned one less 256 where the top bit is set. Faster than the scalar loop, which
+// widens every byte to 64 bits (bench/RESULTS.md, other int8 ops: `vpsadbw`).
 void avg_pool_runs_avx512(const QIn& x, const PoolGeom& g, uint8_t* out) {
     // locals: out may alias anything, so fields read through g and x were reloaded per store
     const int64_t count = g.kh * g.w, plane = g.h * g.w, oh = g.oh, step = g.sh * g.w;

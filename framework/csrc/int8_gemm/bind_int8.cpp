@@ -59,8 +59,7 @@ std::vector<ConcatPart> concat_parts(const std::vector<py::array>& parts,
                                     " is outside [" + std::to_string(lo) + ", " +
                                     std::to_string(hi) + "]");
     }
-    // the messages are built only to be thrown: per part and call they had cost ~10 % of a
-    // concat of ShuffleNetV2's size
+    // the messages are built only to be thrown: per part and call they show on small concats
     const auto shapes = [&parts] {
         std::string all;
         for (size_t i = 0; i < parts.size(); ++i) all += (i ? ", " : "") + shape_str(parts[i]);
@@ -168,15 +167,16 @@ int8::PoolGeom int8_pool_geom(const char* op, const py::array& x, Pair k, Pair s
 }
 
 void bind_int8_gemm(py::module_& m) {
-    m.def("int8_vnni_peak", &int8::vnni_peak, py::arg("steps"),
+    py::module_ testing = testing_of(m);
+    testing.def("int8_vnni_peak", &int8::vnni_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only vpdpbusd loop (steps x 12 "
           "instructions on every thread): the VNNI peak; RuntimeError without VNNI");
-    m.def("int8_avx2_peak", &int8::avx2_peak, py::arg("steps"),
+    testing.def("int8_avx2_peak", &int8::avx2_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only vpmaddwd + vpaddd loop (the exact "
           "AVX2 product; steps x 6 pairs on every thread); RuntimeError without AVX2");
-    m.def("int8_avxvnni_peak", &int8::avxvnni_peak, py::arg("steps"),
+    testing.def("int8_avxvnni_peak", &int8::avxvnni_peak, py::arg("steps"),
           py::call_guard<py::gil_scoped_release>(),
           "int8 operations per second of a register-only AVX-VNNI vpdpbusd loop (ymm, "
           "steps x 12 instructions on every thread); RuntimeError without AVX-VNNI");

@@ -1,4 +1,5 @@
-// Weight packing, the generic int8 GEMM block and the dispatching, threaded driver.
+// Weight packing, the generic int8 GEMM block, the family's one ISA choice (fill_int8_gemm)
+// and the threaded driver.
 #include "int8_gemm/int8_gemm.h"
 
 #include <omp.h>
@@ -7,6 +8,7 @@
 #include <stdexcept>
 
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 namespace tianyuan {
 namespace int8 {
@@ -46,18 +48,20 @@ void gemm_block_generic(const uint8_t* a, int64_t lda, int64_t rows, const int8_
     }
 }
 
+// avxvnni sits below avx512, whose CPUs lack it; avx512 without VNNI shares the AVX2 block.
+void fill_int8_gemm(GemmKernels& k, Isa isa) {
+    k.block = isa >= Isa::vnni        ? gemm_block_vnni
+              : isa == Isa::avxvnni   ? gemm_block_avxvnni
+              : isa >= Isa::avx2      ? gemm_block_avx2
+                                      : gemm_block_generic;
+    k.requant_row = isa >= Isa::avx512 ? requant_row_avx512
+                    : isa >= Isa::avx2 ? requant_row_avx2
+                                       : requant_row_generic;
+}
+
 namespace {
 
-using BlockFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, int64_t,
-                         int32_t*, int64_t);
-
-BlockFn pick_block() {
-    const Isa isa = current_isa();
-    if (isa >= Isa::vnni) return gemm_block_vnni;
-    if (isa == Isa::avxvnni) return gemm_block_avxvnni;  // below avx512, whose CPUs lack it
-    if (isa >= Isa::avx2) return gemm_block_avx2;  // avx512 without VNNI shares the AVX2 path
-    return gemm_block_generic;
-}
+Dispatch<GemmKernels> kernels(fill_int8_gemm);
 
 // Tile sizes: 96 rows x 4 panels (64 columns); the 64 x Kp weight block stays in L2.
 constexpr int64_t kTileRows = 96;
@@ -65,9 +69,11 @@ constexpr int64_t kTilePanels = 4;
 
 }  // namespace
 
+const GemmKernels& gemm_kernels() { return kernels(); }
+
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,
                   int64_t k, int32_t* c, int64_t ldc) {
-    const BlockFn block = pick_block();
+    const auto block = kernels().block;
     const int64_t kp = round_up(k, kGroup);
     const int64_t panels = round_up(n, kPanel) / kPanel;
     const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;

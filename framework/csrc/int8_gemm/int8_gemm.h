@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "runtime/cpu.h"
+
 namespace tianyuan {
 namespace int8 {
 
@@ -70,7 +72,7 @@ double avx2_peak(int64_t steps);
 int64_t avxvnni_peak_steps(int64_t steps);
 double avxvnni_peak(int64_t steps);
 
-// Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), dispatched on current_isa().
+// Raw C (M, Np) = A (M, K) x packed W^T, parallel (OpenMP), through the family's table.
 void gemm_u8s8s32(const uint8_t* a, int64_t lda, int64_t m, const int8_t* packed, int64_t n,
                   int64_t k, int32_t* c, int64_t ldc);
 
@@ -93,8 +95,19 @@ void requant_row_generic(const int32_t* acc, int64_t n, const Requant& r, uint8_
 void requant_row_avx2(const int32_t* acc, int64_t n, const Requant& r, uint8_t* out);
 void requant_row_avx512(const int32_t* acc, int64_t n, const Requant& r, uint8_t* out);
 
+// The family's kernels, one table chosen once per ISA (runtime/dispatch.h) by
+// fill_int8_gemm, which int8_deconv's fill function reads too: a GEMM block and a
+// requantization row.
+struct GemmKernels {
+    void (*block)(const uint8_t* a, int64_t lda, int64_t rows, const int8_t* b, int64_t kp,
+                  int64_t npanels, int32_t* c, int64_t ldc);
+    void (*requant_row)(const int32_t* acc, int64_t n, const Requant& r, uint8_t* out);
+};
+void fill_int8_gemm(GemmKernels& k, Isa isa);
+const GemmKernels& gemm_kernels();
+
 // acc (M, N) with row stride lda -> out (M, N) with row stride ldo; parameters per column
-// (r.step == 1) or, when per_row, parameter i for row i. Parallel, dispatched.
+// (r.step == 1) or, when per_row, parameter i for row i. Parallel, through the table.
 void requantize(const int32_t* acc, int64_t lda, int64_t m, int64_t n, const Requant& r,
                 bool per_row, uint8_t* out, int64_t ldo);
 

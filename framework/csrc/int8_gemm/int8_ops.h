@@ -145,10 +145,8 @@ void map_rows_vbmi(const uint8_t* table, const uint8_t* data, const PartRows& ro
 // float32 x (size,) -> clamp(round_half_even(x / scale) + zp) as u8/s8 (reference.quantize,
 // per tensor; NaN gives the lowest value).
 // The SIMD kernels ask for x kQuantizeAhead floats ahead: an int8 model's float input has left
-// the cache by the next forward. 16 x 3 x 224 x 224 images out of the cache took 0.32-0.36x their
-// time with AVX-512 (whole vectors unmasked too: masked loads had not been prefetched), 0.80x
-// with AVX2; in the model at batch 16 MobileNetV2 0.97x, ShuffleNetV2 0.92x, ResNet-18 0.99x,
-// batch 1 level (Zen 5, 2 threads, alternating in one process).
+// the cache by the next forward (whole vectors unmasked too: masked loads had not been
+// prefetched). bench/RESULTS.md, other int8 ops.
 constexpr int64_t kQuantizeAhead = 2048;
 void quantize(const float* x, int64_t size, float scale, int32_t zp, bool out_signed,
               uint8_t* out);

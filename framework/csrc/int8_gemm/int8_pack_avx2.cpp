@@ -22,7 +22,8 @@ inline __m256i load32(const uint8_t* p) {
 // next run (row holds kPos + 32 bytes); stride 2 keeps the even bytes of 64. Steps read past
 // a run's last byte, up to `end` (the input may be the caller's unpadded tensor); what is left
 // goes byte by byte. Steps had stopped at a run's last byte: the ResNet stem's 64- and
-// 48-position runs at stride 2 then went half byte by byte (the pack took 19 % of its time).
+// 48-position runs at stride 2 then went half byte by byte (bench/RESULTS.md, AVX2: the
+// stem's gather).
 inline void read_row(const uint8_t* src, const uint8_t* end, const Run* runs, int64_t nruns,
                      int64_t sw, uint8_t* row) {
     const __m256i low = _mm256_set1_epi16(0x00FF);
@@ -112,7 +113,7 @@ void pack_block_avx2(const uint8_t* xpad, const uint8_t* end, const int64_t* kof
 // several rows where the rows are narrow): 4 row buffers, z outside the input, each plane
 // row's columns copied in, every byte xor flip, then interleaved; the last step of a phase
 // runs into the next phase, written after it (or into dst's slack). Row by row, a 7x7 layer's
-// 9-quad rows had each cost a whole 64-quad step (quad planes took 4 % of the convolution).
+// 9-quad rows had each cost a whole 64-quad step.
 void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t* dst) {
     alignas(32) uint8_t rows[kGroup][kPos];
     const uint8_t* at[kGroup] = {rows[0], rows[1], rows[2], rows[3]};
@@ -145,7 +146,7 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
                         }
                         int64_t l = 0;
                         // stride 2: 16 even bytes of 32 a step while the step stays in the
-                        // plane (ResNet-18's 56x56 stride-2 layer 0.92-0.96x the time)
+                        // plane (bench/RESULTS.md, AVX2: planes in wide steps)
                         if (p.sw == 2) {
                             const uint8_t* end = rows4[t] + p.h * p.w;
                             for (; l + 16 <= x1 - x0 && src + 2 * l + 32 <= end; l += 16) {
@@ -173,10 +174,9 @@ void quad_planes_avx2(const uint8_t* const* rows4, const QuadPlanes& p, uint8_t*
 // border, then per row its left border, its bytes (xor flip) and its right border, then the
 // bottom border. A step may run past what it writes into the rows after it, which are
 // written later; only steps that would pass the plane's end (planes are padded side by
-// side by several threads) and reads that would pass src_end go through a buffer. The
-// generic version's memset / memcpy per row had taken 4.5 % of ResNet-18's stem on AVX2.
-// (Not for the depthwise planes, which their kernels read right after: their layers took
-// 1.09-1.32x the time with it, where memset and memcpy fill the plane in whole lines.)
+// side by several threads) and reads that would pass src_end go through a buffer, not a
+// memset / memcpy per row. (Not for the depthwise planes, which their kernels read right
+// after: memset and memcpy fill the plane in whole lines, faster there; bench/RESULTS.md.)
 void pad_plane_avx2(const uint8_t* src, const PadPlane& p, uint8_t* dst) {
     const int64_t wp = p.pl + p.w + p.pr, size = (p.pt + p.h + p.pb) * wp;
     const uint8_t* const src_end = p.src_end ? p.src_end : src + p.h * p.w;

@@ -1,9 +1,9 @@
-// The AMX work item's requantizing store (int8_amx.h), in 16 pieces that the next item's
-// tile loop interleaves with its products (amx_item_tiles): run after the loop, the store had
-// left the tiles idle for ~40 % of a 64-channel 3x3 item, and issued after the next item's
-// loop as a whole it overlapped nothing (the loop's tile loads fill the load buffer and the
-// reorder buffer ahead of it). Only int8_tiles_amx.cpp includes this; everything is static
-// (int8_requant_avx512.h says why).
+// The AMX work item's requantizing store (int8_amx.h), in 16 pieces that the next item's tile loop
+// interleaves with its products (amx_item_tiles): run after the loop, the store had left the tiles
+// idle for a large part of an item (bench/RESULTS.md), and issued after the next item's loop as a
+// whole it overlapped nothing (the loop's tile loads fill the load buffer and the reorder buffer
+// ahead of it). Only int8_tiles_amx.cpp includes this; everything is static (int8_requant_avx512.h
+// says why).
 #pragma once
 
 #include <immintrin.h>

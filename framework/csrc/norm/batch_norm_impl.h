@@ -97,8 +97,8 @@ void bn_stats_as(const T* x, const BnShape& b, T* mean, T* var, T* xmin, T* xmax
     for (int64_t c = 0; c < b.c; ++c) {
         // One pass, sum and sum of squares in double, in vector lanes (omp simd: without it
         // no reassociation is allowed and the sums ran as one scalar chain). E[x^2] - E[x]^2
-        // in double loses ~1e-16 * E[x^2] / var relative, nothing for float32 data. Two
-        // scalar passes took 14-16 ms for (8, 96, 112, 112) at 2 threads, this 1.0-1.8.
+        // in double loses ~1e-16 * E[x^2] / var relative, nothing for float32 data; one pass
+        // in lanes, not two scalar ones (bench/RESULTS.md, training).
         double sum = 0.0, squares = 0.0;
         T lo = Extremes ? x[c * b.s] : T(0), hi = lo;
         for (int64_t n = 0; n < b.n; ++n)
@@ -273,8 +273,7 @@ void bn_backward_as(const T* gy, const T* x, const T* mean, const T* invstd, con
         double sum_g = 0.0, sum_gx = 0.0;  // sum gy, sum gy * (x - mean)
         for (int64_t n = 0; n < b.n; ++n) {
             const int64_t at = (n * b.c + c) * b.s;
-            // per plane in T, in vector lanes (a scalar chain had made the backward 2-3x
-            // slower), then into double
+            // per plane in T, in vector lanes (not a scalar chain), then into double
             T sg = T(0), sgx = T(0);
             bn_plane_sums<T, Clamp, Pass>(gy + at, x + at, Pass ? pass + at : nullptr, b.s, m, va,
                                           vd, lo, hi, &sg, &sgx);

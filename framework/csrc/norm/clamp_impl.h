@@ -59,7 +59,8 @@ inline void masked_grad_run(const float* g, const uint8_t* mask, int64_t n, floa
 // in parallel, each block's extremes kept, then combined (min and max are exact in any order).
 // Each block keeps a vector of running extremes and NaN flags in GCC vector types of the
 // unit's width (the compiler would not vectorise a scalar reduction of `v < l ? v : l`, for
-// NaN's sake, nor lanes written as arrays; 64-byte vectors on SSE2 ran 23x slower).
+// NaN's sake, nor lanes written as arrays; 64-byte vectors on SSE2 are emulated, far
+// slower).
 constexpr int kMinMaxBytes = kUnitVectorBytes;
 typedef float MinMaxF __attribute__((vector_size(kMinMaxBytes)));
 typedef int32_t MinMaxI __attribute__((vector_size(kMinMaxBytes)));

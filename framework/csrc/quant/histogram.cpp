@@ -1,5 +1,5 @@
 // Histogram kernel (histogram.h): the edges, the threads' rows, and the runs (histogram_scalar,
-// or histogram_avx2.cpp's). Built generically only: the edges must be numpy's linspace,
+// or histogram_avx2.cpp's, chosen once into the family's table: fill_histogram). Built generically only: the edges must be numpy's linspace,
 // i * step + lo rounded twice, which an FMA unit would contract into one rounding.
 #include "quant/histogram.h"
 
@@ -11,12 +11,27 @@
 #include <vector>
 
 #include "runtime/cpu.h"
+#include "runtime/dispatch.h"
 
 #ifdef __FMA__
 #error "histogram.cpp is built without FMA: numpy's linspace rounds i * step and + lo apart"
 #endif
 
 namespace tianyuan {
+namespace {
+
+struct HistogramKernels {
+    void (*run)(const float* x, int64_t begin, int64_t end, const HistRun& h, int64_t* row);
+};
+
+void fill_histogram(HistogramKernels& k, Isa isa) {
+    k.run = isa >= Isa::avx2 ? histogram_run_avx2 : histogram_scalar;
+}
+
+Dispatch<HistogramKernels> kernels(fill_histogram);
+
+}  // namespace
+
 void histogram_f32(const float* x, int64_t n, int64_t bins, double lo, double hi,
                    int64_t* counts) {
     if (!(bins >= 1) || !std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
@@ -41,7 +56,7 @@ void histogram_f32(const float* x, int64_t n, int64_t bins, double lo, double hi
     // whose float32 edges hold v (numpy's corrections), the same bin
     const HistRun h{edges.data(), bins, static_cast<float>(lo), static_cast<float>(hi),
                     static_cast<float>(static_cast<double>(bins) / (hi - lo))};
-    const auto run = current_isa() >= Isa::avx2 ? histogram_run_avx2 : histogram_scalar;
+    const auto run = kernels().run;
     constexpr int64_t kBlock = 1 << 16;
     const int64_t blocks = (n + kBlock - 1) / kBlock;
     const int threads = blocks > 1 ? omp_get_max_threads() : 1;

@@ -1,8 +1,8 @@
-// histogram_scalar (histogram.h) 8 values at a time: the bin from the float product, both
-// edges gathered, numpy's corrections as lane masks; the counts then one lane at a time.
-// The same bins as the scalar run (its tail here; 1.4x its speed on Zen 3, the gathers and
-// the counts one lane at a time bounding it): a decrement's lane cannot also increment
-// (v < e[k] <= e[k + 1]), so testing e[k + 1] of the first k is the scalar's second test.
+// histogram_scalar (histogram.h) 8 values at a time: the bin from the float product, both edges
+// gathered, numpy's corrections as lane masks; the counts then one lane at a time. The same bins as
+// the scalar run (its tail here; faster than it, the gathers and the counts one lane at a time
+// bounding it: bench/RESULTS.md, other int8 ops): a decrement's lane cannot also increment (v <
+// e[k] <= e[k + 1]), so testing e[k + 1] of the first k is the scalar's second test.
 #include <immintrin.h>
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Requantization s32 -> u8/s8: the generic row (the reference formula in scalar int64) and
-// the threaded, dispatching driver. SIMD rows live in requant_avx2.cpp / requant_avx512.cpp.
-#include "runtime/cpu.h"
+// the threaded driver, on the int8 GEMM family's row (int8_gemm.h, gemm_kernels). SIMD rows
+// live in requant_avx2.cpp / requant_avx512.cpp.
 #include "int8_gemm/int8_gemm.h"
 
 namespace tianyuan {
@@ -13,22 +13,9 @@ void requant_row_generic(const int32_t* acc, int64_t n, const Requant& r, uint8_
     }
 }
 
-namespace {
-
-using RowFn = void (*)(const int32_t*, int64_t, const Requant&, uint8_t*);
-
-RowFn pick_row() {
-    const Isa isa = current_isa();
-    if (isa >= Isa::avx512) return requant_row_avx512;
-    if (isa >= Isa::avx2) return requant_row_avx2;
-    return requant_row_generic;
-}
-
-}  // namespace
-
 void requantize(const int32_t* acc, int64_t lda, int64_t m, int64_t n, const Requant& r,
                 bool per_row, uint8_t* out, int64_t ldo) {
-    const RowFn row = pick_row();
+    const auto row = gemm_kernels().requant_row;
 #pragma omp parallel for schedule(static) if (m * n > (1 << 16))
     for (int64_t i = 0; i < m; ++i) {
         Requant ri = r;

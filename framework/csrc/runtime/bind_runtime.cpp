@@ -47,11 +47,12 @@ py::dict features_dict() {
 }  // namespace
 
 void bind_runtime(py::module_& m) {
+    py::module_ testing = testing_of(m);
     m.def("cpu_features", &features_dict, "CPU features as detected by CPUID and XGETBV");
-    m.def("int8_broken_scratch", &int8::broken_spaces,
+    testing.def("int8_broken_scratch", &int8::broken_spaces,
           "names of the int8 scratch buffers some kernel wrote past since the last call "
           "(int8_cgemm.h, thread_space); for the tests");
-    m.def("int8_scribble_scratch", &int8::scribble_spaces, py::arg("value"),
+    testing.def("int8_scribble_scratch", &int8::scribble_spaces, py::arg("value"),
           "set every int8 scratch buffer's bytes to value (int8_cgemm.h, scribble_spaces), "
           "so that a kernel reading a previous call's bytes reads junk; for the tests");
     m.def("best_isa", [] { return std::string(isa_name(best_isa())); });
@@ -82,7 +83,7 @@ void bind_runtime(py::module_& m) {
     m.def("pin_workers", &pin_workers,
           "pin the OpenMP workers one to a CPU (threads.h); the number pinned");
     m.def("pinned_workers", &pinned_workers, "what the last pin_workers returned");
-    m.def("region_cost_us", [](int reps, double pause_us) {
+    testing.def("region_cost_us", [](int reps, double pause_us) {
         if (reps < 1 || !(pause_us >= 0)) {
             throw std::invalid_argument("region_cost_us: needs reps >= 1 and pause_us >= 0, got " +
                                         std::to_string(reps) + ", " + std::to_string(pause_us));

@@ -5,19 +5,18 @@
 namespace tianyuan {
 
 // Where TIANYUAN_PIN_THREADS=1: pins the OpenMP workers (threads 1 .. n-1 of a team of n =
-// omp_get_max_threads()) one to a CPU of the calling thread's affinity mask, every CPU but
-// the one the caller runs on. The caller (the Python thread) stays free, so the processes it
-// forks and the threads it starts keep the whole mask (OMP_PROC_BIND binds it too). Unpinned,
-// a worker woken after it slept was at times placed on the caller's CPU, and the two spun
-// there while another CPU idled until the scheduler moved one: on a 2-vCPU VM small int8
-// layers ran 1.6x slower for whole phases, and a batch-1 forward every 20 ms had a p90 of
-// 12-14 ms instead of 1.9-2.5. Not the default: on 16 vCPUs a ResNet-18 training step took
-// 1.11-1.16x as long pinned (pinned workers cannot leave CPUs that other threads, numpy's
-// OpenBLAS among them, also want); bench/RESULTS.md. Pins nothing (and frees workers it
-// pinned before) where the variable is not 1, where n < 2, where n differs from the mask's
-// size (with fewer threads than CPUs, processes whose workers were all pinned to the same
-// first CPUs would crowd them), or where OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY is
-// set (OpenMP places its threads as told). Linux only. Returns the number of workers pinned.
+// omp_get_max_threads()) one to a CPU of the calling thread's affinity mask, every CPU but the one
+// the caller runs on. The caller (the Python thread) stays free, so the processes it forks and the
+// threads it starts keep the whole mask (OMP_PROC_BIND binds it too). Unpinned, a worker woken
+// after it slept was at times placed on the caller's CPU, and the two spun there while another CPU
+// idled until the scheduler moved one (on a 2-vCPU VM a batch-1 forward's tail latency grew
+// several-fold). Not the default: on 16 vCPUs a training step is slower pinned (pinned workers
+// cannot leave CPUs that other threads, numpy's OpenBLAS among them, also want); bench/RESULTS.md,
+// threads, memory and the process. Pins nothing (and frees workers it pinned before) where the
+// variable is not 1, where n < 2, where n differs from the mask's size (with fewer threads than
+// CPUs, processes whose workers were all pinned to the same first CPUs would crowd them), or where
+// OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY is set (OpenMP places its threads as told). Linux
+// only. Returns the number of workers pinned.
 int pin_workers();
 // What the last pin_workers returned.
 int pinned_workers();

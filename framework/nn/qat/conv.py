@@ -147,7 +147,7 @@ class BnFolding:
     def _scaled_weight(self, f):
         """W * f per output channel: W as (1, OC, rest) through ChannelAffine, whose forward
         and backward run on the batch-norm kernels in parallel (numpy's broadcast multiply and
-        its two gradients had been 10 of a 300 ms ResNet-18 QAT step, now 4), the same values."""
+        its two gradients cost more; bench/RESULTS.md, training: QAT), the same values."""
         w = self.conv_weight()
         zero = Tensor(np.zeros(w.shape[0], w.dtype))
         flat = N.ChannelAffine.apply(F.reshape(w, (1, w.shape[0], -1)), f, zero)
@@ -170,8 +170,7 @@ class BnFolding:
         free = not (bn._forward_pre_hooks or bn._forward_hooks)  # no hook sees its output
         if self.bias is None and free:
             # y / f normalised in the batch norm's own passes (F.batch_norm's input_scale),
-            # with the activation's clamp: MobileNetV2's QAT step at batch 8 had spent 11 % in
-            # the division's passes, forward and backward
+            # with the activation's clamp, not in passes of their own (bench/RESULTS.md, QAT)
             return self._bn_fake_quant(y, clamp=_CLAMPS.get(self.activation),
                                        input_scale=1.0 / f)
         y = N.ChannelAffine.apply(y, 1.0 / f, Tensor(np.zeros(y.shape[1], y.dtype)))  # / f
@@ -186,7 +185,7 @@ class BnFolding:
         """fake_quant_act(self.bn.forward(y, **kwargs)), the activation's observer and fake
         quantization in the batch norm's node where act_straight_through allows (the range
         from its statistics' pass, the fake-quantized output from its affine pass, the mask in
-        its backward: MobileNetV2's QAT step at batch 8 took 0.91-0.95x the time)."""
+        its backward: bench/RESULTS.md, training: QAT)."""
         ste = self.act_straight_through()
         if ste is None:
             return self.fake_quant_act(self.bn.forward(y, **kwargs))

@@ -33,7 +33,8 @@ class QuantizedModule(Module):
     def output(self):
         """(scale as float32, zero point as int) of the output, as `wrap` takes them, read
         from the buffers once (until they are replaced or a state dict is loaded): looked up
-        and converted per call, they had cost about 1 us of a 6 us convolution call."""
+        and converted per call, they were a large part of a small convolution's call
+        (bench/RESULTS.md, Python overheads)."""
         out = self.__dict__.get("_out")
         if out is None:
             out = (np.float32(self.scale.data), int(self.zero_point.data))
