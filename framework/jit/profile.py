@@ -2,6 +2,7 @@
 of one run's numpy allocations (tracemalloc: every activation); the memory plan for these
 inputs (jit/memory.py: the arena, the sum of all activations, the steps that still allocate
 their result) and the measured peak, the rise of the process's resident set over one run."""
+import ctypes
 import time
 import tracemalloc
 from collections import Counter
@@ -78,8 +79,13 @@ def _status(key):
 
 def rss_rise(run):
     """MiB the resident set rose above where it was during run(): the high-water mark
-    (VmHWM, reset first through /proc/self/clear_refs) less the resident set before. None
-    where /proc cannot reset or tell it."""
+    (VmHWM, reset first through /proc/self/clear_refs) less the resident set before, the C
+    heap first trimmed (`import tianyuan` keeps freed blocks, so after a warm-up run the
+    rise had read 0). None where /proc cannot reset or tell it."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc: the heap as it is
+        pass
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
