@@ -78,11 +78,14 @@ def inplace_kernel(step):
 
 
 def _inplace_inputs(step, slots):
-    """The input slots `step` could write its result into (same shape, dtype, strides)."""
+    """The input slots `step` could write its result into: same shape, dtype and strides,
+    C-contiguous (the native kernels' `out`)."""
     if inplace_kernel(step) is None or not all(isinstance(e, int) for e in step.inputs):
         return []
     want = slots[step.output][:3]
-    if any(slots[i][:3] != want for i in step.inputs):
+    shape, dtype, strides = want
+    if any(slots[i][:3] != want for i in step.inputs) or \
+            tuple(strides) != np.empty(shape, dtype).strides:
         return []
     return list(step.inputs)[:1]   # the kernels write into their first argument
 
@@ -170,7 +173,7 @@ def _inplace_pairs(graph, roots, slots):
 class Plan:
     """offsets: {buffer slot: byte offset}; sizes: {buffer slot: bytes}; inplace: the
     (step, input slot) pairs computed in place; arena: bytes of the one arena; live: per
-    buffer [first, last step]; roots: per slot its buffer slot (None: not in the arena)."""
+    buffer [first, last step]; home_of: slot -> the buffer slot it lives in."""
 
     def __init__(self, offsets, sizes, inplace, arena, live, home_of):
         self.offsets, self.sizes, self.inplace = offsets, sizes, list(inplace)
