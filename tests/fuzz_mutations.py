@@ -147,6 +147,57 @@ def tianyuan_structure(data, rng):
     return _join(json.dumps(header), body)
 
 
+def _memory_plan_edit(plan, rng):
+    """A graph file's memory plan with one plausible lie: a buffer moved onto another's
+    place, past the arena, misaligned or resized; the arena shrunk; a buffer dropped or
+    doubled; a step put in place that may not be; or any JSON value edited."""
+    buffers, roll = plan["buffers"], rng.randrange(8)
+    if roll == 0 and len(buffers) > 1:
+        a, b = rng.sample(range(len(buffers)), 2)
+        buffers[a][1] = buffers[b][1]
+    elif roll == 1 and buffers:
+        rng.choice(buffers)[1] += rng.choice([1, 64, plan["arena"], -64, 2 ** 62])
+    elif roll == 2 and buffers:
+        rng.choice(buffers)[2] += rng.choice([-64, 64, 1, -1])
+    elif roll == 3:
+        plan["arena"] = rng.choice([0, max(0, plan["arena"] - 64), -1, 2 ** 63, 1.5])
+    elif roll == 4 and buffers:
+        buffers.pop(rng.randrange(len(buffers)))
+    elif roll == 5 and buffers:
+        buffers.append(list(rng.choice(buffers)))
+    elif roll == 6:
+        plan["inplace"].append([rng.randrange(-2, 40), rng.randrange(-2, 60)])
+    else:
+        return json.loads(edit_json(plan, rng))
+    return plan
+
+
+def _plain(node):
+    """A tianyuan structure record's dicts ({"d": [[key, value], ...]}) as Python dicts."""
+    if isinstance(node, dict) and set(node) == {"d"}:
+        return {k: _plain(v) for k, v in node["d"]}
+    return [_plain(v) for v in node] if isinstance(node, list) else node
+
+
+def _packed(obj):
+    if isinstance(obj, dict):
+        return {"d": [[k, _packed(v)] for k, v in obj.items()]}
+    return [_packed(v) for v in obj] if isinstance(obj, list) else obj
+
+
+def graph_memory_plan(data, rng):
+    """The memory plan in a graph file's structure record edited (_memory_plan_edit), the
+    CRC made right again: the loader's plan checks, not the checksum, meet it."""
+    header, body = _split(data)
+    metadata = header["__metadata__"]
+    structure = json.loads(metadata["tianyuan"])
+    entry = next(pair for pair in structure["d"] if pair[0] == "memory")
+    entry[1] = _packed(_memory_plan_edit(_plain(entry[1]), rng))
+    metadata["tianyuan"] = json.dumps(structure)
+    metadata["tianyuan.crc32.structure"] = f"{zlib.crc32(metadata['tianyuan'].encode()):08x}"
+    return _join(json.dumps(header), body)
+
+
 def tianyuan_arrays(data, rng):
     """Array bytes changed and the file's array CRC made right again: it must load, with the
     changed values (or be refused by a loader that checks values, as graph files do)."""

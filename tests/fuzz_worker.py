@@ -178,6 +178,9 @@ FORMATS = {
                          TIANYUAN_MUTATORS, ".graph"),
     "graph_float": Format(partial(_graph_file, int8=False), _load_graph, OURS.tianyuan,
                           TIANYUAN_MUTATORS, ".graph"),
+    # the float graph (its ReLUs and adds run in place) with its memory plan edited (issue 56)
+    "graph_plan": Format(partial(_graph_file, int8=False), _load_graph, OURS.tianyuan,
+                         [M.graph_memory_plan] * 4 + [M.tianyuan_structure], ".graph"),
     "pth_zip": Format(partial(_pth_file, legacy=False), _load_pth, OURS.torch,
                       M.BYTE_MUTATORS + [M.zip_member] * 6, ".pth"),
     "pth_legacy": Format(partial(_pth_file, legacy=True), _load_pth, OURS.torch,

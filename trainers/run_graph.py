@@ -1,6 +1,7 @@
 """`tianyuan run FILE`: a saved graph (`graph.save`, `tianyuan quantize export.dir=DIR`) run
 without the model's code: its latency (median), result and peak memory; `--profile` adds
-each step's time.
+each step's time and the memory plan: the arena, the sum of all activations, the measured
+peak (the rise of the resident set over one run) and the steps that still allocate.
 
     tianyuan run runs/quantize/export/qat.graph --profile [--batch 16]
     tianyuan run model.graph --input images.npy --output logits.npy
@@ -31,6 +32,14 @@ def _input(spec, path, seed, batch):
         info = np.iinfo(dtype)
         array = np.random.default_rng(seed).integers(info.min, info.max + 1, shape, dtype)
     return ty.Tensor(array) if qparams is None else wrap(array, *qparams)
+
+
+def _memory(stats):
+    """The memory plan's figures and the measured peak, one row."""
+    allocating = ", ".join(f"{kind} x{n}" for kind, n in stats["allocating"].items())
+    return {"arena": stats["arena_mb"], "all activations": stats["activations_mb"],
+            "peak (RSS rise)": stats["peak_rss_mb"], "in place": stats["inplace"],
+            "steps that allocate": allocating or "none"}
 
 
 def _parser():
@@ -73,11 +82,12 @@ def main(argv=None):
     if args.profile:
         print(format_table(stats["rows"], ["step", "name", "type", "how", "shape", "ms",
                                            "share"], title="steps (median ms)"))
+        print(format_table([_memory(stats)], title="\nmemory (MiB)"))
     print(format_table([summary], title="\nrun"))
     if args.output:
         np.save(args.output, np.asarray(first.data))
         print(f"written: {args.output}")
     if args.json:
         write_json(args.json, {**summary, "steps_ms": stats["steps_ms"],
-                               "profile": stats["rows"]})
+                               "memory": _memory(stats), "profile": stats["rows"]})
     return 0

@@ -7,7 +7,10 @@ module (an op written in a `forward`) is refused with a `TraceError` naming the 
 reached, so nothing the model computes is left out; at the end the graph runs the example
 and must give the model's result bit for bit.
 
-Replaying: values are plain numpy arrays in slots, freed after their last use. A module with
+Replaying: values are plain numpy arrays in slots, freed after their last use. Tracing plans
+their memory (jit/memory.py: one arena, offsets by lifetime, saved in the graph file); the
+steps it puts in place (float ReLU, ReLU6, Add, AddReLU into a dead input) compute into their
+input's array, the others still return new arrays from their kernels. A module with
 a `graph_step(*inputs)` method (the int8 modules, the fused float convs, Flatten,
 ChannelShuffle) runs as the function it returns on those arrays, checked at trace time
 against the module's own result (values, dtype, strides); any other module, or one with
@@ -30,8 +33,8 @@ from ..autograd import no_grad
 from ..nn.module import Module
 from ..quantization.qarray import QArray, wrap
 from ..tensor import Tensor
-from . import passes
-from .record import Recorder, TraceError, slots_of
+from . import memory, passes
+from .record import Recorder, TraceError, bind, slots_of
 
 
 def trace(model, *inputs, check=True, fuse=False, dynamic_batch=False):
@@ -101,8 +104,9 @@ def _record(model, inputs, check):
     outputs = recorder.output_slots(out)   # may add view steps
     slots = [(a.shape, a.dtype, a.strides, q) for a, q in zip(recorder.arrays, recorder.qparams)]
     graph = Graph(recorder.steps, recorder.inputs, outputs, slots)
+    graph.plan_memory(inputs)
     if check:
-        graph.check(inputs, out)
+        graph.check(inputs, out)   # in place where the plan says: the model's bits
     return graph, out
 
 
@@ -117,10 +121,11 @@ class Graph:
         traced; dynamic_batch: whether inputs may have another first-axis size."""
         self.steps, self.inputs, self.outputs, self.slots = steps, inputs, outputs, slots
         self.dynamic_batch = dynamic_batch
+        self.memory = None   # the memory plan (jit/memory.py), set by plan_memory
         self._qparams = [q for *_, q in slots]
         # per input: (shape, dtype, (scale, zero point) or None), as a call must give them
         self.input_specs = [(slots[i][0], slots[i][1], slots[i][3]) for i in inputs]
-        self._plan = [(s.call, s.output, frees) for s, frees in zip(steps, self._frees())]
+        self._plan = self._unplanned()   # per step (call, output slot, slots freed after)
 
     def _frees(self):
         """Per step: the slots it reads for the last time (never the graph's results)."""
@@ -136,13 +141,48 @@ class Graph:
                 frees[k].append(i)
         return [tuple(f) for f in frees]
 
-    def __call__(self, *inputs):
+    def plan_memory(self, inputs):
+        """Plan the activations (jit/memory.py) from one run on `inputs`, which finds the
+        steps whose result is a view of an input, and run in place where the plan says."""
+        with no_grad():
+            roots, _ = memory.alias_roots(self, self._values(inputs))
+        return self.use_memory_plan(memory.plan(self, roots))
+
+    def use_memory_plan(self, plan):
+        """Run with `plan` (a memory.Plan of this graph; None: unplanned): its in-place steps
+        compute into their input. Returns the plan."""
+        self._plan = self._unplanned()
+        if plan is not None:
+            into = dict(plan.inplace)
+            self._plan = [(self._inplace(step, into[k]) if k in into else call, out, frees)
+                          for k, (step, (call, out, frees)) in
+                          enumerate(zip(self.steps, self._plan))]
+        self.memory = plan
+        return plan
+
+    def _unplanned(self):
+        return [(s.call, s.output, frees) for s, frees in zip(self.steps, self._frees())]
+
+    @staticmethod
+    def _inplace(step, slot):
+        """Step's call computing into its input `slot` (its first argument)."""
+        if step.inputs[0] != slot:
+            raise memory.PlanError(f"step '{step.name}' computes in place into its first "
+                                   f"input, slot {step.inputs[0]}, not {slot}")
+        return bind(memory.inplace_kernel(step), list(step.inputs))
+
+    def _values(self, inputs):
+        """The slot list with the inputs checked and set."""
         if len(inputs) != len(self.inputs):
             raise TypeError(f"Graph: traced with {len(self.inputs)} inputs, got {len(inputs)}")
         v = [None] * len(self.slots)
         for k, (x, slot, spec) in enumerate(zip(inputs, self.inputs, self.input_specs)):
             data = x.data if isinstance(x, Tensor) else np.asarray(x)   # a Tensor or array
             v[slot] = _checked(k, data, *spec, self.dynamic_batch)
+        return v
+
+    def __call__(self, *inputs):
+        v = self._values(inputs)
         with no_grad():
             for call, out, frees in self._plan:
                 v[out] = call(v)

@@ -20,6 +20,7 @@ from ..nn.module import Module
 from ..nn.parameter import Parameter
 from ..quantization.qarray import wrap
 from ..tensor import Tensor
+from . import memory
 from .graph import Graph
 from .record import Const, Step, bind, bind_module, explicit_hooks
 from .views import view_function
@@ -57,7 +58,8 @@ def save(graph, path):
         "kind": type(graph.outputs).__name__, "slots": list(graph.outputs)}
     save_file({"format": FORMAT, "version": VERSION, "inputs": list(graph.inputs),
                "outputs": outputs, "slots": slots, "steps": steps, "modules": modules,
-               "dynamic_batch": graph.dynamic_batch}, path)
+               "dynamic_batch": graph.dynamic_batch,
+               "memory": None if graph.memory is None else graph.memory.to_json()}, path)
 
 
 def load(path):
@@ -78,7 +80,7 @@ def load(path):
             RecursionError, MemoryError) as error:
         raise SerializationError(f"runtime.load: {path} is not a well-formed graph file "
                                  f"({type(error).__name__}: {one_line(error)})") from error
-    _trial(graph, path)
+    _trial(graph, path, data.get("memory"))
     return graph
 
 
@@ -219,25 +221,40 @@ def _check_step(step, slots, path):
                                  f"{slots[step.output][1]}")
 
 
-def _trial(graph, path):
+def _trial(graph, path, record):
     """Run the graph once on inputs of zeros of the traced shapes: a step a damaged file
     cannot run (a missing attribute, a value of the wrong type, a geometry its kernel
-    refuses) fails here, naming the file and the step, instead of at the user's call."""
+    refuses) fails here, naming the file and the step, instead of at the user's call. That
+    run finds the buffers the memory plan must place; the file's plan (`record`) is checked
+    against them (a file without one is planned anew) and the graph runs with it."""
     v = [None] * len(graph.slots)
     for slot in graph.inputs:
         v[slot] = np.asarray(_stand_in(graph.slots[slot]).data).copy()
+
+    def run(step, call, v):
+        try:
+            out = call(v)
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"it gives a {type(out).__name__}, not an array")
+        except Exception as error:
+            raise SerializationError(
+                f"runtime.load: {path}: step '{step.name}' ({step.type}) cannot run: "
+                f"{type(error).__name__}: {one_line(error)} (a damaged or edited "
+                "graph file?)") from None
+        return out
+
     from ..autograd import no_grad
     with no_grad():
-        for step, (call, out, frees) in zip(graph.steps, graph._plan):
-            try:
-                v[out] = call(v)
-            except Exception as error:
-                raise SerializationError(
-                    f"runtime.load: {path}: step '{step.name}' ({step.type}) cannot run: "
-                    f"{type(error).__name__}: {one_line(error)} (a damaged or edited "
-                    "graph file?)") from None
-            for i in frees:
-                v[i] = None
+        roots, _ = memory.alias_roots(graph, v, run)
+    try:
+        plan = memory.plan(graph, roots) if record is None else \
+            memory.check(record, graph, roots)
+    except memory.PlanError as error:
+        raise SerializationError(f"runtime.load: {path}: its memory plan does not fit the "
+                                 f"graph: {one_line(error)} (a damaged or edited graph "
+                                 "file?)") from None
+    graph.use_memory_plan(plan)
+
 
 def _class(qualified, path):
     modname, _, name = qualified.rpartition(".")

@@ -98,3 +98,72 @@ def test_groups_zero_is_refused_not_a_zero_division(tmp_path):
                      d["modules"][0]["config"].__setitem__("groups", 0))
     with pytest.raises(SerializationError, match=str(edited)):
         ty.runtime.load(edited)
+
+
+# ------------------------------------------------------------------ the memory plan (issue 56)
+
+@pytest.fixture(scope="module")
+def float_file(tmp_path_factory):
+    """A float graph whose ReLUs and residual add run in place, and its plan."""
+    from tests.quantization.qnets import TinyNet
+    path = tmp_path_factory.mktemp("g") / "float.graph"
+    ty.manual_seed(0)
+    graph = jit.trace(TinyNet().eval(), batch(0))
+    graph.save(path)
+    return path, graph.memory
+
+
+def _buffer(data, slot):
+    return next(b for b in data["memory"]["buffers"] if b[0] == slot)
+
+
+def _live_together(plan):
+    """Two buffers live at one step: (a, b)."""
+    slots = sorted(plan.live)
+    return next((a, b) for a in slots for b in slots if a < b and plan.sizes[a] and
+                plan.sizes[b] and plan.live[a][0] <= plan.live[b][1] and
+                plan.live[b][0] <= plan.live[a][1])
+
+
+PLAN_EDITS = [
+    ("overlap", lambda d, plan: _buffer(d, _live_together(plan)[1]).__setitem__(
+        1, _buffer(d, _live_together(plan)[0])[1]), "live together at step .* overlap"),
+    ("past the arena", lambda d, plan: _buffer(d, max(plan.offsets)).__setitem__(
+        1, d["memory"]["arena"]), "inside the .*-byte arena"),
+    ("misaligned", lambda d, plan: _buffer(d, max(plan.offsets)).__setitem__(1, 3),
+     "not an aligned place"),
+    ("wrong size", lambda d, plan: _buffer(d, max(plan.offsets)).__setitem__(
+        2, plan.sizes[max(plan.offsets)] - 64), "bytes; it holds"),
+    ("huge arena", lambda d, plan: d["memory"].__setitem__("arena", 1 << 60),
+     "not an integer in"),
+    ("missing buffer", lambda d, plan: d["memory"]["buffers"].pop(), "places no buffer"),
+    ("unknown slot", lambda d, plan: d["memory"]["buffers"].append([10 ** 6, 0, 64]),
+     "no buffer of the graph"),
+    ("a float", lambda d, plan: d["memory"]["buffers"][0].__setitem__(1, 0.5),
+     "list of 3 integers"),
+    ("not a record", lambda d, plan: d.__setitem__("memory", "x"), "must be a record"),
+    ("in place where it may not", lambda d, plan: d["memory"]["inplace"].append([1, 0]),
+     "may not compute into slot"),
+    ("in place twice", lambda d, plan: d["memory"]["inplace"].append(
+        d["memory"]["inplace"][0]), "twice"),
+]
+
+
+@pytest.mark.parametrize("what, edit, says", PLAN_EDITS, ids=[e[0] for e in PLAN_EDITS])
+def test_an_edited_memory_plan_is_refused_at_load(float_file, tmp_path, what, edit, says):
+    path, plan = float_file
+    edited = _edited(path, tmp_path, lambda d: edit(d, plan))
+    with pytest.raises(SerializationError, match=f"runtime.load: {edited}: its memory plan "
+                       f"does not fit the graph: .*{says}") as info:
+        ty.runtime.load(edited)
+    assert "\n" not in str(info.value)
+
+
+def test_a_truncated_graph_file_is_refused(float_file, tmp_path):
+    path, _ = float_file
+    data = open(path, "rb").read()
+    for keep in (0, 7, 100, len(data) // 2, len(data) - 1):
+        cut = tmp_path / f"cut{keep}.graph"
+        cut.write_bytes(data[:keep])
+        with pytest.raises(SerializationError, match=str(cut)):
+            ty.runtime.load(cut)

@@ -179,7 +179,21 @@ py::tuple backward_typed(const py::array& gy_any, const py::array& x_any, const 
     return py::make_tuple(gx, gw, gb);
 }
 
-py::array clamp(const py::array& x_any, float lo, float hi) {
+// The result array of an elementwise op: `out` where given (float32, C-contiguous,
+// writeable, of x's shape: a planned graph's arena view or the input itself, as each value is
+// read before its own place is written), else a new array.
+Array<float> result_for(const char* op, const py::object& out, const py::array& like) {
+    if (out.is_none()) return Array<float>(shape_of(like));
+    const bool ok = py::isinstance<py::array>(out) && has_dtype<float>(out.cast<py::array>());
+    const py::array o = ok ? out.cast<py::array>() : py::array();
+    if (!ok || !(o.flags() & py::array::c_style) || !o.writeable() ||
+        shape_of(o) != shape_of(like))
+        throw py::value_error(std::string(op) + ": out must be a writeable C-contiguous "
+                              "float32 array of shape " + shape_str(like));
+    return py::reinterpret_borrow<Array<float>>(o);
+}
+
+py::array clamp(const py::array& x_any, float lo, float hi, const py::object& out) {
     if (!has_dtype<float>(x_any))
         throw py::value_error("clamp: x must be float32, got " +
                               std::string(py::str(x_any.dtype())) + " of shape " +
@@ -187,7 +201,7 @@ py::array clamp(const py::array& x_any, float lo, float hi) {
     if (!(lo <= hi)) throw py::value_error("clamp: need lo <= hi, got " + std::to_string(lo) +
                                            " and " + std::to_string(hi));
     Array<float> x = Array<float>::ensure(x_any);
-    Array<float> y(shape_of(x));
+    Array<float> y = result_for("clamp", out, x);
     py::gil_scoped_release release;
     clamp_forward(x.data(), x.size(), lo, hi, y.mutable_data());
     return std::move(y);
@@ -288,20 +302,23 @@ py::object bn_fold(const py::object& mean, const py::object& var, const py::obje
 
 void bind_norm(py::module_& m) {
     m.def("clamp", &clamp, py::arg("x"), py::arg("lo"), py::arg("hi"),
-          "float32 x -> min(max(x, lo), hi); NaN passes through");
+          py::arg("out") = py::none(),
+          "float32 x -> min(max(x, lo), hi); NaN passes through (into out where given)");
     m.def("clamp_backward", &clamp_grad, py::arg("grad"), py::arg("y"), py::arg("lo"),
           py::arg("hi"), "g where lo < y < hi (y: the clamp's output), else 0");
-    m.def("add_clamp", [](const py::array& a_any, const py::array& b_any, float lo, float hi) {
+    m.def("add_clamp", [](const py::array& a_any, const py::array& b_any, float lo, float hi,
+                          const py::object& out) {
         const auto [a, b] = float_pair("add_clamp", "a and b", a_any, b_any);
         if (!(lo <= hi))
             throw py::value_error("add_clamp: need lo <= hi, got " + std::to_string(lo) +
                                   " and " + std::to_string(hi));
-        Array<float> y(shape_of(a));
+        Array<float> y = result_for("add_clamp", out, a);
         py::gil_scoped_release release;
         add_clamp(a.data(), b.data(), a.size(), lo, hi, y.mutable_data());
         return std::move(y);
-    }, py::arg("a"), py::arg("b"), py::arg("lo"), py::arg("hi"),
-       "float32 min(max(a + b, lo), hi) of one shape; NaN passes through");
+    }, py::arg("a"), py::arg("b"), py::arg("lo"), py::arg("hi"), py::arg("out") = py::none(),
+       "float32 min(max(a + b, lo), hi) of one shape; NaN passes through (into out where "
+       "given)");
     m.def("min_max", [](const py::array& x_any) {
         if (!has_dtype<float>(x_any) || x_any.size() == 0)
             throw py::value_error("min_max: x must be a non-empty float32 array, got " +
