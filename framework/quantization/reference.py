@@ -167,7 +167,7 @@ def exact_matmul(a, b):
     """np.matmul of integer arrays, exactly, on BLAS: float64 products and sums of integers
     are exact while every partial sum stays below 2**53, and the terms of an int32
     accumulator (|x - zp| <= 255, |w| <= 128) allow 2**53 / 32640, about 2.8e11 of them;
-    numpy's own integer matmul has no BLAS (a ResNet's reference convs took minutes)."""
+    numpy's own integer matmul runs without BLAS."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
 
 

@@ -100,7 +100,7 @@ class Conv2d(float_conv.Conv2d, QATModule):
         """The int32 sums of the int8 conv, exactly: on the float32 GEMM conv over input-channel
         chunks each exact in float32 (`exact_chunks`; their exact integer results added in
         float64), the depthwise kernel for depthwise convs (9 taps: always exact), else
-        reference.conv2d (float64 matmuls on numpy's BLAS: several times slower)."""
+        reference.conv2d (float64 matmuls on numpy's BLAS)."""
         padding = conv_padding(self)
         if self.groups == 1:
             x, w, chunks = exact_chunks(qx, zx, qw)
