@@ -62,6 +62,8 @@ def warp_coords(inverse, out_hw):
     xs = np.arange(out_hw[1], dtype=np.float32)[None, :]
     sx = m[0] * xs + (m[1] * ys + m[2])
     sy = m[3] * xs + (m[4] * ys + m[5])
+    far = np.float32(4e6)   # far outside stays outside (NaN goes there): exact integer casts
+    sx, sy = (np.where(v > -far, np.minimum(v, far), -far) for v in (sx, sy))
     return sy.astype(np.float32), sx.astype(np.float32)
 
 

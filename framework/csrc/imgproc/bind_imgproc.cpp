@@ -86,6 +86,7 @@ py::array warp_affine(const py::array& src, Pair out, std::vector<double> m, boo
     const char* op = "warp_affine";
     const ImageGeometry g = image_geometry(op, src, out);
     if (m.size() != 6) refuse(op, "the matrix must have 6 entries");
+    if (g.h >= 4000000 || g.w >= 4000000) refuse(op, "images of 4e6 pixels a side or more");
     if (!replicate && (g.c > 4 || static_cast<int64_t>(value.size()) != g.c))
         refuse(op, "a constant border needs one value per channel (at most 4)");
     WarpParams p{};

@@ -9,36 +9,62 @@
 #include <vector>
 
 #include "imgproc/imgproc_kernels.h"
+#include "imgproc/imgproc_round.h"
 
 namespace tianyuan {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 14;  // output elements below which one thread runs
 
-// Row pass of one source row: out[o * c + ch] = sum_t w[o, t] * src[index[o, t] * c + ch].
-template <typename S, typename A, typename W>
-void row_pass(const S* src, int64_t ow, int64_t c, const int32_t* index, const W* weight,
-              int64_t k, A* out) {
+// Row pass of one source row: out[o * c + ch] = sum_t w[o, t] * src[index[o, t] * c + ch],
+// the sum in tap order from 0. C and K known at compile time for the common cases (C 1/3/4,
+// K 2/4): the loops unroll and the gathers are all that is left.
+template <int C, int K, typename S, typename A, typename W>
+void row_pass_fixed(const S* src, int64_t ow, const int32_t* index, const W* weight, A* out) {
     for (int64_t o = 0; o < ow; ++o) {
-        const int32_t* idx = index + o * k;
-        const W* w = weight + o * k;
-        A* dst = out + o * c;
-        for (int64_t ch = 0; ch < c; ++ch) {
+        const int32_t* idx = index + o * K;
+        const W* w = weight + o * K;
+        for (int ch = 0; ch < C; ++ch) {
             A acc = 0;
-            for (int64_t t = 0; t < k; ++t)
-                acc += static_cast<A>(src[idx[t] * c + ch]) * static_cast<A>(w[t]);
-            dst[ch] = acc;
+            for (int t = 0; t < K; ++t)
+                acc += static_cast<A>(src[idx[t] * C + ch]) * static_cast<A>(w[t]);
+            out[o * C + ch] = acc;
         }
     }
 }
 
-inline uint8_t saturate_u8(float v) {
-    const float r = std::nearbyint(v);  // half to even (the default rounding mode)
-    return static_cast<uint8_t>(r < 0.f ? 0.f : (r > 255.f ? 255.f : r));
+template <typename S, typename A, typename W>
+void row_pass_any(const S* src, int64_t ow, int64_t c, const int32_t* index, const W* weight,
+                  int64_t k, A* out) {
+    for (int64_t o = 0; o < ow; ++o) {
+        const int32_t* idx = index + o * k;
+        const W* w = weight + o * k;
+        for (int64_t ch = 0; ch < c; ++ch) {
+            A acc = 0;
+            for (int64_t t = 0; t < k; ++t)
+                acc += static_cast<A>(src[idx[t] * c + ch]) * static_cast<A>(w[t]);
+            out[o * c + ch] = acc;
+        }
+    }
 }
 
-inline uint8_t saturate_u8(int32_t v) {
-    return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+template <int K, typename S, typename A, typename W>
+bool row_pass_k(const S* src, int64_t ow, int64_t c, const int32_t* index, const W* weight,
+                A* out) {
+    switch (c) {
+        case 1: row_pass_fixed<1, K>(src, ow, index, weight, out); return true;
+        case 3: row_pass_fixed<3, K>(src, ow, index, weight, out); return true;
+        case 4: row_pass_fixed<4, K>(src, ow, index, weight, out); return true;
+        default: return false;
+    }
+}
+
+template <typename S, typename A, typename W>
+void row_pass(const S* src, int64_t ow, int64_t c, const int32_t* index, const W* weight,
+              int64_t k, A* out) {
+    if (k == 2 && row_pass_k<2>(src, ow, c, index, weight, out)) return;
+    if (k == 4 && row_pass_k<4>(src, ow, c, index, weight, out)) return;
+    row_pass_any(src, ow, c, index, weight, k, out);
 }
 
 // Column passes over n = ow * c elements from k cached rows.
