@@ -66,6 +66,7 @@ void bind_conv_gemm(py::module_& m);
 void bind_int8(py::module_& m);
 void bind_int8_deconv(py::module_& m);  // int8_deconv/bind_int8_deconv.cpp
 void bind_roi_align(py::module_& m);  // roi_align/
+void bind_imgproc(py::module_& m);    // imgproc/
 void bind_nms(py::module_& m);        // nms/
 
 }  // namespace bind

@@ -21,4 +21,5 @@ PYBIND11_MODULE(_C, m) {
     bind_int8_deconv(m);
     bind_roi_align(m);
     bind_nms(m);
+    bind_imgproc(m);
 }

@@ -11,5 +11,6 @@ from .normalization import batch_norm, linear
 from .conv import conv2d, conv2d_affine_act, conv_transpose2d
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .roi import multi_scale_roi_align, roi_align
+from .image import crop, cvt_color, flip, normalize, resize, to_hwc, to_nchw, warp_affine
 from .vision import (batched_nms, box_area, box_iou, channel_shuffle, clip_boxes, concat_shuffle,
                      interpolate, nms, remove_small_boxes)
