@@ -20,9 +20,10 @@ import numpy as np
 
 import tianyuan as ty
 import tianyuan.functional as F
+from tianyuan.weights.preprocessing import IMAGENET_MEAN, IMAGENET_STD, pixel_values
 
-MEAN = (103.53, 116.28, 123.675)
-STD = (57.375, 57.12, 58.395)
+MEAN = tuple(pixel_values(IMAGENET_MEAN)[::-1])   # BGR order, 0..255
+STD = tuple(pixel_values(IMAGENET_STD)[::-1])
 
 
 def frame(h=1080, w=1920, seed=0):

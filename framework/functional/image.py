@@ -12,7 +12,7 @@ tianyuan/ops/imgproc_ref.py.
 >>> bgr = np.zeros((480, 640, 3), np.uint8)
 >>> F.resize(bgr, (224, 224)).shape
 (224, 224, 3)
->>> F.to_nchw(F.cvt_color(bgr, "bgr2rgb"), mean=(123.675, 116.28, 103.53)).shape
+>>> F.to_nchw(F.cvt_color(bgr, "bgr2rgb"), mean=(127.5, 127.5, 127.5)).shape
 (1, 3, 480, 640)
 """
 import numpy as np
