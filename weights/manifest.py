@@ -15,7 +15,8 @@ from typing import Optional
 
 from . import preprocessing
 from .gan_maps import GAN_PREPROCESSING
-from .megengine_detection import COCO_CATEGORY_IDS, differences
+from .megengine_detection import differences
+from .megengine_detection_layout import COCO_CATEGORY_IDS
 
 TORCHVISION = "https://download.pytorch.org/models/"
 MEGENGINE = "https://data.megengine.org.cn/models/weights/"

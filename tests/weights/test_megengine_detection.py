@@ -18,8 +18,8 @@ from tianyuan import nn, weights, zoo
 from tianyuan.datasets.coco_categories import COCO_CATEGORIES
 from tianyuan.weights import DetectionArchitectureError, convert_state_dict
 from tianyuan.weights.cli import main as weights_cli
-from tianyuan.weights.megengine_detection import (ABSENT_LOGIT, COCO_CATEGORY_IDS,
-                                                  convert_megengine_detection)
+from tianyuan.weights.megengine_detection import convert_megengine_detection
+from tianyuan.weights.megengine_detection_layout import ABSENT_LOGIT, COCO_CATEGORY_IDS
 from tianyuan.zoo.detection import (BackboneWithFPN, BoxCoder, LastLevelP6P7, RetinaNet,
                                     rpn_anchor_generator)
 from tianyuan.zoo.backbones import get_backbone
